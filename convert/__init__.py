@@ -1,0 +1,1 @@
+"""Source -> bundle: read sources, build the ONNX graph, quantize, validate, write atomically."""

@@ -1,0 +1,1 @@
+"""Drafters, one subpackage per kind (arrive with the speculative issues)."""

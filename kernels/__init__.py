@@ -1,0 +1,1 @@
+"""Triton kernels beside their CPU twins (arrive with the speculative issue)."""

@@ -1,0 +1,1 @@
+"""Torch definitions of target architectures written for export, and their weight loaders."""

@@ -1,0 +1,210 @@
+"""ModelConfig: the architecture facts the torch definition and the ONNX builder need.
+
+Built from an HF `config.json` dict (both the older `rope_theta`/`rope_scaling` keys and the
+newer `rope_parameters` form) or from GGUF metadata (models/gguf_loader.py). One frozen dataclass
+covers the Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3) and Gemma 3; the
+per-family differences are explicit fields, never branches on the architecture's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from specrt.errors import SourceError
+
+# HF model_type -> the block family our torch definition and ONNX builder implement.
+ARCHITECTURES = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
+    "qwen3": "llama",
+    "gemma3": "gemma3",
+    "gemma3_text": "gemma3",
+}
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """Rotary embedding: base frequency plus the optional scaling HF configs describe."""
+
+    theta: float = 10000.0
+    scaling_type: str = "default"  # default | linear | llama3
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+    def inv_freq(self, head_dim: int) -> list[float]:
+        """Inverse frequencies [head_dim // 2] after scaling (HF's rope_init functions)."""
+        inv = [1.0 / self.theta ** (2 * i / head_dim) for i in range(head_dim // 2)]
+        if self.scaling_type == "linear":
+            return [f / self.factor for f in inv]
+        if self.scaling_type == "llama3":
+            low_wavelen = self.original_max_position / self.low_freq_factor
+            high_wavelen = self.original_max_position / self.high_freq_factor
+            out = []
+            for f in inv:
+                wavelen = 2 * math.pi / f
+                if wavelen < high_wavelen:
+                    out.append(f)
+                elif wavelen > low_wavelen:
+                    out.append(f / self.factor)
+                else:
+                    smooth = (self.original_max_position / wavelen - self.low_freq_factor) / (
+                        self.high_freq_factor - self.low_freq_factor
+                    )
+                    out.append((1 - smooth) * f / self.factor + smooth * f)
+            return out
+        return inv
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model_type: str  # HF model_type (llama, qwen2, qwen3, mistral, gemma3_text, ...)
+    family: str  # "llama" or "gemma3": which block layout
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_position: int
+    rope: RopeConfig
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False  # Qwen2: bias on q/k/v projections
+    qk_norm: bool = False  # Qwen3, Gemma 3: RMSNorm over head_dim on q and k
+    norm_offset: float = 0.0  # Gemma: norms multiply by (1 + weight)
+    hidden_act: str = "silu"  # silu | gelu_tanh
+    embed_scale: float = 1.0  # Gemma: embeddings times sqrt(hidden_size)
+    attn_scale: float = 0.0  # 0 means head_dim ** -0.5
+    sliding_window: int = 0  # 0: no sliding window
+    sliding_layers: tuple[bool, ...] = ()  # per layer: True when the layer uses the sliding window
+    local_rope: RopeConfig | None = None  # Gemma 3: rope of the sliding-window layers
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    @property
+    def scale(self) -> float:
+        return self.attn_scale or self.head_dim**-0.5
+
+    def is_sliding(self, layer: int) -> bool:
+        return bool(self.sliding_window) and bool(self.sliding_layers) and self.sliding_layers[layer]
+
+    def rope_for(self, layer: int) -> RopeConfig:
+        return self.local_rope if (self.local_rope and self.is_sliding(layer)) else self.rope
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> "ModelConfig":
+        d = dict(d)
+        d["rope"] = RopeConfig(**d["rope"])
+        d["local_rope"] = RopeConfig(**d["local_rope"]) if d.get("local_rope") else None
+        d["sliding_layers"] = tuple(d.get("sliding_layers", ()))
+        d["eos_token_ids"] = tuple(d.get("eos_token_ids", ()))
+        return ModelConfig(**d)
+
+
+def _rope_from_hf(hf: dict, params: dict | None) -> RopeConfig:
+    """Read rope settings from a rope_parameters dict, or the older rope_theta + rope_scaling."""
+    if params is None:
+        params = dict(hf.get("rope_scaling") or {})
+        params.setdefault("rope_theta", hf.get("rope_theta", 10000.0))
+    rtype = params.get("rope_type") or params.get("type") or "default"
+    if rtype not in ("default", "linear", "llama3"):
+        raise SourceError(f"unsupported rope scaling {rtype!r} (supported: default, linear, llama3)")
+    return RopeConfig(
+        theta=float(params.get("rope_theta", hf.get("rope_theta", 10000.0))),
+        scaling_type=rtype,
+        factor=float(params.get("factor", 1.0)),
+        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        original_max_position=int(params.get("original_max_position_embeddings", 8192)),
+    )
+
+
+def _eos_ids(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, (list, tuple)) else (int(value),)
+
+
+def config_from_hf(hf: dict) -> ModelConfig:
+    """ModelConfig from an HF config.json dict; SourceError for unsupported architectures."""
+    model_type = hf.get("model_type", "")
+    if model_type == "gemma3" and "text_config" in hf:
+        hf = {**hf["text_config"], "model_type": "gemma3_text"}
+        model_type = "gemma3_text"
+    family = ARCHITECTURES.get(model_type)
+    if family is None:
+        raise SourceError(
+            f"unsupported architecture {model_type!r} (supported: {', '.join(sorted(ARCHITECTURES))})"
+        )
+    try:
+        hidden = int(hf["hidden_size"])
+        heads = int(hf["num_attention_heads"])
+        layers = int(hf["num_hidden_layers"])
+        head_dim = int(hf.get("head_dim") or hidden // heads)
+        rope_params = hf.get("rope_parameters")
+        is_gemma = family == "gemma3"
+        if is_gemma:
+            per_type = rope_params if rope_params and "full_attention" in rope_params else None
+            rope = _rope_from_hf(hf, per_type["full_attention"] if per_type else None)
+            local = (
+                _rope_from_hf(hf, per_type["sliding_attention"])
+                if per_type
+                else RopeConfig(theta=float(hf.get("rope_local_base_freq", 10000.0)))
+            )
+            layer_types = hf.get("layer_types") or [
+                "full_attention" if (i + 1) % int(hf.get("sliding_window_pattern", 6)) == 0 else "sliding_attention"
+                for i in range(layers)
+            ]
+            sliding_layers = tuple(t == "sliding_attention" for t in layer_types)
+        else:
+            rope = _rope_from_hf(hf, rope_params if rope_params and "rope_theta" in rope_params else None)
+            local = None
+            layer_types = hf.get("layer_types")
+            sliding_layers = tuple(t == "sliding_attention" for t in layer_types) if layer_types else ()
+        sliding_window = int(hf.get("sliding_window") or 0)
+        if not is_gemma and (not hf.get("use_sliding_window", model_type == "mistral") or not sliding_layers):
+            if model_type == "mistral" and sliding_window:
+                sliding_layers = (True,) * layers
+            else:
+                sliding_window, sliding_layers = 0, ()
+        act = hf.get("hidden_activation") or hf.get("hidden_act") or "silu"
+        act = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}.get(act)
+        if act is None:
+            raise SourceError(f"unsupported activation {hf.get('hidden_act')!r} (supported: silu, gelu_pytorch_tanh)")
+        return ModelConfig(
+            model_type=model_type,
+            family=family,
+            vocab_size=int(hf["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(hf["intermediate_size"]),
+            num_layers=layers,
+            num_heads=heads,
+            num_kv_heads=int(hf.get("num_key_value_heads") or heads),
+            head_dim=head_dim,
+            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            max_position=int(hf.get("max_position_embeddings", 4096)),
+            rope=rope,
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", is_gemma)),
+            qkv_bias=bool(hf.get("attention_bias", False)) or model_type == "qwen2",
+            qk_norm=model_type in ("qwen3", "gemma3", "gemma3_text"),
+            norm_offset=1.0 if is_gemma else 0.0,
+            hidden_act=act,
+            embed_scale=math.sqrt(hidden) if is_gemma else 1.0,
+            attn_scale=float(hf["query_pre_attn_scalar"]) ** -0.5 if is_gemma else 0.0,
+            sliding_window=sliding_window,
+            sliding_layers=sliding_layers,
+            local_rope=local,
+            bos_token_id=hf.get("bos_token_id"),
+            eos_token_ids=_eos_ids(hf.get("eos_token_id")),
+        )
+    except KeyError as exc:
+        raise SourceError(f"config.json lacks {exc.args[0]!r}") from None

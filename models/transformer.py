@@ -1,0 +1,201 @@
+"""Torch reference definition of the supported decoder-only transformers, written for export.
+
+One module covers the Llama family (pre-norm blocks: SmolLM2, Llama 2/3, Mistral, Qwen2 with qkv
+bias, Qwen3 with q/k norm) and Gemma 3 (four norms per block, (1 + w) norms, scaled embeddings,
+q/k norm, sliding-window and global layers with their own rope bases). Parameter names follow HF
+(`model.layers.{i}.self_attn.q_proj.weight`, ...) so that an HF state dict loads unchanged.
+
+The KV cache is explicit: `forward` takes the past keys/values of every layer and returns the
+present ones, plus logits for every input position and, optionally, the residual stream after
+chosen layers (the hidden-state taps that EAGLE-3, MTP and DFlash drafters read).
+Attention masking is causal over past + new tokens, plus an optional additive `attention_bias`
+[batch, 1, new, past + new] that a tree verification uses to hide non-ancestors.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from specrt.models.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, offset: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim) if offset else torch.ones(dim))
+        self.eps, self.offset = eps, offset
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * (self.weight.float() + self.offset)).to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Half-split rotary embedding (HF's rotate_half form). x [B, H, S, D]; cos/sin [B, 1, S, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps, cfg.norm_offset)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps, cfg.norm_offset)
+        inv = torch.tensor(cfg.rope_for(layer).inv_freq(d), dtype=torch.float64)
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, x, position_ids, past_k, past_v, mask):
+        # x [B, S, H]; position_ids [B, S]; past_k/v [B, KV, P, D]; mask [B, 1, S, P + S] additive
+        cfg = self.cfg
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, cfg.num_heads, cfg.head_dim)
+        k = self.k_proj(x).view(b, s, cfg.num_kv_heads, cfg.head_dim)
+        v = self.v_proj(x).view(b, s, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        angles = position_ids.to(torch.float64)[..., None] * self.inv_freq  # [B, S, D/2]
+        angles = torch.cat((angles, angles), dim=-1)[:, None]  # [B, 1, S, D]
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        k_all = torch.cat((past_k, k), dim=2)  # [B, KV, P + S, D]
+        v_all = torch.cat((past_v, v), dim=2)
+        groups = cfg.num_heads // cfg.num_kv_heads
+        kr = k_all.repeat_interleave(groups, dim=1)
+        vr = v_all.repeat_interleave(groups, dim=1)
+        scores = (q.float() @ kr.float().transpose(-1, -2)) * cfg.scale + mask  # [B, N, S, P + S]
+        probs = torch.softmax(scores, dim=-1).to(x.dtype)
+        out = (probs @ vr).transpose(1, 2).reshape(b, s, cfg.num_heads * cfg.head_dim)
+        return self.o_proj(out), k, v
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.act = cfg.hidden_act
+
+    def forward(self, x):
+        g = self.gate_proj(x)
+        g = F.silu(g) if self.act == "silu" else F.gelu(g, approximate="tanh")
+        return self.down_proj(g * self.up_proj(x))
+
+
+class LlamaBlock(nn.Module):
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.self_attn = Attention(cfg, layer)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
+
+    def forward(self, x, position_ids, past_k, past_v, mask):
+        a, k, v = self.self_attn(self.input_layernorm(x), position_ids, past_k, past_v, mask)
+        x = x + a
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
+
+
+class Gemma3Block(nn.Module):
+    """Gemma 3 block: norms before and after both attention and MLP (sandwich norms)."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.self_attn = Attention(cfg, layer)
+        self.mlp = MLP(cfg)
+        args = (cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
+        self.input_layernorm = RMSNorm(*args)
+        self.post_attention_layernorm = RMSNorm(*args)
+        self.pre_feedforward_layernorm = RMSNorm(*args)
+        self.post_feedforward_layernorm = RMSNorm(*args)
+
+    def forward(self, x, position_ids, past_k, past_v, mask):
+        a, k, v = self.self_attn(self.input_layernorm(x), position_ids, past_k, past_v, mask)
+        x = x + self.post_attention_layernorm(a)
+        m = self.mlp(self.pre_feedforward_layernorm(x))
+        return x + self.post_feedforward_layernorm(m), k, v
+
+
+BLOCKS = {"llama": LlamaBlock, "gemma3": Gemma3Block}
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(BLOCKS[cfg.family](cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
+
+
+def causal_mask(cfg: ModelConfig, layer: int, position_ids, past_len: int, dtype=torch.float32):
+    """Additive mask [B, 1, S, P + S]: new token i sees past slots and new tokens j <= i.
+
+    Sliding-window layers see only the last `sliding_window` slots, the new token included (HF's
+    convention; ONNX Runtime's GroupQueryAttention gets local_window_size = sliding_window).
+    """
+    b, s = position_ids.shape
+    total = past_len + s
+    q_slot = torch.arange(past_len, total)[:, None]  # [S, 1]
+    k_slot = torch.arange(total)[None, :]  # [1, T]
+    allowed = k_slot <= q_slot
+    if cfg.is_sliding(layer):
+        allowed &= k_slot > q_slot - cfg.sliding_window
+    mask = torch.zeros(s, total, dtype=dtype).masked_fill(~allowed, float("-inf"))
+    return mask.expand(b, 1, s, total)
+
+
+class CausalLM(nn.Module):
+    """Decoder-only LM with explicit KV cache and hidden-state taps."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def empty_cache(self, batch: int = 1, dtype=torch.float32):
+        shape = (batch, self.cfg.num_kv_heads, 0, self.cfg.head_dim)
+        return [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in range(self.cfg.num_layers)]
+
+    def forward(self, input_ids, position_ids=None, past=None, attention_bias=None, hidden_layers=()):
+        """input_ids [B, S]; position_ids [B, S] (default: past_len + arange(S));
+        past: list per layer of (key, value) [B, KV, P, D]; attention_bias [B, 1, S, P + S] additive.
+        Returns logits [B, S, V], present (past plus the new keys/values), taps [B, S, len(hidden_layers) * H].
+        A tap for layer i is the residual stream after layer i (HF's hidden_states[i + 1]).
+        """
+        b, s = input_ids.shape
+        past = past if past is not None else self.empty_cache(b)
+        past_len = past[0][0].shape[2]
+        if position_ids is None:
+            position_ids = (torch.arange(s) + past_len).expand(b, s)
+        x = self.model.embed_tokens(input_ids)
+        if self.cfg.embed_scale != 1.0:
+            x = x * torch.tensor(self.cfg.embed_scale, dtype=x.dtype)
+        present, taps = [], []
+        for i, layer in enumerate(self.model.layers):
+            mask = causal_mask(self.cfg, i, position_ids, past_len)
+            if attention_bias is not None:
+                mask = mask + attention_bias
+            x, k, v = layer(x, position_ids, past[i][0], past[i][1], mask)
+            present.append((torch.cat((past[i][0], k), 2), torch.cat((past[i][1], v), 2)))
+            if i in hidden_layers:
+                taps.append(x)
+        logits = self.lm_head(self.model.norm(x))
+        tap = torch.cat(taps, dim=-1) if taps else None
+        return logits, present, tap

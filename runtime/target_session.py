@@ -1,0 +1,98 @@
+"""One ONNX Runtime session over the target graph, with a preallocated in-place KV cache.
+
+The cache is one OrtValue per layer and per key/value, [batch, kv_heads, max_context, head_dim],
+bound both as `past_key_values.{i}.*` and as `present.{i}.*` through IOBinding, so that
+GroupQueryAttention writes the new tokens' keys/values into their slots in place: no per-step
+allocation of the cache and no copy of it. Rolling back is setting `length` back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from specrt.errors import SpecrtError
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """What the session needs to know about the graph (read from the bundle manifest)."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    max_context: int
+    vocab_size: int
+    kv_dtype: str = "float32"  # float32 | float16
+    hidden_output: bool = False
+
+
+class ContextOverflowError(SpecrtError):
+    """More tokens than the bundle's max context."""
+
+
+def make_session_options(threads: int = 0) -> ort.SessionOptions:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    return opts
+
+
+class TargetSession:
+    def __init__(self, model_path: str, spec: TargetSpec, providers=("CPUExecutionProvider",), batch: int = 1, threads: int = 0):
+        self.spec, self.batch = spec, batch
+        self.session = ort.InferenceSession(str(model_path), make_session_options(threads), providers=list(providers))
+        self.np_dtype = np.float16 if spec.kv_dtype == "float16" else np.float32
+        shape = (batch, spec.num_kv_heads, spec.max_context, spec.head_dim)
+        self.keys = [ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.np_dtype)) for _ in range(spec.num_layers)]
+        self.values = [ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.np_dtype)) for _ in range(spec.num_layers)]
+        self.length = 0  # tokens committed to the cache
+        self.binding = self.session.io_binding()
+        for i in range(spec.num_layers):
+            self.binding.bind_ortvalue_input(f"past_key_values.{i}.key", self.keys[i])
+            self.binding.bind_ortvalue_input(f"past_key_values.{i}.value", self.values[i])
+            self.binding.bind_ortvalue_output(f"present.{i}.key", self.keys[i])
+            self.binding.bind_ortvalue_output(f"present.{i}.value", self.values[i])
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def rollback(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll back to {length} (cache holds {self.length})")
+        self.length = length
+
+    def forward(self, input_ids: np.ndarray, position_ids: np.ndarray | None = None, attention_bias: np.ndarray | None = None):
+        """input_ids [B, S] -> logits [B, S, V] (and hidden_states [B, S, F] when the graph has them).
+
+        The new tokens take cache slots length .. length + S - 1 and `length` advances by S.
+        position_ids default to the slot numbers; attention_bias [B, 1, S, length + S] is additive.
+        """
+        b, s = input_ids.shape
+        total = self.length + s
+        if total > self.spec.max_context:
+            raise ContextOverflowError(f"{total} tokens exceed the bundle's max context {self.spec.max_context}")
+        if position_ids is None:
+            position_ids = np.broadcast_to(np.arange(self.length, total, dtype=np.int64), (b, s))
+        if attention_bias is None:
+            attention_bias = np.zeros((b, 1, s, total), dtype=self.np_dtype)
+        bind = self.binding
+        bind.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
+        bind.bind_cpu_input("position_ids", np.ascontiguousarray(position_ids, dtype=np.int64))
+        bind.bind_cpu_input("attention_mask", np.ones((b, total), dtype=np.int64))
+        bind.bind_cpu_input("attention_bias", np.ascontiguousarray(attention_bias, dtype=self.np_dtype))
+        bind.bind_output("logits")
+        if self.spec.hidden_output:
+            bind.bind_output("hidden_states")
+        self.session.run_with_iobinding(bind)
+        outs = bind.get_outputs()  # in binding order: the 2 * layers cache values, logits, hidden_states
+        self.length = total
+        first = 2 * self.spec.num_layers
+        logits = outs[first].numpy()
+        if self.spec.hidden_output:
+            return logits, outs[first + 1].numpy()
+        return logits
