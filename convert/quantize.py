@@ -1,7 +1,9 @@
 """Weight-only int4 block quantization in the layout of ONNX Runtime's MatMulNBits.
 
-Asymmetric round-to-nearest per block of `block_size` input features (the value range always
-includes zero): w ~= (q - zero_point) * scale, q and zero_point in [0, 15].
+Asymmetric round-to-nearest per block of `block_size` input features, with a small search over
+the clipping range per block: w ~= (q - zero_point) * scale, q and zero_point in [0, 15].
+(Float zero points would represent GGUF Q4_1 blocks exactly, but ONNX Runtime's CPU kernel for them
+is ~25x slower than for uint8 zero points, measured in docs/perf.md, so uint8 it is.)
 Layout (MatMulNBits, bits=4): B uint8 [N, n_blocks, block_size / 2] with element 2j in the low
 nibble; scales [N * n_blocks]; zero points uint8 [N * ceil(n_blocks / 2)], packed the same way.
 """
@@ -28,19 +30,39 @@ def _pack_nibbles(q: np.ndarray) -> np.ndarray:
     return (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
 
 
-def quantize_int4(w: np.ndarray, block_size: int = 32) -> Int4Weight:
-    """w [N, K] (out features x in features) -> Int4Weight."""
+SCALE_SEARCH = np.linspace(0.70, 1.0, 13)  # shrink factors of the block's [min, max] range to try
+
+
+def quantize_int4(w: np.ndarray, block_size: int = 32, search: bool = True) -> Int4Weight:
+    """w [N, K] (out features x in features) -> Int4Weight.
+
+    Per block, the range [min, max] is shrunk around its middle by each factor in SCALE_SEARCH and
+    the choice with the least squared error kept (clipping a few outliers buys finer steps).
+    """
     n, k = w.shape
     n_blocks = -(-k // block_size)
     padded = np.zeros((n, n_blocks * block_size), dtype=np.float32)
     padded[:, :k] = w
     blocks = padded.reshape(n, n_blocks, block_size)
-    lo = np.minimum(blocks.min(-1), 0.0)
-    hi = np.maximum(blocks.max(-1), 0.0)
-    scale = (hi - lo) / 15.0
-    scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
-    zp = np.clip(np.round(-lo / scale), 0, 15).astype(np.uint8)  # [N, n_blocks]
-    q = np.clip(np.round(blocks / scale[..., None]) + zp[..., None], 0, 15).astype(np.uint8)
+    lo, hi = blocks.min(-1), blocks.max(-1)  # [N, n_blocks]
+    mid = (lo + hi) / 2
+    best_err = best_q = best_scale = best_zp = None
+    for factor in SCALE_SEARCH if search else (1.0,):
+        flo, fhi = mid + (lo - mid) * factor, mid + (hi - mid) * factor
+        scale = ((fhi - flo) / 15.0).astype(np.float32)
+        scale = np.where(scale == 0, np.float32(1.0), scale)
+        zp = np.clip(np.round(-flo / scale), 0, 15)
+        q = np.clip(np.round(blocks / scale[..., None]) + zp[..., None], 0, 15)
+        err = np.square((q - zp[..., None]) * scale[..., None] - blocks).sum(-1)
+        if best_err is None:
+            best_err, best_q, best_scale, best_zp = err, q, scale, zp
+        else:
+            better = err < best_err
+            best_err = np.where(better, err, best_err)
+            best_q = np.where(better[..., None], q, best_q)
+            best_scale = np.where(better, scale, best_scale)
+            best_zp = np.where(better, zp, best_zp)
+    q, scale, zp = best_q.astype(np.uint8), best_scale.astype(np.float32), best_zp.astype(np.uint8)
     zp_padded = np.zeros((n, n_blocks + (n_blocks % 2)), dtype=np.uint8)
     zp_padded[:, :n_blocks] = zp
     return Int4Weight(
@@ -53,8 +75,28 @@ def quantize_int4(w: np.ndarray, block_size: int = 32) -> Int4Weight:
     )
 
 
+def concat_rows(parts: list[Int4Weight]) -> Int4Weight:
+    """Stack quantized weights along N (fused QKV or gate/up); blocks are per row, so this is exact."""
+    first = parts[0]
+    if any(p.k != first.k or p.block_size != first.block_size for p in parts):
+        raise ValueError("can only stack int4 weights with the same K and block size")
+    return Int4Weight(
+        packed=np.concatenate([p.packed for p in parts], axis=0),
+        scales=np.concatenate([p.scales for p in parts]),
+        zero_points=np.concatenate([p.zero_points for p in parts]),
+        n=sum(p.n for p in parts),
+        k=first.k,
+        block_size=first.block_size,
+    )
+
+
+def is_projection(name: str) -> bool:
+    """The weights that int4 turns into MatMulNBits: every linear layer and the lm_head."""
+    return name.endswith("_proj.weight") or name == "lm_head.weight"
+
+
 def dequantize_int4(qw: Int4Weight) -> np.ndarray:
-    """Inverse of quantize_int4 (for tests): [N, K] float32."""
+    """Inverse of quantize_int4: [N, K] float32 (the weights the int4 graph really multiplies by)."""
     lo = qw.packed & 0x0F
     hi = qw.packed >> 4
     q = np.stack([lo, hi], axis=-1).reshape(qw.n, -1, qw.block_size).astype(np.float32)

@@ -6,6 +6,9 @@ decoding needs:
 inputs   input_ids [B, S] int64, position_ids [B, S] int64,
          attention_mask [B, T] int64 (T = past + new; only its row sums and width are read),
          attention_bias [B, 1, S, T] float (additive; zeros for a chain, -inf hides tree non-ancestors),
+         sliding_attention_bias [B, 1, S, T] (models with sliding-window layers only): the same plus
+           -inf where the key's position is `sliding_window` or more behind the query's. The window is
+           counted in positions, not cache slots, so tree tokens (several per position) stay exact.
          past_key_values.{i}.key|value [B, KV, M, D] (M = the preallocated max context)
 outputs  logits [B, S, V] float32 (every input position), present.{i}.key|value [B, KV, M, D],
          hidden_states [B, S, len(taps) * H] when taps are requested
@@ -25,7 +28,7 @@ import onnx
 from onnx import TensorProto
 
 from specrt.convert.onnx_graph import MS_DOMAIN, GraphWriter
-from specrt.convert.quantize import quantize_int4
+from specrt.convert.quantize import Int4Weight, concat_rows, quantize_int4
 from specrt.models.config import ModelConfig
 
 PRECISIONS = ("fp32", "fp16", "int4")
@@ -38,11 +41,16 @@ class GraphOptions:
     hidden_layers: tuple[int, ...] = ()  # residual stream after these layers -> hidden_states
     int4_block_size: int = 32
     int4_accuracy_level: int = 4  # int8 activations in MatMulNBits (fast on AVX2/AVX512 CPUs)
+    # projections whose inputs stay fp32 in int4 graphs (accuracy level 0): the MLP's down projection
+    # reads activations with outliers that per-block int8 quantization blurs (see docs/perf.md)
+    int4_float_inputs: tuple[str, ...] = ("down_proj",)
 
 
-def io_names(num_layers: int) -> dict:
+def io_names(cfg: ModelConfig) -> dict:
+    num_layers = cfg.num_layers
+    sliding = any(cfg.is_sliding(i) for i in range(num_layers))
     return {
-        "inputs": ["input_ids", "position_ids", "attention_mask", "attention_bias"],
+        "inputs": ["input_ids", "position_ids", "attention_mask", "attention_bias"] + (["sliding_attention_bias"] if sliding else []),
         "past_key": [f"past_key_values.{i}.key" for i in range(num_layers)],
         "past_value": [f"past_key_values.{i}.value" for i in range(num_layers)],
         "present_key": [f"present.{i}.key" for i in range(num_layers)],
@@ -53,7 +61,7 @@ def io_names(num_layers: int) -> dict:
 
 
 class _TargetBuilder:
-    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], opts: GraphOptions):
+    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], opts: GraphOptions, quantized: dict | None):
         if opts.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}")
         self.cfg, self.w, self.opts = cfg, weights, opts
@@ -61,6 +69,12 @@ class _TargetBuilder:
         self.dtype = np.float16 if opts.precision == "fp16" else np.float32
         self.elem = TensorProto.FLOAT16 if opts.precision == "fp16" else TensorProto.FLOAT
         self.rope_caches: dict = {}
+        self.quantized: dict[str, Int4Weight] = quantized or {}
+
+    def int4(self, name: str) -> Int4Weight:
+        if name not in self.quantized:
+            self.quantized[name] = quantize_int4(self.w[name].astype(np.float32), self.opts.int4_block_size)
+        return self.quantized[name]
 
     # -- weights -------------------------------------------------------------------------------
     def param(self, name: str, offset: float = 0.0) -> str:
@@ -68,11 +82,10 @@ class _TargetBuilder:
 
     def linear(self, x: str, names: list[str], out_name: str) -> str:
         """y = x @ concat(W_names).T (+ bias), W in HF layout [out, in]; fused when several names."""
-        w = np.concatenate([self.w[n + ".weight"] for n in names], axis=0).astype(np.float32)
         biases = [self.w.get(n + ".bias") for n in names]
         bias = np.concatenate(biases).astype(self.dtype) if all(b is not None for b in biases) else None
         if self.opts.precision == "int4":
-            q = quantize_int4(w, self.opts.int4_block_size)
+            q = concat_rows([self.int4(n + ".weight") for n in names])
             ins = [
                 x,
                 self.g.weight(out_name + ".qweight", q.packed),
@@ -83,12 +96,18 @@ class _TargetBuilder:
             ]
             return self.g.op(
                 "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=4,
-                block_size=q.block_size, accuracy_level=self.opts.int4_accuracy_level,
+                block_size=q.block_size, accuracy_level=self._accuracy_level(out_name),
             )
+        w = np.concatenate([self.w[n + ".weight"] for n in names], axis=0).astype(np.float32)
         y = self.g.op("MatMul", [x, self.g.weight(out_name + ".weight_t", w.T.astype(self.dtype))], name=out_name)
         if bias is not None:
             y = self.g.op("Add", [y, self.g.weight(out_name + ".bias", bias)])
         return y
+
+    def _accuracy_level(self, out_name: str) -> int:
+        if any(key in out_name for key in self.opts.int4_float_inputs):
+            return 0
+        return self.opts.int4_accuracy_level
 
     # -- blocks --------------------------------------------------------------------------------
     def norm(self, x: str, weight: str) -> str:
@@ -136,13 +155,14 @@ class _TargetBuilder:
         else:
             q, k, v = qkv, "", ""  # packed QKV form of GroupQueryAttention
         cos, sin = self.rope_cache(i)
-        ins = [q, k, v, io["past_key"][i], io["past_value"][i], seqlens_k, total_len, cos, sin, "position_ids", "attention_bias"]
+        bias = "sliding_attention_bias" if cfg.is_sliding(i) else "attention_bias"
+        ins = [q, k, v, io["past_key"][i], io["past_value"][i], seqlens_k, total_len, cos, sin, "position_ids", bias]
         out = self.g.op(
             "GroupQueryAttention", ins,
             outputs=[f"layers.{i}.attn", io["present_key"][i], io["present_value"][i]],
             domain=MS_DOMAIN, num_heads=cfg.num_heads, kv_num_heads=cfg.num_kv_heads,
             do_rotary=1, rotary_interleaved=0, scale=float(cfg.scale),
-            local_window_size=cfg.sliding_window if cfg.is_sliding(i) else -1,
+            local_window_size=-1,  # sliding windows arrive through sliding_attention_bias
         )[0]
         return self.linear(out, [p + "o_proj"], f"layers.{i}.o_proj")
 
@@ -160,12 +180,14 @@ class _TargetBuilder:
     # -- whole graph ---------------------------------------------------------------------------
     def build(self) -> onnx.ModelProto:
         cfg, g = self.cfg, self.g
-        io = io_names(cfg.num_layers)
+        io = io_names(cfg)
         kv_shape = ["batch_size", cfg.num_kv_heads, "max_context", cfg.head_dim]
         g.add_input("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
         g.add_input("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
         g.add_input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
         g.add_input("attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
+        if any(cfg.is_sliding(i) for i in range(cfg.num_layers)):
+            g.add_input("sliding_attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
         for i in range(cfg.num_layers):
             g.add_input(io["past_key"][i], self.elem, kv_shape)
             g.add_input(io["past_value"][i], self.elem, kv_shape)
@@ -228,6 +250,18 @@ class _TargetBuilder:
         return g.op("Reshape", [y, out_shape])
 
 
-def build_target_graph(cfg: ModelConfig, weights: dict[str, np.ndarray], opts: GraphOptions) -> onnx.ModelProto:
-    """weights: HF-named float arrays (model.layers.{i}.self_attn.q_proj.weight, ...)."""
-    return _TargetBuilder(cfg, dict(weights), opts).build()
+def build_target_graph(cfg: ModelConfig, weights: dict[str, np.ndarray], opts: GraphOptions,
+                       quantized: dict[str, Int4Weight] | None = None) -> onnx.ModelProto:
+    """weights: HF-named float arrays (model.layers.{i}.self_attn.q_proj.weight, ...).
+    quantized: int4 weights already computed by quantize_model (else quantized here)."""
+    return _TargetBuilder(cfg, dict(weights), opts, quantized).build()
+
+
+def quantize_model(cfg: ModelConfig, weights: dict[str, np.ndarray], block_size: int = 32) -> dict[str, Int4Weight]:
+    """Int4 weights of every projection and the lm_head (the tied embedding when there is none)."""
+    from specrt.convert.quantize import is_projection
+
+    out = {n: quantize_int4(w.astype(np.float32), block_size) for n, w in weights.items() if is_projection(n)}
+    if "lm_head.weight" not in out:
+        out["lm_head.weight"] = quantize_int4(weights["model.embed_tokens.weight"].astype(np.float32), block_size)
+    return out

@@ -144,18 +144,19 @@ class Backbone(nn.Module):
 def causal_mask(cfg: ModelConfig, layer: int, position_ids, past_len: int, dtype=torch.float32):
     """Additive mask [B, 1, S, P + S]: new token i sees past slots and new tokens j <= i.
 
-    Sliding-window layers see only the last `sliding_window` slots, the new token included (HF's
-    convention; ONNX Runtime's GroupQueryAttention gets local_window_size = sliding_window).
+    Sliding-window layers see only keys less than `sliding_window` positions behind the query, the
+    token itself included (HF's convention). Past slot j holds position j; new tokens hold position_ids.
     """
     b, s = position_ids.shape
     total = past_len + s
     q_slot = torch.arange(past_len, total)[:, None]  # [S, 1]
     k_slot = torch.arange(total)[None, :]  # [1, T]
-    allowed = k_slot <= q_slot
+    allowed = (k_slot <= q_slot).expand(b, s, total)
     if cfg.is_sliding(layer):
-        allowed &= k_slot > q_slot - cfg.sliding_window
-    mask = torch.zeros(s, total, dtype=dtype).masked_fill(~allowed, float("-inf"))
-    return mask.expand(b, 1, s, total)
+        k_pos = torch.cat((torch.arange(past_len).expand(b, past_len), position_ids), dim=1)  # [B, T]
+        allowed = allowed & (position_ids[:, :, None] - k_pos[:, None, :] < cfg.sliding_window)
+    mask = torch.zeros(b, s, total, dtype=dtype).masked_fill(~allowed, float("-inf"))
+    return mask[:, None]
 
 
 class CausalLM(nn.Module):

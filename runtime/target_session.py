@@ -27,6 +27,7 @@ class TargetSpec:
     vocab_size: int
     kv_dtype: str = "float32"  # float32 | float16
     hidden_output: bool = False
+    sliding_window: int = 0  # > 0: the graph has a sliding_attention_bias input
 
 
 class ContextOverflowError(SpecrtError):
@@ -51,6 +52,8 @@ class TargetSession:
         self.keys = [ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.np_dtype)) for _ in range(spec.num_layers)]
         self.values = [ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.np_dtype)) for _ in range(spec.num_layers)]
         self.length = 0  # tokens committed to the cache
+        # position of the token held in each cache slot (slots = positions unless a caller compacts a tree)
+        self.slot_positions = np.arange(spec.max_context, dtype=np.int64)
         self.binding = self.session.io_binding()
         for i in range(spec.num_layers):
             self.binding.bind_ortvalue_input(f"past_key_values.{i}.key", self.keys[i])
@@ -65,6 +68,14 @@ class TargetSession:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot roll back to {length} (cache holds {self.length})")
         self.length = length
+
+    def _sliding_bias(self, position_ids: np.ndarray, attention_bias: np.ndarray) -> np.ndarray:
+        """attention_bias plus -inf where a key lies `sliding_window` or more positions behind the query."""
+        b, s = position_ids.shape
+        key_pos = np.concatenate([np.broadcast_to(self.slot_positions[: self.length], (b, self.length)), position_ids], axis=1)
+        too_far = position_ids[:, :, None] - key_pos[:, None, :] >= self.spec.sliding_window  # [B, S, T]
+        window = np.where(too_far[:, None], -np.inf, 0.0).astype(self.np_dtype)
+        return np.ascontiguousarray(attention_bias + window, dtype=self.np_dtype)
 
     def forward(self, input_ids: np.ndarray, position_ids: np.ndarray | None = None, attention_bias: np.ndarray | None = None):
         """input_ids [B, S] -> logits [B, S, V] (and hidden_states [B, S, F] when the graph has them).
@@ -85,6 +96,8 @@ class TargetSession:
         bind.bind_cpu_input("position_ids", np.ascontiguousarray(position_ids, dtype=np.int64))
         bind.bind_cpu_input("attention_mask", np.ones((b, total), dtype=np.int64))
         bind.bind_cpu_input("attention_bias", np.ascontiguousarray(attention_bias, dtype=self.np_dtype))
+        if self.spec.sliding_window:
+            bind.bind_cpu_input("sliding_attention_bias", self._sliding_bias(position_ids, attention_bias))
         bind.bind_output("logits")
         if self.spec.hidden_output:
             bind.bind_output("hidden_states")

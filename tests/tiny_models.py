@@ -65,3 +65,39 @@ def save_hf_folder(arch: str, path: Path, seed: int = 0) -> Path:
 
 def read_config(path: Path) -> dict:
     return json.loads((Path(path) / "config.json").read_text())
+
+
+WORDS = (
+    "<unk> <s> </s> <|im_start|> <|im_end|> the a an of to in and is was it for on with as at by this that "
+    "from or be are not have has had but what all were when we there can one so out up if about who get which "
+    "go me he she they you i my your his her our their time year people way day man thing woman life child "
+    "world school state family student group country problem hand part place case week company system "
+    "program question work government number night point home water room mother area money story fact month "
+    "lot right study book eye job word business issue side kind head house service friend father power hour "
+    "game line end member law car city name"
+).split()
+
+
+def save_tiny_tokenizer(path: Path, vocab_size: int = 97) -> None:
+    """A word-level tokenizer.json over the first vocab_size words, with a ChatML chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {w: i for i, w in enumerate(WORDS[:vocab_size])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    for special in ("<s>", "</s>", "<|im_start|>", "<|im_end|>"):
+        tok.add_special_tokens([special])
+    tok.save(str(Path(path) / "tokenizer.json"))
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant {% endif %}"
+    )
+    cfg = {"bos_token": "<s>", "eos_token": "<|im_end|>", "unk_token": "<unk>", "chat_template": template}
+    (Path(path) / "tokenizer_config.json").write_text(json.dumps(cfg))
+
+
+def save_tiny_bundle_source(arch: str, path: Path, seed: int = 0) -> Path:
+    """An HF folder a user could convert: config.json, model.safetensors, tokenizer."""
+    save_hf_folder(arch, path, seed)
+    save_tiny_tokenizer(path)
+    return path

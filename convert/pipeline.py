@@ -1,0 +1,226 @@
+"""`specrt convert`: source -> validated bundle, written to a temporary folder and renamed into place.
+
+Stages: resolve and load the source, build the target graph, save it with external data, carry the
+tokenizer and chat template, validate ONNX Runtime against the torch reference, write specrt.json
+with every file's size and sha256, then one rename. Any failure (bad input, validation, a full disk,
+Ctrl-C) removes the temporary folder, so nothing is ever left at the output path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import errno
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specrt import __version__
+from specrt.bundle import FileEntry, KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
+from specrt.convert import sources
+from specrt.convert.quantize import dequantize_int4
+from specrt.convert.target_graph import PRECISIONS, GraphOptions, build_target_graph, io_names, quantize_model
+from specrt.convert.tokenizer import write_tokenizer
+from specrt.convert.validate import VALIDATION_TEXTS, check, compare
+from specrt.errors import OutputPathError, SpecrtError
+from specrt.runtime.providers import providers_for
+from specrt.runtime.target_session import TargetSession, TargetSpec
+
+DEFAULT_MAX_CONTEXT = 4096
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    precision: str = "fp32"
+    max_context: int | None = None  # default: min(model's max positions, 4096)
+    device: str = "cpu"
+    force: bool = False
+    hidden_layers: tuple[int, ...] = ()
+
+
+class Stages:
+    """Reports stage progress; the CLI passes a tqdm-backed one, the API a silent one."""
+
+    names = ("load source", "build graph", "save graph", "tokenizer", "validate", "write manifest")
+
+    def start(self, name: str) -> None:  # pragma: no cover - overridden
+        pass
+
+    def done(self) -> None:  # pragma: no cover - overridden
+        pass
+
+    def log(self, msg: str) -> None:  # pragma: no cover - overridden
+        pass
+
+
+def _check_output(out: Path, force: bool) -> None:
+    if out.exists() and not force:
+        raise OutputPathError(f"{out} already exists (use --force to replace it)")
+    if not out.parent.exists():
+        raise OutputPathError(f"{out.parent}: parent folder does not exist")
+    if not os.access(out.parent, os.W_OK):
+        raise OutputPathError(f"{out.parent}: not writable")
+
+
+def _tokenize_validation(bundle_dir: Path, vocab: int) -> list[list[int]]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(bundle_dir / "tokenizer.json"))
+    prompts = []
+    for text in VALIDATION_TEXTS:
+        ids = [i % vocab for i in tok.encode(text).ids]
+        prompts.append(ids if len(ids) >= 3 else ids + [1, 2, 3])
+    return prompts
+
+
+def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None = None) -> Manifest:
+    stages = stages or Stages()
+    out = Path(out).expanduser().absolute()
+    if opts.precision not in PRECISIONS:
+        raise SpecrtError(f"precision must be one of {', '.join(PRECISIONS)}")
+    _check_output(out, opts.force)
+    providers = providers_for(opts.device)
+    if opts.precision == "fp16" and opts.device == "cpu":
+        raise SpecrtError("fp16 bundles are for GPUs: use --device cuda or rocm (or --precision fp32/int4 on the CPU)")
+    t0 = time.time()
+
+    stages.start("load source")
+    resolved = sources.resolve(source, log=stages.log)
+    loaded = sources.load(resolved)
+    cfg = loaded.config
+    max_context = opts.max_context or min(cfg.max_position, DEFAULT_MAX_CONTEXT)
+    if max_context < 16:
+        raise SpecrtError(f"--max-context {max_context} is too small (minimum 16)")
+    bad = [i for i in opts.hidden_layers if not 0 <= i < cfg.num_layers]
+    if bad:
+        raise SpecrtError(f"hidden layer {bad[0]} out of range (model has {cfg.num_layers} layers)")
+    stages.done()
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        manifest = _write_bundle(tmp, loaded, opts, max_context, providers, stages)
+        _move_into_place(tmp, out, opts.force)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
+        raise OutputPathError(f"could not write the bundle at {out}: {reason}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    stages.log(f"converted {resolved.name} ({opts.precision}) in {time.time() - t0:.1f} s -> {out}")
+    return manifest
+
+
+def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
+    if out.exists():
+        if not force:
+            raise OutputPathError(f"{out} already exists (use --force to replace it)")
+        trash = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, trash)
+        os.replace(tmp, out)
+        if trash.is_dir():
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            trash.unlink(missing_ok=True)
+    else:
+        os.replace(tmp, out)
+
+
+def _window(cfg) -> int:
+    return cfg.sliding_window if any(cfg.is_sliding(i) for i in range(cfg.num_layers)) else 0
+
+
+def _torch_model(cfg, weights: dict):
+    import torch
+
+    from specrt.models.transformer import CausalLM
+
+    model = CausalLM(cfg).eval()
+    state = {k: torch.from_numpy(np.require(v, np.float32, requirements="W")) for k, v in weights.items()}
+    model.load_state_dict(state, strict=False)
+    return model
+
+
+def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, providers, stages: Stages) -> Manifest:
+    import onnx
+
+    cfg = loaded.config
+    stages.start("build graph")
+    graph_opts = GraphOptions(precision=opts.precision, max_context=max_context, hidden_layers=tuple(sorted(opts.hidden_layers)))
+    quantized = quantize_model(cfg, loaded.weights) if opts.precision == "int4" else None
+    model = build_target_graph(cfg, loaded.weights, graph_opts, quantized)
+    stages.done()
+
+    stages.start("save graph")
+    onnx.save_model(model, str(tmp / "target.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="target.onnx.data", size_threshold=1024)
+    del model
+    stages.done()
+
+    stages.start("tokenizer")
+    tok = write_tokenizer(loaded.source.path, loaded.source.kind, tmp, cfg.eos_token_ids, cfg.bos_token_id)
+    stages.done()
+
+    stages.start("validate")
+    kv_dtype = "float16" if opts.precision == "fp16" else "float32"
+    spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context, cfg.vocab_size,
+                      kv_dtype=kv_dtype, hidden_output=bool(opts.hidden_layers), sliding_window=_window(cfg))
+    session = TargetSession(tmp / "target.onnx", spec, providers=providers)
+    prompts = _tokenize_validation(tmp, cfg.vocab_size)
+    source_model = _torch_model(cfg, loaded.weights)
+    report = compare(session, source_model, prompts, graph_opts.hidden_layers)
+    validation = {"source": report.as_dict()}
+    if quantized is not None:
+        # The graph must match a torch model running the very same int4 weights; how far int4 moves
+        # the model from its source is recorded as quality, not a conversion error.
+        quant_weights = dict(loaded.weights)
+        quant_weights.update({n: dequantize_int4(q) for n, q in quantized.items()})
+        untied = dataclasses.replace(cfg, tie_word_embeddings=False)
+        report_q = compare(session, _torch_model(untied, quant_weights), prompts, graph_opts.hidden_layers)
+        validation["quantized_reference"] = report_q.as_dict()
+        stages.log(f"int4 quality: top-1 agreement with the unquantized source {report.top1_agreement:.1%}")
+        report = report_q
+    del session, source_model
+    check(report, opts.precision)
+    stages.log(f"validation: max |diff| {report.max_abs_diff:.2e}, top-1 agreement {report.top1_agreement:.1%} over {report.positions} positions")
+    stages.done()
+
+    stages.start("write manifest")
+    io = io_names(cfg)
+    outputs = ["logits"] + (["hidden_states"] if opts.hidden_layers else [])
+    files = {name: file_entry(tmp / name) for name in ("target.onnx", "target.onnx.data", *tok.files)}
+    manifest = Manifest(
+        model_name=loaded.source.name,
+        architecture=cfg.model_type,
+        model_config=cfg.to_dict(),
+        target=TargetGraph(
+            file="target.onnx", data_file="target.onnx.data", precision=opts.precision,
+            inputs=tuple(io["inputs"]), outputs=tuple(outputs),
+            hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
+        ),
+        kv=KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+                    max_context=max_context, dtype=kv_dtype),
+        vocab_size=cfg.vocab_size,
+        bos_token_id=tok.bos_token_id,
+        stop_token_ids=tok.stop_token_ids,
+        chat_template=tok.chat_template,
+        tokenizer_files=tok.files,
+        execution_providers=tuple(providers),
+        files=files,
+        provenance={
+            "source": str(loaded.source.path),
+            "source_kind": loaded.source.kind,
+            "source_sha256": loaded.sha256,
+            "specrt_version": __version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "validation": validation,
+        },
+    )
+    (tmp / MANIFEST).write_text(manifest.to_json())
+    stages.done()
+    return manifest

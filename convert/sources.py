@@ -1,0 +1,85 @@
+"""Resolve a conversion SOURCE (catalog name, .gguf file or HF folder) and load its weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specrt.bundle import sha256_file
+from specrt.convert import catalog
+from specrt.errors import SourceError
+from specrt.models.config import ModelConfig, config_from_hf
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    kind: str  # "gguf" | "hf"
+    path: Path
+    name: str  # catalog name, or the file/folder name
+
+
+@dataclass
+class LoadedSource:
+    source: ResolvedSource
+    hf_config: dict
+    config: ModelConfig
+    weights: dict[str, np.ndarray]
+    sha256: str  # of the GGUF file, or of config.json + the safetensors files
+
+
+def resolve(source: str, log=print) -> ResolvedSource:
+    path = Path(source).expanduser()
+    if path.exists():
+        if path.is_dir():
+            return ResolvedSource("hf", path, path.name)
+        if path.suffix.lower() == ".gguf":
+            return ResolvedSource("gguf", path, path.stem)
+        raise SourceError(f"{path}: not a .gguf file or an HF model folder")
+    if source in catalog.CATALOG:
+        return ResolvedSource("gguf", catalog.fetch(source, log=log), source)
+    if "/" in source or source.endswith(".gguf"):
+        raise SourceError(f"{source}: no such file or folder")
+    raise SourceError(f"{source!r} is neither a path nor a catalog name (catalog: {', '.join(catalog.CATALOG)})")
+
+
+def load(resolved: ResolvedSource) -> LoadedSource:
+    if resolved.kind == "gguf":
+        from specrt.models.gguf_loader import load_gguf
+
+        hf, weights, _ = load_gguf(resolved.path)
+        digest = sha256_file(resolved.path)
+    else:
+        from specrt.models.hf_loader import load_hf_folder, safetensors_files
+
+        hf, weights = load_hf_folder(resolved.path)
+        import hashlib
+
+        h = hashlib.sha256((resolved.path / "config.json").read_bytes())
+        for f in safetensors_files(resolved.path):
+            h.update(sha256_file(f).encode())
+        digest = h.hexdigest()
+    config = config_from_hf(hf)
+    _check_weights(config, weights, resolved)
+    return LoadedSource(resolved, hf, config, weights, digest)
+
+
+def _check_weights(cfg: ModelConfig, weights: dict, resolved: ResolvedSource) -> None:
+    """Name the first missing or misshaped tensor instead of failing deep inside the builder."""
+    need = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size), "model.norm.weight": (cfg.hidden_size,)}
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        need[p + "self_attn.q_proj.weight"] = (cfg.num_heads * cfg.head_dim, cfg.hidden_size)
+        need[p + "self_attn.k_proj.weight"] = (cfg.num_kv_heads * cfg.head_dim, cfg.hidden_size)
+        need[p + "self_attn.v_proj.weight"] = (cfg.num_kv_heads * cfg.head_dim, cfg.hidden_size)
+        need[p + "self_attn.o_proj.weight"] = (cfg.hidden_size, cfg.num_heads * cfg.head_dim)
+        need[p + "mlp.gate_proj.weight"] = (cfg.intermediate_size, cfg.hidden_size)
+        need[p + "mlp.down_proj.weight"] = (cfg.hidden_size, cfg.intermediate_size)
+    if not cfg.tie_word_embeddings:
+        need["lm_head.weight"] = (cfg.vocab_size, cfg.hidden_size)
+    for name, shape in need.items():
+        if name not in weights:
+            raise SourceError(f"{resolved.path}: missing tensor {name}")
+        if tuple(weights[name].shape) != shape:
+            raise SourceError(f"{resolved.path}: tensor {name} has shape {tuple(weights[name].shape)}, expected {shape}")

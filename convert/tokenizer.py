@@ -1,0 +1,91 @@
+"""Carry the tokenizer and chat template into the bundle, and find the stop token ids.
+
+HF folder: tokenizer.json (+ tokenizer_config.json, chat template) is copied as it is; a folder
+with only a sentencepiece tokenizer.model goes through transformers once to get tokenizer.json.
+GGUF: transformers' GGUF tokenizer conversion rebuilds tokenizer.json from the file's metadata.
+The bundle always holds tokenizer.json (what the runtime loads with the `tokenizers` package).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from specrt.errors import SourceError
+
+# end-of-turn / end-of-text tokens that chat models emit; any present in the vocabulary stops generation
+END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<eos>", "</s>", "<|end|>")
+COPY_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    files: tuple[str, ...]
+    chat_template: str | None
+    stop_token_ids: tuple[int, ...]
+    bos_token_id: int | None
+
+
+def _save_with_transformers(out: Path, **kwargs) -> None:
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(**kwargs)
+    except Exception as exc:
+        raise SourceError(f"could not read the tokenizer ({type(exc).__name__}: {exc})") from None
+    tok.save_pretrained(str(out))
+
+
+def _read_template(out: Path) -> str | None:
+    jinja = out / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text()
+    cfg = out / "tokenizer_config.json"
+    if cfg.is_file():
+        template = json.loads(cfg.read_text()).get("chat_template")
+        if isinstance(template, str):
+            return template
+    return None
+
+
+def _token_id(vocab: dict, token) -> int | None:
+    if isinstance(token, dict):
+        token = token.get("content")
+    return vocab.get(token) if isinstance(token, str) else None
+
+
+def write_tokenizer(source: Path, kind: str, out: Path, config_eos: tuple[int, ...], config_bos: int | None) -> TokenizerInfo:
+    """kind: "hf" (source is a folder) or "gguf" (source is a file). Writes into out."""
+    if kind == "hf":
+        if (source / "tokenizer.json").is_file():
+            for name in COPY_FILES + ("chat_template.jinja",):
+                if (source / name).is_file():
+                    shutil.copyfile(source / name, out / name)
+        elif (source / "tokenizer.model").is_file():
+            _save_with_transformers(out, pretrained_model_name_or_path=str(source))
+        else:
+            raise SourceError(f"{source}: no tokenizer (tokenizer.json or tokenizer.model)")
+    else:
+        _save_with_transformers(out, pretrained_model_name_or_path=str(source.parent), gguf_file=source.name)
+    if not (out / "tokenizer.json").is_file():
+        raise SourceError(f"{source}: tokenizer could not be converted to tokenizer.json")
+
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    vocab = tok.get_vocab(with_added_tokens=True)
+    tcfg = json.loads((out / "tokenizer_config.json").read_text()) if (out / "tokenizer_config.json").is_file() else {}
+    stops = list(config_eos)
+    eos = _token_id(vocab, tcfg.get("eos_token"))
+    if eos is not None:
+        stops.append(eos)
+    stops += [vocab[t] for t in END_TOKENS if t in vocab]
+    bos = config_bos if config_bos is not None else _token_id(vocab, tcfg.get("bos_token"))
+
+    template = _read_template(out)
+    if template is not None:
+        (out / "chat_template.jinja").write_text(template)
+    files = tuple(n for n in COPY_FILES + ("chat_template.jinja",) if (out / n).is_file())
+    return TokenizerInfo(files, template, tuple(dict.fromkeys(stops)), bos)

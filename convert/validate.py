@@ -1,0 +1,85 @@
+"""Check a freshly written target graph against the torch reference before the bundle is kept.
+
+Each prompt runs through ONNX Runtime in three calls (a prefill chunk, one decode step, the rest)
+so that the in-place KV cache path is exercised, and is compared with one full torch forward.
+Thresholds: fp32 max |logit difference| <= 1e-3; fp16 top-1 agreement >= 99%; int4 top-1
+agreement >= 95% (weight-only 4-bit quantization changes logits by design).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specrt.errors import ValidationError
+
+FP32_MAX_ABS = 1e-3
+MIN_TOP1 = {"fp32": 1.0, "fp16": 0.99, "int4": 0.95}
+
+# Prompts whose tokens drive validation (a mix of chat, code and prose).
+VALIDATION_TEXTS = (
+    "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is Rome, "
+    "and the capital of Spain is Madrid. These cities are known for their history, their museums and "
+    "their food, and millions of tourists visit them every year.",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n        return n\n"
+    "    return fibonacci(n - 1) + fibonacci(n - 2)\n\n\nfor i in range(10):\n    print(i, fibonacci(i))\n",
+    "<|im_start|>user\nWhat is the boiling point of water at sea level?<|im_end|>\n<|im_start|>assistant\n"
+    "The boiling point of water at sea level is 100 degrees Celsius, or 212 degrees Fahrenheit.<|im_end|>\n",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who went out every "
+    "morning in his little boat. One day he caught a golden fish that could speak, and the fish said to him:",
+    "Question: Tom has 12 apples and gives 5 of them to his sister. How many apples does Tom have left? "
+    "Answer: Tom starts with 12 apples. He gives away 5, so he has 12 - 5 = 7 apples left. The answer is 7.",
+)
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    max_abs_diff: float
+    top1_agreement: float
+    positions: int
+    hidden_max_abs_diff: float | None
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+def compare(session, torch_model, prompts: list[list[int]], hidden_layers=()) -> ValidationReport:
+    """session: a runtime TargetSession; torch_model: models.transformer.CausalLM (fp32)."""
+    import torch
+
+    max_abs, agree, total, hidden_diff = 0.0, 0, 0, None
+    for ids in prompts:
+        if len(ids) < 3:
+            raise ValueError("validation prompts need at least 3 tokens")
+        with torch.no_grad():
+            ref, _, ref_tap = torch_model(torch.tensor([ids]), hidden_layers=tuple(hidden_layers))
+        ref = ref[0].numpy()
+        session.reset()
+        arr = np.array([ids], dtype=np.int64)
+        cut = len(ids) // 2
+        chunks = [arr[:, :cut], arr[:, cut:cut + 1], arr[:, cut + 1:]]
+        outs = [session.forward(c) for c in chunks if c.shape[1]]
+        if hidden_layers:
+            got = np.concatenate([o[0] for o in outs], axis=1)[0]
+            tap = np.concatenate([o[1] for o in outs], axis=1)[0]
+            d = float(np.abs(tap.astype(np.float32) - ref_tap[0].numpy()).max())
+            hidden_diff = d if hidden_diff is None else max(hidden_diff, d)
+        else:
+            got = np.concatenate(outs, axis=1)[0]
+        max_abs = max(max_abs, float(np.abs(got - ref).max()))
+        agree += int((got.argmax(-1) == ref.argmax(-1)).sum())
+        total += len(ids)
+    return ValidationReport(max_abs, agree / total, total, hidden_diff)
+
+
+def check(report: ValidationReport, precision: str) -> None:
+    if precision == "fp32" and report.max_abs_diff > FP32_MAX_ABS:
+        raise ValidationError(
+            f"fp32 graph differs from the torch reference by {report.max_abs_diff:.2e} (limit {FP32_MAX_ABS:.0e}); bundle not written"
+        )
+    if report.top1_agreement < MIN_TOP1[precision]:
+        raise ValidationError(
+            f"{precision} graph agrees with the torch reference on {report.top1_agreement:.1%} of top-1 tokens "
+            f"(need {MIN_TOP1[precision]:.0%}); bundle not written"
+        )

@@ -1,0 +1,171 @@
+"""Read a GGUF file (llama.cpp's format) into an HF-style config dict and HF-named float32 weights.
+
+Through the `gguf` package: GGUFReader memory-maps the file and `gguf.quants.dequantize` expands
+the block formats small models use (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, and the
+others it knows). Two undoings of llama.cpp's converter: Llama/Mistral q/k rows were permuted to
+interleaved rotary order (reversed here), and Gemma norm weights were stored as 1 + w.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specrt.errors import SourceError
+
+SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K")
+
+# GGUF architecture -> HF model_type
+GGUF_ARCHS = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text"}
+
+# metadata key (after the "<arch>." prefix) -> HF config key
+META_KEYS = {
+    "context_length": "max_position_embeddings",
+    "block_count": "num_hidden_layers",
+    "feed_forward_length": "intermediate_size",
+    "embedding_length": "hidden_size",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+    "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "attention.key_length": "head_dim",
+    "attention.sliding_window": "sliding_window",
+    "rope.freq_base": "rope_theta",
+    "vocab_size": "vocab_size",
+}
+
+# per-block GGUF tensor name -> HF name (model.layers.{i}. prefix added)
+BLOCK_TENSORS = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+GEMMA_BLOCK_TENSORS = {
+    **BLOCK_TENSORS,
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
+LLAMA_BLOCK_TENSORS = {**BLOCK_TENSORS, "ffn_norm": "post_attention_layernorm"}
+TOP_TENSORS = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+
+
+def open_gguf(path: Path):
+    import gguf
+
+    try:
+        return gguf.GGUFReader(str(path))
+    except Exception as exc:  # the reader raises ValueError, struct errors, IndexError... on bad bytes
+        raise SourceError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from None
+
+
+def field_value(reader, key: str, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    try:
+        return f.contents()
+    except Exception:
+        return default
+
+
+def gguf_hf_config(reader) -> dict:
+    """HF-style config dict from GGUF metadata."""
+    arch = field_value(reader, "general.architecture")
+    if arch not in GGUF_ARCHS:
+        raise SourceError(f"unsupported GGUF architecture {arch!r} (supported: {', '.join(GGUF_ARCHS)})")
+    hf = {"model_type": GGUF_ARCHS[arch]}
+    for key, hf_key in META_KEYS.items():
+        value = field_value(reader, f"{arch}.{key}")
+        if value is not None:
+            hf[hf_key] = value
+    names = {t.name for t in reader.tensors}
+    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    hf.setdefault("vocab_size", int(embd.shape[-1]))
+    hf["tie_word_embeddings"] = "output.weight" not in names
+    if arch == "qwen2":
+        hf["attention_bias"] = "blk.0.attn_q.bias" in names
+    if arch == "gemma3":
+        hf["hidden_activation"] = "gelu_pytorch_tanh"
+        hf.setdefault("head_dim", 256)
+        hf["query_pre_attn_scalar"] = hf["head_dim"]
+        hf["rope_local_base_freq"] = 10000.0
+        hf.setdefault("rope_theta", 1_000_000.0)
+        hf["sliding_window_pattern"] = 6
+    for key, hf_key in (("tokenizer.ggml.bos_token_id", "bos_token_id"), ("tokenizer.ggml.eos_token_id", "eos_token_id")):
+        value = field_value(reader, key)
+        if value is not None:
+            hf[hf_key] = int(value)
+    return hf
+
+
+def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's q/k row permutation (interleaved rotary pairs -> half split)."""
+    dim = w.shape[0] // n_head // 2
+    return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _hf_name(gguf_name: str, block_map: dict) -> str | None:
+    base, _, suffix = gguf_name.rpartition(".")  # suffix: weight | bias
+    if base.startswith("blk."):
+        _, idx, kind = base.split(".", 2)
+        hf = block_map.get(kind)
+        return f"model.layers.{idx}.{hf}.{suffix}" if hf else None
+    hf = TOP_TENSORS.get(base)
+    return f"{hf}.{suffix}" if hf else None
+
+
+def dequantize_tensor(t) -> np.ndarray:
+    """ReaderTensor -> float32 array in numpy (row-major, [rows, cols]) order."""
+    import gguf
+
+    qtype = t.tensor_type
+    if qtype.name not in SUPPORTED_QUANT_TYPES:
+        raise SourceError(f"tensor {t.name}: GGUF type {qtype.name} is not supported (supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
+    shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims fastest-first
+    if qtype == gguf.GGMLQuantizationType.F32:
+        arr = np.asarray(t.data, dtype=np.float32)
+    elif qtype == gguf.GGMLQuantizationType.F16:
+        arr = np.asarray(t.data, dtype=np.float16).astype(np.float32)
+    else:
+        arr = gguf.quants.dequantize(np.asarray(t.data), qtype).astype(np.float32)
+    if arr.size != int(np.prod(shape)):
+        raise SourceError(f"tensor {t.name}: {arr.size} values where its shape {shape} needs {int(np.prod(shape))}")
+    return arr.reshape(shape)
+
+
+def load_gguf(path: Path) -> tuple[dict, dict[str, np.ndarray], object]:
+    """Returns (HF-style config dict, HF-named float32 weights, the open reader for metadata)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SourceError(f"{path}: no such file")
+    reader = open_gguf(path)
+    hf = gguf_hf_config(reader)
+    arch = field_value(reader, "general.architecture")
+    block_map = GEMMA_BLOCK_TENSORS if arch == "gemma3" else LLAMA_BLOCK_TENSORS
+    weights: dict[str, np.ndarray] = {}
+    for t in reader.tensors:
+        name = _hf_name(t.name, block_map)
+        if name is None:
+            continue  # rope_freqs and other tensors the HF layout recomputes
+        try:
+            w = dequantize_tensor(t)
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise SourceError(f"{path}: tensor {t.name} is corrupt ({type(exc).__name__}: {exc})") from None
+        if arch in ("llama", "mistral") and name.endswith(("q_proj.weight", "q_proj.bias")):
+            w = _unpermute(w, hf["num_attention_heads"])
+        elif arch in ("llama", "mistral") and name.endswith(("k_proj.weight", "k_proj.bias")):
+            w = _unpermute(w, hf.get("num_key_value_heads", hf["num_attention_heads"]))
+        if arch == "gemma3" and "norm" in name:
+            w = w - 1.0
+        weights[name] = w
+    return hf, weights, reader

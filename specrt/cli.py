@@ -1,0 +1,156 @@
+"""The `specrt` command line: convert, info, models.
+
+Errors a user can act on (SpecrtError) print one line on stderr and exit with code 2; anything
+else is an internal error (exit code 1; set SPECRT_DEBUG=1 for the traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from specrt.errors import SpecrtError
+
+
+class TqdmStages:
+    """Convert progress: one bar over the stages, messages printed above it."""
+
+    def __init__(self):
+        from tqdm import tqdm
+
+        from specrt.convert.pipeline import Stages
+
+        self.bar = tqdm(total=len(Stages.names), unit="stage", file=sys.stderr, dynamic_ncols=True,
+                        bar_format="{desc:<18} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
+
+    def start(self, name: str) -> None:
+        self.bar.set_description_str(name)
+
+    def done(self) -> None:
+        self.bar.update(1)
+
+    def log(self, msg: str) -> None:
+        self.bar.write(msg, file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="specrt")
+def cli():
+    """specrt: speculative decoding on ONNX Runtime, on your own machine."""
+
+
+@cli.command()
+@click.argument("source")
+@click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="bundle folder to create")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "int4"]), default="fp32", show_default=True)
+@click.option("--max-context", type=int, default=None, help="KV cache length (default: min(model limit, 4096))")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "rocm"]), default="cpu", show_default=True,
+              help="device the bundle is built and validated for")
+@click.option("--hidden-layers", default="", help="comma-separated layers whose hidden states the graph also emits")
+@click.option("--force", is_flag=True, help="replace an existing output folder")
+def convert(source, output, precision, max_context, device, hidden_layers, force):
+    """Convert SOURCE (HF folder, .gguf file or catalog name) into a bundle."""
+    from specrt.convert.pipeline import ConvertOptions, convert as run_convert
+
+    try:
+        layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
+    except ValueError:
+        raise SpecrtError(f"--hidden-layers must be comma-separated integers, got {hidden_layers!r}") from None
+    opts = ConvertOptions(precision=precision, max_context=max_context, device=device, force=force, hidden_layers=layers)
+    stages = TqdmStages()
+    try:
+        run_convert(source, output, opts, stages)
+    finally:
+        stages.close()
+    click.echo(f"bundle written: {output}")
+
+
+@cli.command()
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--no-hash", is_flag=True, help="check sizes only, skip sha256")
+def info(bundle, no_hash):
+    """Print a bundle's manifest in human form and validate every file."""
+    from specrt.bundle import load_bundle, read_manifest, validate_files
+
+    manifest = read_manifest(bundle)
+    click.echo(describe(manifest))
+    validate_files(bundle, manifest, check_hashes=not no_hash)
+    click.echo(f"files: {len(manifest.files)} ok ({'sizes' if no_hash else 'sizes and sha256'} checked)")
+
+
+def describe(m) -> str:
+    cfg = m.model_config
+    kv_mb = 2 * m.kv.layers * m.kv.kv_heads * m.kv.head_dim * m.kv.max_context * (2 if m.kv.dtype == "float16" else 4) / 2**20
+    lines = [
+        f"model:        {m.model_name} ({m.architecture}, {cfg['num_layers']} layers, hidden {cfg['hidden_size']}, "
+        f"{cfg['num_heads']} heads / {cfg['num_kv_heads']} kv heads, vocab {m.vocab_size})",
+        f"precision:    {m.target.precision}",
+        f"target graph: {m.target.file} + {m.target.data_file} "
+        f"({sum(e.size for n, e in m.files.items() if n.startswith('target')) / 2**20:.0f} MB)",
+        f"kv cache:     {m.kv.layers} layers x {m.kv.kv_heads} heads x {m.kv.head_dim} dims, "
+        f"max context {m.kv.max_context}, {m.kv.dtype} ({kv_mb:.0f} MB per sequence, in place)",
+        f"hidden taps:  {list(m.target.hidden_layers) or 'none'}",
+        f"stop tokens:  {list(m.stop_token_ids)}",
+        f"chat template: {'yes' if m.chat_template else 'none'}",
+        f"providers:    {', '.join(m.execution_providers)}",
+        f"drafters:     {', '.join(d.get('kind', '?') for d in m.drafters) or 'none'}",
+        f"source:       {m.provenance.get('source')} (sha256 {str(m.provenance.get('source_sha256'))[:12]}...)",
+        f"built:        {m.provenance.get('date')} by specrt {m.provenance.get('specrt_version')} (schema {m.schema_version})",
+    ]
+    val = m.provenance.get("validation") or {}
+    if "source" in val:
+        src = val["source"]
+        lines.append(f"validation:   vs source: max |diff| {src['max_abs_diff']:.2e}, top-1 agreement {src['top1_agreement']:.1%}")
+    if "quantized_reference" in val:
+        q = val["quantized_reference"]
+        lines.append(f"              vs same int4 weights in torch: max |diff| {q['max_abs_diff']:.2e}, top-1 agreement {q['top1_agreement']:.1%}")
+    return "\n".join(lines)
+
+
+@cli.command()
+def models():
+    """List the catalog's models."""
+    from specrt.convert.catalog import CATALOG, DEFAULT_MODEL, cache_dir
+
+    for name, entry in CATALOG.items():
+        cached = (cache_dir() / "sources" / name / entry.filename).is_file()
+        mark = " (default)" if name == DEFAULT_MODEL else ""
+        click.echo(f"{name:<24} {entry.description}{mark}{'  [cached]' if cached else ''}")
+
+
+def main(argv=None) -> int:
+    try:
+        cli.main(args=argv, prog_name="specrt", standalone_mode=False)
+        return 0
+    except SpecrtError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 2
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return 2
+    except Exception as exc:  # internal error
+        if os.environ.get("SPECRT_DEBUG"):
+            traceback.print_exc()
+        click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
+        return 1
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

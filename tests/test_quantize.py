@@ -1,0 +1,37 @@
+"""Int4 block quantization: error bound, layout against ONNX Runtime's MatMulNBits."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto
+
+from specrt.convert.onnx_graph import MS_DOMAIN, GraphWriter
+from specrt.convert.quantize import concat_rows, dequantize_int4, quantize_int4
+
+
+def test_quantization_error_within_half_a_step():
+    w = np.random.default_rng(0).standard_normal((24, 100)).astype(np.float32)  # K not a block multiple
+    q = quantize_int4(w, search=False)
+    err = np.abs(dequantize_int4(q) - w)
+    blocks = np.pad(w, ((0, 0), (0, 28))).reshape(24, 4, 32)
+    step = (np.maximum(blocks.max(-1), 0) - np.minimum(blocks.min(-1), 0)) / 15
+    assert err.reshape(24, -1).max() <= step.max() / 2 + 1e-6
+    searched = quantize_int4(w, search=True)
+    assert np.square(dequantize_int4(searched) - w).sum() <= np.square(dequantize_int4(q) - w).sum()
+
+
+def test_layout_matches_matmulnbits():
+    rng = np.random.default_rng(1)
+    n, k = 40, 96
+    parts = [quantize_int4(rng.standard_normal((n // 2, k)).astype(np.float32) + 0.3) for _ in range(2)]
+    q = concat_rows(parts)
+    g = GraphWriter("t")
+    g.add_input("x", TensorProto.FLOAT, [3, k])
+    g.op("MatMulNBits", ["x", g.weight("b", q.packed), g.weight("s", q.scales), g.weight("z", q.zero_points)],
+         outputs=["y"], domain=MS_DOMAIN, K=k, N=n, bits=4, block_size=32, accuracy_level=0)
+    g.add_output("y", TensorProto.FLOAT, [3, n])
+    sess = ort.InferenceSession(g.model().SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    ref = x @ np.concatenate([dequantize_int4(p) for p in parts]).T
+    assert np.abs(sess.run(None, {"x": x})[0] - ref).max() <= 1e-4
