@@ -89,8 +89,8 @@ def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None 
         raise SpecrtError("fp16 bundles are for GPUs: use --device cuda or rocm (or --precision fp32/int4 on the CPU)")
     t0 = time.time()
 
+    resolved = sources.resolve(source, log=stages.log)  # may fetch a catalog model (logged)
     stages.start("load source")
-    resolved = sources.resolve(source, log=stages.log)
     loaded = sources.load(resolved)
     cfg = loaded.config
     max_context = opts.max_context or min(cfg.max_position, DEFAULT_MAX_CONTEXT)

@@ -17,27 +17,36 @@ from specrt.errors import SpecrtError
 
 
 class TqdmStages:
-    """Convert progress: one bar over the stages, messages printed above it."""
+    """Convert progress: one bar over the stages (made at the first stage, so that input errors
+    found before any work print their one line alone), messages printed above it."""
 
     def __init__(self):
-        from tqdm import tqdm
-
-        from specrt.convert.pipeline import Stages
-
-        self.bar = tqdm(total=len(Stages.names), unit="stage", file=sys.stderr, dynamic_ncols=True,
-                        bar_format="{desc:<18} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
+        self.bar = None
 
     def start(self, name: str) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            from specrt.convert.pipeline import Stages
+
+            self.bar = tqdm(total=len(Stages.names), unit="stage", file=sys.stderr, dynamic_ncols=True, leave=False, disable=None,
+                            bar_format="{desc:<18} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
         self.bar.set_description_str(name)
+        if self.bar.disable:  # not a terminal: one plain line per stage instead of a bar
+            click.echo(f"[{self.bar.n + 1}/{self.bar.total}] {name}", err=True)
 
     def done(self) -> None:
         self.bar.update(1)
 
     def log(self, msg: str) -> None:
-        self.bar.write(msg, file=sys.stderr)
+        if self.bar is None:
+            click.echo(msg, err=True)
+        else:
+            self.bar.write(msg, file=sys.stderr)
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,0 +1,102 @@
+"""Step time of target graphs: specrt's bundle vs onnxruntime-genai's model builder, side by side.
+
+For each past length P and number of new tokens S, every graph runs the same call (S tokens on top
+of a cache holding P) with its KV cache preallocated and bound in place (past/present share one
+buffer, as both runtimes do). Calls are interleaved across graphs so machine noise hits all alike.
+Usage:
+    python scripts/bench_target_step.py --graph specrt-fp32=BUNDLE/target.onnx \
+        --graph genai-fp32=GENAI_DIR/model.onnx ... [--past 64,512,2048] [--new 1,2,4,8,16] [--reps 15]
+Prints a markdown table of median milliseconds and writes JSON with --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+from specrt.runtime.target_session import make_session_options
+
+
+class GraphRunner:
+    """Binds whatever inputs a decoder graph declares; KV buffers of max_len shared past/present."""
+
+    def __init__(self, path: str, max_len: int, head_dim: int):
+        self.sess = ort.InferenceSession(path, make_session_options(), providers=["CPUExecutionProvider"])
+        self.inputs = {i.name: i for i in self.sess.get_inputs()}
+        kv = [i for i in self.sess.get_inputs() if i.name.startswith("past_key_values")]
+        self.binding = self.sess.io_binding()
+        for inp in kv:
+            _, heads, _, dim = inp.shape
+            dim = dim if isinstance(dim, int) else head_dim  # genai names it symbolically
+            buf = ort.OrtValue.ortvalue_from_numpy(np.zeros((1, heads, max_len, dim), np.float32))
+            self.binding.bind_ortvalue_input(inp.name, buf)
+            self.binding.bind_ortvalue_output(inp.name.replace("past_key_values", "present"), buf)
+        self.binding.bind_output("logits")
+
+    def step(self, past: int, new: int) -> float:
+        total = past + new
+        feeds = {
+            "input_ids": np.full((1, new), 42, np.int64),
+            "attention_mask": np.ones((1, total), np.int64),
+            "position_ids": np.arange(past, total, dtype=np.int64)[None],
+            "attention_bias": np.zeros((1, 1, new, total), np.float32),
+        }
+        for name, value in feeds.items():
+            if name in self.inputs:
+                self.binding.bind_cpu_input(name, value)
+        self.binding.bind_output("logits")  # unallocated again: its shape changes with `new`
+        t = time.perf_counter()
+        self.sess.run_with_iobinding(self.binding)
+        self.binding.get_outputs()[-1].numpy()  # logits reach the host, as a decode loop needs them
+        return (time.perf_counter() - t) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--graph", action="append", required=True, help="NAME=PATH of an .onnx decoder graph")
+    ap.add_argument("--past", default="64,512,2048")
+    ap.add_argument("--new", default="1,2,4,8,16")
+    ap.add_argument("--reps", type=int, default=5, help="timed calls per block")
+    ap.add_argument("--rounds", type=int, default=3, help="blocks per graph, alternating graphs")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--head-dim", type=int, default=64, help="for graphs that leave the KV head dim symbolic")
+    args = ap.parse_args()
+    pasts = [int(x) for x in args.past.split(",")]
+    news = [int(x) for x in args.new.split(",")]
+    runners = {}
+    for spec in args.graph:
+        name, path = spec.split("=", 1)
+        runners[name] = GraphRunner(path, max(pasts) + max(news) + 1, args.head_dim)
+    results = {}
+    for past in pasts:
+        for new in news:
+            times = {name: [] for name in runners}
+            for name, r in runners.items():  # warm-up
+                r.step(past, new)
+            # blocks of calls per graph, alternating graphs between blocks: interleaving single calls
+            # lets one session's spinning worker threads steal the 2 cores from the next session
+            for _ in range(args.rounds):
+                for name, r in runners.items():
+                    r.step(past, new)
+                    times[name].extend(r.step(past, new) for _ in range(args.reps))
+            for name in runners:
+                results[(name, past, new)] = statistics.median(times[name])
+    header = "| graph | past | " + " | ".join(f"{n} new" for n in news) + " |"
+    print(header)
+    print("|" + "---|" * (2 + len(news)))
+    for past in pasts:
+        for name in runners:
+            row = " | ".join(f"{results[(name, past, n)]:.1f}" for n in news)
+            print(f"| {name} | {past} | {row} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{"graph": k[0], "past": k[1], "new": k[2], "ms": v} for k, v in results.items()], f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Write tiny HF models as GGUF files the way llama.cpp's converter lays them out (for tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+HF_TO_GGUF_BLOCK = {
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's q/k row permutation (half-split rotary -> interleaved pairs)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_name(hf_name: str) -> str:
+    base, _, suffix = hf_name.rpartition(".")
+    if base == "model.embed_tokens":
+        return f"token_embd.{suffix}"
+    if base == "model.norm":
+        return f"output_norm.{suffix}"
+    if base == "lm_head":
+        return f"output.{suffix}"
+    _, _, idx, rest = base.split(".", 3)
+    return f"blk.{idx}.{HF_TO_GGUF_BLOCK[rest]}.{suffix}"
+
+
+def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], encode) -> None:
+    """encode(hf_name, gguf_ready_array) -> (data, raw_dtype or None) picks each tensor's storage."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    rope = getattr(config, "rope_parameters", None) or {}
+    writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    for name, w in weights.items():
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        if arch == "llama" and name.endswith("q_proj.weight"):
+            w = llama_cpp_permute(w, config.num_attention_heads)
+        elif arch == "llama" and name.endswith("k_proj.weight"):
+            w = llama_cpp_permute(w, config.num_key_value_heads)
+        data, raw_dtype = encode(name, w)
+        if raw_dtype is None:
+            writer.add_tensor(gguf_name(name), data)
+        else:
+            writer.add_tensor(gguf_name(name), data, raw_dtype=raw_dtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
