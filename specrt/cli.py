@@ -22,6 +22,7 @@ class TqdmStages:
 
     def __init__(self):
         self.bar = None
+        self.count = 0
 
     def start(self, name: str) -> None:
         if self.bar is None:
@@ -32,8 +33,9 @@ class TqdmStages:
             self.bar = tqdm(total=len(Stages.names), unit="stage", file=sys.stderr, dynamic_ncols=True, leave=False, disable=None,
                             bar_format="{desc:<18} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
         self.bar.set_description_str(name)
+        self.count += 1
         if self.bar.disable:  # not a terminal: one plain line per stage instead of a bar
-            click.echo(f"[{self.bar.n + 1}/{self.bar.total}] {name}", err=True)
+            click.echo(f"[{self.count}/{self.bar.total}] {name}", err=True)
 
     def done(self) -> None:
         self.bar.update(1)
