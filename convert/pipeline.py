@@ -67,13 +67,13 @@ def _check_output(out: Path, force: bool) -> None:
         raise OutputPathError(f"{out.parent}: not writable")
 
 
-def _tokenize_validation(bundle_dir: Path, vocab: int) -> list[list[int]]:
+def _tokenize_validation(bundle_dir: Path, vocab: int, max_context: int) -> list[list[int]]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(bundle_dir / "tokenizer.json"))
     prompts = []
     for text in VALIDATION_TEXTS:
-        ids = [i % vocab for i in tok.encode(text).ids]
+        ids = [i % vocab for i in tok.encode(text).ids][:max_context]
         prompts.append(ids if len(ids) >= 3 else ids + [1, 2, 3])
     return prompts
 
@@ -171,7 +171,7 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context, cfg.vocab_size,
                       kv_dtype=kv_dtype, hidden_output=bool(opts.hidden_layers), sliding_window=_window(cfg))
     session = TargetSession(tmp / "target.onnx", spec, providers=providers)
-    prompts = _tokenize_validation(tmp, cfg.vocab_size)
+    prompts = _tokenize_validation(tmp, cfg.vocab_size, max_context)
     source_model = _torch_model(cfg, loaded.weights)
     report = compare(session, source_model, prompts, graph_opts.hidden_layers)
     validation = {"source": report.as_dict()}

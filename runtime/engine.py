@@ -1,0 +1,232 @@
+"""The engine an app embeds: a loaded bundle, its tokenizer, one target session and the decode loop.
+
+`Engine.generate(prompt or messages, params)` returns a Generation: iterate it for text chunks, then read
+`.result` (text, token ids, finish reason, stats). The KV cache is reused across calls by prefix: the
+engine remembers which tokens its cache holds, rolls back to the longest common prefix with the new
+prompt and prefills only the rest, so a chat's next turn prefills only the new turn.
+
+One generation at a time per engine: a second caller waits on the engine's lock (or gets EngineBusyError
+with wait=False); state is never shared half-way. Importing this module imports no torch/transformers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from specrt.bundle import Manifest
+from specrt.errors import SpecrtError
+from specrt.runtime.detokenize import StreamDecoder
+from specrt.runtime.sampling import Sampler, SamplingParams
+from specrt.runtime.target_session import ContextOverflowError, TargetSession, TargetSpec
+from specrt.runtime.tokenizer import BundleTokenizer, PromptError
+
+PREFILL_CHUNK = 256  # prompt tokens per target call while prefilling (bounds the activation memory)
+
+
+class EngineBusyError(SpecrtError):
+    """Another generation is running on this engine."""
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    new_tokens: int
+    prompt_tokens: int
+    reused_tokens: int  # prompt tokens whose KV was already cached
+    target_calls: int
+    mean_accepted: float  # new tokens per target call after prefill (1.0 for plain decoding)
+    tokens_per_second: float  # decode speed, first new token to last
+    prefill_seconds: float
+    drafter: str = "none"
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop" | "length"
+    stats: GenerationStats
+
+
+class Generation:
+    """Iterator of text chunks; `.result` is set once the iteration ends (or `.wait()` runs it out)."""
+
+    def __init__(self, chunks: Iterator[str]):
+        self._chunks = chunks
+        self.result: GenerationResult | None = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        return next(self._chunks)
+
+    def wait(self) -> GenerationResult:
+        for _ in self:
+            pass
+        return self.result
+
+    def close(self) -> None:
+        self._chunks.close()
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class StopStringFilter:
+    """Holds back text that may be the start of a stop string; finds the first complete one."""
+
+    def __init__(self, stops: tuple[str, ...]):
+        self.stops = stops
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.text = ""
+        self.sent = 0
+
+    def feed(self, chunk: str) -> tuple[str, bool]:
+        """Returns (text safe to emit, whether a stop string was found)."""
+        self.text += chunk
+        cut = min((i for i in (self.text.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            out = self.text[self.sent:cut]
+            self.text = self.text[:cut]
+            self.sent = cut
+            return out, True
+        safe = max(self.sent, len(self.text) - self.hold)
+        out = self.text[self.sent:safe]
+        self.sent = safe
+        return out, False
+
+    def flush(self) -> str:
+        out = self.text[self.sent:]
+        self.sent = len(self.text)
+        return out
+
+
+class Engine:
+    def __init__(self, bundle_dir: Path, manifest: Manifest, providers: list[str], threads: int = 0):
+        self.bundle_dir, self.manifest, self.providers = Path(bundle_dir), manifest, providers
+        self.tokenizer = BundleTokenizer(self.bundle_dir, manifest.chat_template)
+        cfg = manifest.model_config
+        window = cfg.get("sliding_window", 0) if any(cfg.get("sliding_layers", ())) else 0
+        spec = TargetSpec(manifest.kv.layers, manifest.kv.kv_heads, manifest.kv.head_dim, manifest.kv.max_context,
+                          manifest.vocab_size, kv_dtype=manifest.kv.dtype,
+                          hidden_output="hidden_states" in manifest.target.outputs, sliding_window=window)
+        self.target = TargetSession(self.bundle_dir / manifest.target.file, spec, providers, threads=threads)
+        self.max_context = manifest.kv.max_context
+        self.stop_ids = frozenset(manifest.stop_token_ids)
+        self._cached: list[int] = []  # token ids whose KV the target cache holds, in order
+        self._lock = threading.Lock()
+
+    # -- prompts -------------------------------------------------------------------------------
+    def prompt_ids(self, prompt, system: str | None = None, raw: bool = False) -> list[int]:
+        """Token ids of a prompt: a string (through the chat template unless raw) or a message list."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise PromptError("empty prompt")
+            if raw:
+                return self.tokenizer.encode(prompt)
+            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        else:
+            messages = list(prompt)
+        return self.tokenizer.encode(self.tokenizer.render(messages, add_generation_prompt=True))
+
+    # -- generation ----------------------------------------------------------------------------
+    def generate(self, prompt, params: SamplingParams | None = None, *, system: str | None = None,
+                 raw: bool = False, wait: bool = True) -> Generation:
+        params = params or SamplingParams()
+        ids = self.prompt_ids(prompt, system=system, raw=raw)
+        if len(ids) >= self.max_context:
+            raise ContextOverflowError(
+                f"prompt has {len(ids)} tokens; the bundle's context is {self.max_context} (convert with a larger --max-context)"
+            )
+        gen = Generation(iter(()))
+        gen._chunks = self._run(ids, params, gen, wait)
+        return gen
+
+    def _run(self, ids: list[int], params: SamplingParams, gen: Generation, wait: bool):
+        if not self._lock.acquire(blocking=wait):
+            raise EngineBusyError("another generation is running on this engine")
+        try:
+            yield from self._decode(ids, params, gen)
+        finally:
+            self._lock.release()
+
+    def _prefill(self, ids: list[int]) -> tuple[np.ndarray, int, int]:
+        """Bring the cache to hold ids; returns (logits of the last id [V], reused tokens, target calls)."""
+        reused = _common_prefix(self._cached, ids)
+        reused = min(reused, len(ids) - 1)  # the last prompt token is always fed: its logits are needed
+        self.target.rollback(min(reused, self.target.length))
+        self._cached = self._cached[:reused]
+        calls, logits = 0, None
+        for lo in range(reused, len(ids), PREFILL_CHUNK):
+            chunk = ids[lo:lo + PREFILL_CHUNK]
+            logits = self.target.forward(np.array([chunk], dtype=np.int64))
+            self._cached.extend(chunk)
+            calls += 1
+        return logits[0, -1], reused, calls
+
+    def _decode(self, ids: list[int], params: SamplingParams, gen: Generation):
+        t0 = time.perf_counter()
+        stop_ids = self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids)
+        logits, reused, _ = self._prefill(ids)
+        t_first = time.perf_counter()
+        sampler = Sampler(params)
+        decoder = StreamDecoder(self.tokenizer.tok)
+        stops = StopStringFilter(params.stop)
+        out: list[int] = []
+        calls, finish = 0, "length"
+        while True:
+            token = sampler(logits)
+            if token in stop_ids:
+                finish = "stop"
+                break
+            out.append(token)
+            text, hit = stops.feed(decoder.push(token))
+            if text:
+                yield text
+            if hit:
+                finish = "stop"
+                break
+            if len(out) >= params.max_new_tokens or len(self._cached) + 1 >= self.max_context:
+                break
+            logits = self.target.forward(np.array([[token]], dtype=np.int64))[0, -1]
+            self._cached.append(token)
+            calls += 1
+        if finish != "stop" or not stops.stops or stops.sent == len(stops.text):
+            tail, hit = stops.feed(decoder.finish())
+            tail += "" if hit else stops.flush()
+            if hit:
+                finish = "stop"
+            if tail:
+                yield tail
+        elapsed = time.perf_counter() - t_first
+        stats = GenerationStats(
+            new_tokens=len(out), prompt_tokens=len(ids), reused_tokens=reused, target_calls=calls + 1,
+            mean_accepted=1.0, tokens_per_second=len(out) / elapsed if elapsed > 0 else 0.0,
+            prefill_seconds=t_first - t0,
+        )
+        gen.result = GenerationResult(stops.text, out, finish, stats)
+
+    def reset(self) -> None:
+        """Forget the cached conversation (the next prompt is prefilled whole)."""
+        with self._lock:
+            self._cached = []
+            self.target.reset()
+
+    def chat(self, system: str | None = None) -> "ChatSession":
+        from specrt.runtime.chat import ChatSession
+
+        return ChatSession(self, system)
