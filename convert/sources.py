@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt.bundle import sha256_file
-from specrt.convert import catalog
+from specrt import catalog
 from specrt.errors import SourceError
 from specrt.models.config import ModelConfig, config_from_hf
 

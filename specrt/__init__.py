@@ -5,3 +5,10 @@ The import name `specrt` holds the subpackages convert, models, runtime, drafter
 """
 
 __version__ = "0.1.0"
+
+
+def load(model: str = "smollm2-135m-instruct", device: str = "auto", drafter: str | None = None, **kwargs):
+    """An Engine for a bundle folder or catalog name (see specrt.runtime.api.load)."""
+    from specrt.runtime.api import load as _load
+
+    return _load(model, device=device, drafter=drafter, **kwargs)

@@ -128,12 +128,93 @@ def describe(m) -> str:
 @cli.command()
 def models():
     """List the catalog's models."""
-    from specrt.convert.catalog import CATALOG, DEFAULT_MODEL, cache_dir
+    from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir
 
     for name, entry in CATALOG.items():
         cached = (cache_dir() / "sources" / name / entry.filename).is_file()
         mark = " (default)" if name == DEFAULT_MODEL else ""
         click.echo(f"{name:<24} {entry.description}{mark}{'  [cached]' if cached else ''}")
+
+
+def _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop=()):
+    from specrt.runtime.sampling import SamplingParams
+
+    return SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                          seed=seed, stop=tuple(stop))
+
+
+def _load_engine(model, device, drafter, precision):
+    import specrt
+
+    stages = TqdmStages()
+    try:
+        return specrt.load(model, device=device, drafter=None if drafter in (None, "none") else drafter,
+                           precision=precision, stages=stages)
+    finally:
+        stages.close()
+
+
+sampling_options = [
+    click.option("--max-new-tokens", type=int, default=256, show_default=True),
+    click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy"),
+    click.option("--top-p", type=float, default=1.0, show_default=True),
+    click.option("--top-k", type=int, default=0, show_default=True, help="0 = off"),
+    click.option("--seed", type=int, default=None),
+    click.option("--drafter", default="none", show_default=True, help="drafter name, or none for plain decoding"),
+    click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True),
+    click.option("--precision", type=click.Choice(["fp32", "int4"]), default="int4", show_default=True,
+                 help="precision a catalog model is converted to on first use"),
+]
+
+
+def with_sampling(f):
+    for option in reversed(sampling_options):
+        f = option(f)
+    return f
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--prompt", required=True)
+@click.option("--system", default=None, help="system message (chat template only)")
+@click.option("--raw", is_flag=True, help="send the prompt as is, without the chat template")
+@click.option("--stop", multiple=True, help="stop string (repeatable)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of streaming text")
+@with_sampling
+def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision):
+    """Generate a continuation of --prompt with MODEL (bundle folder or catalog name)."""
+    import json as jsonlib
+
+    params = _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop)
+    engine = _load_engine(model, device, drafter, precision)
+    gen = engine.generate(prompt, params, system=system, raw=raw)
+    for chunk in gen:
+        if not as_json:
+            click.echo(chunk, nl=False)
+    res = gen.result
+    if as_json:
+        stats = res.stats
+        click.echo(jsonlib.dumps({
+            "text": res.text, "token_ids": res.token_ids, "finish_reason": res.finish_reason,
+            "stats": {"new_tokens": stats.new_tokens, "target_calls": stats.target_calls,
+                      "mean_accepted": stats.mean_accepted, "tokens_per_second": stats.tokens_per_second,
+                      "drafter": stats.drafter},
+        }, ensure_ascii=False))
+    else:
+        click.echo()
+
+
+@cli.command()
+@click.argument("model", required=False, default="smollm2-135m-instruct")
+@click.option("--system", default=None, help="system message")
+@with_sampling
+def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision):
+    """Chat with MODEL (default: smollm2-135m-instruct). /reset, /stats, /exit; Ctrl-C stops an answer."""
+    from specrt.runtime.chat_cli import run_chat
+
+    params = _sampling(max_new_tokens, temperature, top_p, top_k, seed)
+    engine = _load_engine(model, device, drafter, precision)
+    run_chat(engine, params, system)
 
 
 def main(argv=None) -> int:

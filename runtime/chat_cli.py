@@ -1,0 +1,75 @@
+"""The terminal chat loop behind `specrt chat`: streaming answers, /reset, /stats, /exit, Ctrl-C.
+
+Reads with a prompt when stdin is a terminal and plain lines from a pipe otherwise, so that
+`printf 'question\\n/exit\\n' | specrt chat` works.
+"""
+
+from __future__ import annotations
+
+import sys
+
+HELP = "commands: /reset (new conversation), /stats (last answer's numbers), /exit; Ctrl-C stops an answer"
+
+
+def _read_line(interactive: bool) -> str | None:
+    try:
+        if interactive:
+            return input(">>> ")
+        line = sys.stdin.readline()
+        return None if line == "" else line.rstrip("\n")
+    except EOFError:
+        return None
+
+
+def _status(result) -> str:
+    s = result.stats
+    line = f"[{s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, prefill {s.prefill_seconds * 1000:.0f} ms"
+    if s.drafter != "none":
+        line += f", {s.mean_accepted:.2f} tokens/call"
+    return line + "]"
+
+
+def _stats(result) -> str:
+    if result is None:
+        return "no answer yet"
+    s = result.stats
+    return (f"new tokens {s.new_tokens}, prompt tokens {s.prompt_tokens} ({s.reused_tokens} reused from the cache), "
+            f"target calls {s.target_calls}, tokens/call {s.mean_accepted:.2f}, {s.tokens_per_second:.1f} tok/s, "
+            f"drafter {s.drafter}, finish {result.finish_reason}")
+
+
+def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
+    interactive = sys.stdin.isatty()
+    session = engine.chat(system)
+    name = engine.manifest.model_name
+    print(f"specrt chat: {name} ({engine.manifest.target.precision}, {', '.join(engine.providers[:1])}). {HELP}",
+          file=out, flush=True)
+    while True:
+        line = _read_line(interactive)
+        if line is None or line.strip() == "/exit":
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text == "/reset":
+            session.reset()
+            print("(conversation cleared)", file=out, flush=True)
+            continue
+        if text == "/stats":
+            print(_stats(session.last), file=out, flush=True)
+            continue
+        if text.startswith("/"):
+            print(f"unknown command {text.split()[0]}; {HELP}", file=out, flush=True)
+            continue
+        gen = session.send(text, params)
+        try:
+            for chunk in gen:
+                out.write(chunk)
+                out.flush()
+        except KeyboardInterrupt:
+            gen.close()
+            print("\n(stopped)", file=out, flush=True)
+            continue
+        print(file=out)
+        if gen.result is not None:
+            print(_status(gen.result), file=out, flush=True)
