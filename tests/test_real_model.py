@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from specrt.bundle import load_bundle
-from specrt.cli import main
 from specrt.runtime.target_session import TargetSession, TargetSpec
 
 pytestmark = pytest.mark.real_model
@@ -22,18 +21,7 @@ PROMPTS = (
 NEW_TOKENS = 64
 
 
-@pytest.fixture(scope="module")
-def bundles(tmp_path_factory):
-    root = tmp_path_factory.mktemp("real")
-    out = {}
-    for precision in ("fp32", "int4"):
-        path = root / precision
-        assert main(["convert", "smollm2-135m-instruct", "-o", str(path), "--precision", precision]) == 0
-        out[precision] = path
-    return out
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prompt_ids(bundles):
     from transformers import AutoTokenizer
 
@@ -80,13 +68,8 @@ def test_bundles_are_valid(bundles):
     assert data(int4) < data(fp32) / 2.5  # weights really are 4-bit
 
 
-def test_fp32_greedy_equals_transformers_gguf(bundles, prompt_ids, real_cache):
-    from transformers import AutoModelForCausalLM
-
-    from specrt.catalog import fetch
-
-    gguf = fetch("smollm2-135m-instruct")
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name).eval()
+def test_fp32_greedy_equals_transformers_gguf(bundles, prompt_ids, hf_gguf_model):
+    model = hf_gguf_model
     ids_list, tok = prompt_ids
     for ids in ids_list:
         want = transformers_greedy(model, ids, NEW_TOKENS)

@@ -130,3 +130,29 @@ def test_runtime_does_not_import_torch():
     code = "import sys, specrt, specrt.runtime.api, specrt.runtime.engine; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--prompt", "  "], "empty prompt"),
+        (["--prompt", "the cat", "--temperature", "-1"], "temperature"),
+        (["--prompt", "the cat", "--top-p", "1.5"], "top_p"),
+        (["--prompt", "the cat", "--device", "cuda"], "CUDAExecutionProvider"),
+        (["--prompt", "the cat", "--drafter", "eagle3"], "not available"),
+    ],
+)
+def test_generate_cli_bad_input(engine, args, message, capsys):
+    from specrt.cli import main
+
+    code = main(["generate", str(engine.bundle_dir), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.strip().count("\n") == 0
+
+
+def test_unknown_model_lists_the_catalog(capsys):
+    from specrt.cli import main
+
+    code = main(["generate", "no-such-model", "--prompt", "hi"])
+    err = capsys.readouterr().err
+    assert code == 2 and "smollm2-135m-instruct" in err
