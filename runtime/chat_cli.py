@@ -45,7 +45,11 @@ def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
     print(f"specrt chat: {name} ({engine.manifest.target.precision}, {', '.join(engine.providers[:1])}). {HELP}",
           file=out, flush=True)
     while True:
-        line = _read_line(interactive)
+        try:
+            line = _read_line(interactive)
+        except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh prompt (Ctrl-D or /exit leaves)
+            print("\n(/exit or Ctrl-D to leave)", file=out, flush=True)
+            continue
         if line is None or line.strip() == "/exit":
             break
         text = line.strip()
@@ -61,13 +65,15 @@ def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
         if text.startswith("/"):
             print(f"unknown command {text.split()[0]}; {HELP}", file=out, flush=True)
             continue
-        gen = session.send(text, params)
+        gen = None
         try:
+            gen = session.send(text, params)
             for chunk in gen:
                 out.write(chunk)
                 out.flush()
         except KeyboardInterrupt:
-            gen.close()
+            if gen is not None:
+                gen.close()
             print("\n(stopped)", file=out, flush=True)
             continue
         print(file=out)

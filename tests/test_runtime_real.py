@@ -103,6 +103,7 @@ def test_chat_in_a_pseudo_terminal(bundles):
     child.expect("target calls")
     child.expect(">>> ")
     child.sendline("Write a very long story about a dragon who learns to sing.")
+    child.expect("sing.\r\n")  # the terminal's echo of the question
     child.expect(r"\w+ \w+ \w+")  # the answer is streaming
     child.sendintr()  # Ctrl-C stops the answer, not the chat
     child.expect(r"\(stopped\)")
