@@ -24,6 +24,7 @@ from specrt import __version__
 from specrt.bundle import FileEntry, KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
 from specrt.convert import sources
 from specrt.convert.quantize import dequantize_int4
+from specrt.convert.smoothing import CALIBRATION_TEXTS, down_proj_input_max, smooth_down_proj
 from specrt.convert.target_graph import PRECISIONS, GraphOptions, build_target_graph, io_names, quantize_model
 from specrt.convert.tokenizer import write_tokenizer
 from specrt.convert.validate import VALIDATION_TEXTS, check, compare
@@ -46,7 +47,7 @@ class ConvertOptions:
 class Stages:
     """Reports stage progress; the CLI passes a tqdm-backed one, the API a silent one."""
 
-    names = ("load source", "build graph", "save graph", "tokenizer", "validate", "write manifest")
+    names = ("load source", "tokenizer", "build graph", "save graph", "validate", "write manifest")
 
     def start(self, name: str) -> None:  # pragma: no cover - overridden
         pass
@@ -67,12 +68,12 @@ def _check_output(out: Path, force: bool) -> None:
         raise OutputPathError(f"{out.parent}: not writable")
 
 
-def _tokenize_validation(bundle_dir: Path, vocab: int, max_context: int) -> list[list[int]]:
+def _tokenize(bundle_dir: Path, texts, vocab: int, max_context: int) -> list[list[int]]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(bundle_dir / "tokenizer.json"))
     prompts = []
-    for text in VALIDATION_TEXTS:
+    for text in texts:
         ids = [i % vocab for i in tok.encode(text).ids][:max_context]
         prompts.append(ids if len(ids) >= 3 else ids + [1, 2, 3])
     return prompts
@@ -150,10 +151,19 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     import onnx
 
     cfg = loaded.config
+    stages.start("tokenizer")
+    tok = write_tokenizer(loaded.source.path, loaded.source.kind, tmp, cfg.eos_token_ids, cfg.bos_token_id)
+    stages.done()
+
     stages.start("build graph")
     graph_opts = GraphOptions(precision=opts.precision, max_context=max_context, hidden_layers=tuple(sorted(opts.hidden_layers)))
-    quantized = quantize_model(cfg, loaded.weights) if opts.precision == "int4" else None
-    model = build_target_graph(cfg, loaded.weights, graph_opts, quantized)
+    source_model = _torch_model(cfg, loaded.weights)
+    weights, quantized = loaded.weights, None
+    if opts.precision == "int4":
+        calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context)
+        weights = smooth_down_proj(loaded.weights, down_proj_input_max(source_model, calibration))
+        quantized = quantize_model(cfg, weights)
+    model = build_target_graph(cfg, weights, graph_opts, quantized)
     stages.done()
 
     stages.start("save graph")
@@ -162,23 +172,18 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     del model
     stages.done()
 
-    stages.start("tokenizer")
-    tok = write_tokenizer(loaded.source.path, loaded.source.kind, tmp, cfg.eos_token_ids, cfg.bos_token_id)
-    stages.done()
-
     stages.start("validate")
     kv_dtype = "float16" if opts.precision == "fp16" else "float32"
     spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context, cfg.vocab_size,
                       kv_dtype=kv_dtype, hidden_output=bool(opts.hidden_layers), sliding_window=_window(cfg))
     session = TargetSession(tmp / "target.onnx", spec, providers=providers)
-    prompts = _tokenize_validation(tmp, cfg.vocab_size, max_context)
-    source_model = _torch_model(cfg, loaded.weights)
+    prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, max_context)
     report = compare(session, source_model, prompts, graph_opts.hidden_layers)
     validation = {"source": report.as_dict()}
     if quantized is not None:
         # The graph must match a torch model running the very same int4 weights; how far int4 moves
         # the model from its source is recorded as quality, not a conversion error.
-        quant_weights = dict(loaded.weights)
+        quant_weights = dict(weights)  # smoothed, then every projection replaced by its int4 values
         quant_weights.update({n: dequantize_int4(q) for n, q in quantized.items()})
         untied = dataclasses.replace(cfg, tie_word_embeddings=False)
         report_q = compare(session, _torch_model(untied, quant_weights), prompts, graph_opts.hidden_layers)

@@ -41,9 +41,9 @@ class GraphOptions:
     hidden_layers: tuple[int, ...] = ()  # residual stream after these layers -> hidden_states
     int4_block_size: int = 32
     int4_accuracy_level: int = 4  # int8 activations in MatMulNBits (fast on AVX2/AVX512 CPUs)
-    # projections whose inputs stay fp32 in int4 graphs (accuracy level 0): the MLP's down projection
-    # reads activations with outliers that per-block int8 quantization blurs (see docs/perf.md)
-    int4_float_inputs: tuple[str, ...] = ("down_proj",)
+    # projections whose inputs stay fp32 in int4 graphs (accuracy level 0); none by default since the
+    # down projection's outlier channels are smoothed into up_proj before quantization (convert/smoothing.py)
+    int4_float_inputs: tuple[str, ...] = ()
 
 
 def io_names(cfg: ModelConfig) -> dict:
