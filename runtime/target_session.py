@@ -49,8 +49,10 @@ class TargetSession:
         self.session = ort.InferenceSession(str(model_path), make_session_options(threads), providers=list(providers))
         self.np_dtype = np.float16 if spec.kv_dtype == "float16" else np.float32
         shape = (batch, spec.num_kv_heads, spec.max_context, spec.head_dim)
-        self.keys = [ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.np_dtype)) for _ in range(spec.num_layers)]
-        self.values = [ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.np_dtype)) for _ in range(spec.num_layers)]
+        # the cache lives where the model runs: device memory under CUDA, host memory otherwise
+        self.device = "cuda" if list(providers)[0] == "CUDAExecutionProvider" else "cpu"
+        self.keys = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
+        self.values = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
         self.length = 0  # tokens committed to the cache
         # position of the token held in each cache slot (slots = positions unless a caller compacts a tree)
         self.slot_positions = np.arange(spec.max_context, dtype=np.int64)
@@ -60,6 +62,12 @@ class TargetSession:
             self.binding.bind_ortvalue_input(f"past_key_values.{i}.value", self.values[i])
             self.binding.bind_ortvalue_output(f"present.{i}.key", self.keys[i])
             self.binding.bind_ortvalue_output(f"present.{i}.value", self.values[i])
+
+    def _kv_buffer(self, shape) -> ort.OrtValue:
+        if self.device == "cpu":
+            return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.np_dtype))
+        # slots past `length` are never read (GroupQueryAttention reads seqlens_k + 1 of them)
+        return ort.OrtValue.ortvalue_from_shape_and_type(shape, self.np_dtype, self.device, 0)
 
     def reset(self) -> None:
         self.length = 0
@@ -98,9 +106,9 @@ class TargetSession:
         bind.bind_cpu_input("attention_bias", np.ascontiguousarray(attention_bias, dtype=self.np_dtype))
         if self.spec.sliding_window:
             bind.bind_cpu_input("sliding_attention_bias", self._sliding_bias(position_ids, attention_bias))
-        bind.bind_output("logits")
+        bind.bind_output("logits", "cpu")  # sampling reads logits on the host (unallocated: shape varies)
         if self.spec.hidden_output:
-            bind.bind_output("hidden_states")
+            bind.bind_output("hidden_states", "cpu")
         self.session.run_with_iobinding(bind)
         outs = bind.get_outputs()  # in binding order: the 2 * layers cache values, logits, hidden_states
         self.length = total
