@@ -14,7 +14,14 @@ from specrt.errors import SpecrtError
 from specrt.runtime.engine import Engine
 from specrt.runtime.providers import providers_for
 
-DRAFTERS = ("none",)  # the speculative drafters arrive with their issues
+def _ngram():
+    from specrt.drafters.ngram import NgramDrafter
+
+    return NgramDrafter()
+
+
+# drafter name -> factory; draft-model, eagle3, mtp and dflash arrive with their issues
+DRAFTERS = {"none": lambda: None, "ngram": _ngram}
 
 
 def resolve_bundle(model: str, precision: str = "int4", stages=None) -> Path:
@@ -40,9 +47,9 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None) -> Path:
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
          threads: int = 0, stages=None) -> Engine:
-    if drafter not in (None, *DRAFTERS):
+    if drafter is not None and drafter not in DRAFTERS:
         raise SpecrtError(f"drafter {drafter!r} is not available yet (available: {', '.join(DRAFTERS)})")
     providers = providers_for(device)
     bundle = resolve_bundle(model, precision, stages)
     manifest = load_bundle(bundle, check_hashes=False)  # sizes on every load; `specrt info` checks sha256
-    return Engine(bundle, manifest, providers, threads=threads)
+    return Engine(bundle, manifest, providers, threads=threads, drafter=DRAFTERS[drafter or "none"]())

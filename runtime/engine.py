@@ -43,6 +43,9 @@ class GenerationStats:
     tokens_per_second: float  # decode speed, first new token to last
     prefill_seconds: float
     drafter: str = "none"
+    acceptance_by_position: list = field(default_factory=list)  # share of drafts accepted at depth 1, 2, ...
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0  # target calls after prefill (verification, or plain decode steps)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -116,7 +119,8 @@ class StopStringFilter:
 
 
 class Engine:
-    def __init__(self, bundle_dir: Path, manifest: Manifest, providers: list[str], threads: int = 0):
+    def __init__(self, bundle_dir: Path, manifest: Manifest, providers: list[str], threads: int = 0,
+                 drafter=None, max_draft: int = 4):
         self.bundle_dir, self.manifest, self.providers = Path(bundle_dir), manifest, providers
         self.tokenizer = BundleTokenizer(self.bundle_dir, manifest.chat_template)
         cfg = manifest.model_config
@@ -129,6 +133,8 @@ class Engine:
         self.stop_ids = frozenset(manifest.stop_token_ids)
         self._cached: list[int] = []  # token ids whose KV the target cache holds, in order
         self._lock = threading.Lock()
+        self.drafter = drafter  # default drafter of generate(); None: plain decoding
+        self.max_draft = max_draft
 
     # -- prompts -------------------------------------------------------------------------------
     def prompt_ids(self, prompt, system: str | None = None, raw: bool = False) -> list[int]:
@@ -145,7 +151,8 @@ class Engine:
 
     # -- generation ----------------------------------------------------------------------------
     def generate(self, prompt, params: SamplingParams | None = None, *, system: str | None = None,
-                 raw: bool = False, wait: bool = True) -> Generation:
+                 raw: bool = False, wait: bool = True, drafter="default") -> Generation:
+        """drafter: "default" (the engine's), None (plain decoding) or a Drafter object."""
         params = params or SamplingParams()
         ids = self.prompt_ids(prompt, system=system, raw=raw)
         if len(ids) >= self.max_context:
@@ -153,14 +160,14 @@ class Engine:
                 f"prompt has {len(ids)} tokens; the bundle's context is {self.max_context} (convert with a larger --max-context)"
             )
         gen = Generation(iter(()))
-        gen._chunks = self._run(ids, params, gen, wait)
+        gen._chunks = self._run(ids, params, gen, wait, self.drafter if drafter == "default" else drafter)
         return gen
 
-    def _run(self, ids: list[int], params: SamplingParams, gen: Generation, wait: bool):
+    def _run(self, ids: list[int], params: SamplingParams, gen: Generation, wait: bool, drafter):
         if not self._lock.acquire(blocking=wait):
             raise EngineBusyError("another generation is running on this engine")
         try:
-            yield from self._decode(ids, params, gen)
+            yield from self._decode(ids, params, gen, drafter)
         finally:
             self._lock.release()
 
@@ -178,45 +185,76 @@ class Engine:
             calls += 1
         return logits[0, -1], reused, calls
 
-    def _decode(self, ids: list[int], params: SamplingParams, gen: Generation):
+    # -- what steppers use ----------------------------------------------------------------------
+    def cached_tokens(self) -> list[int]:
+        return self._cached
+
+    def feed(self, tokens: list[int], position_ids=None, attention_bias=None) -> np.ndarray:
+        """Run the target on tokens after the cache; returns logits [len(tokens), V]."""
+        logits = self.target.forward(np.array([tokens], dtype=np.int64), position_ids, attention_bias)
+        self._cached.extend(tokens)
+        return logits[0]
+
+    def commit(self, base: int, accepted: list[int], draft) -> None:
+        """After verifying [pending, *draft] at slot base: keep pending and the accepted path only."""
+        keep = base + 1 + len(accepted)
+        self.target.compact(base + 1, [base + 1 + i for i in accepted])
+        self.target.rollback(keep)
+        self._cached[base + 1:] = [int(draft.tokens[i]) for i in accepted]
+
+    def _stepper(self, params: SamplingParams, drafter):
+        from specrt.runtime.speculative import PlainStepper, SpeculativeStepper
+
+        if drafter is None:
+            return PlainStepper(self, params)
+        return SpeculativeStepper(self, params, drafter, max_draft=self.max_draft)
+
+    def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None):
         t0 = time.perf_counter()
         stop_ids = self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids)
         logits, reused, _ = self._prefill(ids)
         t_first = time.perf_counter()
-        sampler = Sampler(params)
+        stepper = self._stepper(params, drafter)
         decoder = StreamDecoder(self.tokenizer.tok)
         stops = StopStringFilter(params.stop)
         out: list[int] = []
-        calls, finish = 0, "length"
+        finish, hit = "length", False
+        new_tokens = stepper.first(logits)
         while True:
-            token = sampler(logits)
-            if token in stop_ids:
-                finish = "stop"
+            for token in new_tokens:
+                if token in stop_ids:
+                    finish = "stop"
+                    break
+                out.append(token)
+                text, hit = stops.feed(decoder.push(token))
+                if text:
+                    yield text
+                if hit or len(out) >= params.max_new_tokens:
+                    break
+            if finish == "stop" or hit or len(out) >= params.max_new_tokens:
                 break
-            out.append(token)
-            text, hit = stops.feed(decoder.push(token))
-            if text:
-                yield text
-            if hit:
-                finish = "stop"
+            budget = min(params.max_new_tokens - len(out), self.max_context - len(self._cached) - 1)
+            if budget < 1:
                 break
-            if len(out) >= params.max_new_tokens or len(self._cached) + 1 >= self.max_context:
-                break
-            logits = self.target.forward(np.array([[token]], dtype=np.int64))[0, -1]
-            self._cached.append(token)
-            calls += 1
-        if finish != "stop" or not stops.stops or stops.sent == len(stops.text):
+            new_tokens = stepper.step(budget)
+        if hit:
+            finish = "stop"
+        else:
             tail, hit = stops.feed(decoder.finish())
             tail += "" if hit else stops.flush()
-            if hit:
-                finish = "stop"
+            finish = "stop" if hit else finish
             if tail:
                 yield tail
         elapsed = time.perf_counter() - t_first
+        calls = stepper.stats.target_calls + 1  # the prefill call produced the first token
         stats = GenerationStats(
-            new_tokens=len(out), prompt_tokens=len(ids), reused_tokens=reused, target_calls=calls + 1,
-            mean_accepted=1.0, tokens_per_second=len(out) / elapsed if elapsed > 0 else 0.0,
-            prefill_seconds=t_first - t0,
+            new_tokens=len(out), prompt_tokens=len(ids), reused_tokens=reused, target_calls=calls,
+            mean_accepted=len(out) / calls if out else 0.0,
+            tokens_per_second=len(out) / elapsed if elapsed > 0 else 0.0,
+            prefill_seconds=t_first - t0, drafter=stepper.name,
+            acceptance_by_position=[a / d for a, d in zip(stepper.stats.accepted_by_position,
+                                                          stepper.stats.drafted_by_position)],
+            draft_seconds=stepper.stats.draft_seconds, verify_seconds=stepper.stats.verify_seconds,
         )
         gen.result = GenerationResult(stops.text, out, finish, stats)
 

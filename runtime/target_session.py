@@ -51,6 +51,7 @@ class TargetSession:
         shape = (batch, spec.num_kv_heads, spec.max_context, spec.head_dim)
         # the cache lives where the model runs: device memory under CUDA, host memory otherwise
         self.device = "cuda" if list(providers)[0] == "CUDAExecutionProvider" else "cpu"
+        self.host_arrays: list[np.ndarray] = []
         self.keys = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
         self.values = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
         self.length = 0  # tokens committed to the cache
@@ -65,9 +66,21 @@ class TargetSession:
 
     def _kv_buffer(self, shape) -> ort.OrtValue:
         if self.device == "cpu":
-            return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.np_dtype))
+            array = np.zeros(shape, self.np_dtype)
+            self.host_arrays.append(array)  # the OrtValue wraps this memory: compaction gathers in it
+            return ort.OrtValue.ortvalue_from_numpy(array)
         # slots past `length` are never read (GroupQueryAttention reads seqlens_k + 1 of them)
         return ort.OrtValue.ortvalue_from_shape_and_type(shape, self.np_dtype, self.device, 0)
+
+    def compact(self, dst: int, src_slots: list[int]) -> None:
+        """Move the KV of `src_slots` (an accepted tree path) to slots dst, dst + 1, ... (one gather per buffer)."""
+        if not src_slots or list(src_slots) == list(range(dst, dst + len(src_slots))):
+            return
+        if self.device != "cpu":
+            raise NotImplementedError("tree KV compaction on a GPU cache arrives with the Triton kernels")
+        idx = np.asarray(src_slots)
+        for array in self.host_arrays:
+            array[:, :, dst:dst + len(idx)] = array[:, :, idx]  # fancy indexing copies before writing
 
     def reset(self) -> None:
         self.length = 0

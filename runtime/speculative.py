@@ -1,0 +1,115 @@
+"""Token producers for the engine's decode loop: plain decoding and draft-verify (speculative) decoding.
+
+Both keep a pending token: chosen (sampled or verified) but not yet fed to the target. A plain step feeds
+it and samples one token. A speculative step asks the drafter for a draft continuing the context, feeds
+[pending, *draft] in one target call (tree drafts with their depths as positions and an attention bias
+that hides non-ancestors), lets the verifier accept a path and pick the next token, then commits the
+accepted path in the KV cache: a chain by rolling the length back, a tree by one gather of the path's
+slots into place and then the roll-back. Nothing is allocated for the cache per step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specrt.drafters.base import Draft
+from specrt.runtime.sampling import Sampler, SamplingParams
+from specrt.runtime.verify import verify
+
+
+@dataclass
+class StepStats:
+    target_calls: int = 0  # decode-phase target calls (prefill excluded)
+    drafted: int = 0
+    accepted: int = 0
+    accepted_by_position: list[int] = field(default_factory=list)  # accepted count at draft depth 1, 2, ...
+    drafted_by_position: list[int] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+
+class PlainStepper:
+    """One target call per token."""
+
+    name = "none"
+
+    def __init__(self, engine, params: SamplingParams):
+        self.engine, self.sampler, self.stats = engine, Sampler(params), StepStats()
+        self.pending: int | None = None
+
+    def first(self, logits: np.ndarray) -> list[int]:  # logits [V] after the prompt
+        self.pending = self.sampler(logits)
+        return [self.pending]
+
+    def step(self, budget: int) -> list[int]:
+        t = time.perf_counter()
+        logits = self.engine.feed([self.pending])[-1]
+        self.stats.verify_seconds += time.perf_counter() - t
+        self.stats.target_calls += 1
+        self.pending = self.sampler(logits)
+        return [self.pending]
+
+
+def tree_bias(draft: Draft, past: int) -> np.ndarray:
+    """Additive bias [1, 1, n + 1, past + n + 1] for [pending, *draft]: each token sees the past, the pending
+    token, its ancestors and itself."""
+    n = len(draft)
+    bias = np.full((n + 1, n + 1), -np.inf, dtype=np.float32)
+    bias[:, 0] = 0.0
+    for i, p in enumerate(draft.parents.tolist()):
+        row = i + 1
+        bias[row, row] = 0.0
+        while p >= 0:
+            bias[row, p + 1] = 0.0
+            p = int(draft.parents[p])
+    full = np.zeros((1, 1, n + 1, past + n + 1), dtype=np.float32)
+    full[0, 0, :, past:] = bias
+    return full
+
+
+class SpeculativeStepper(PlainStepper):
+    """Draft, verify in one target call, commit the accepted path."""
+
+    def __init__(self, engine, params: SamplingParams, drafter, max_draft: int = 4):
+        super().__init__(engine, params)
+        self.drafter, self.params, self.max_draft = drafter, params, max_draft
+        self.name = drafter.name
+        drafter.reset()
+
+    def step(self, budget: int) -> list[int]:
+        t0 = time.perf_counter()
+        context = self.engine.cached_tokens() + [self.pending]
+        draft = self.drafter.propose(context, min(self.max_draft, budget - 1)) if budget > 1 else None
+        t1 = time.perf_counter()
+        self.stats.draft_seconds += t1 - t0
+        if draft is None or len(draft) == 0:
+            return super().step(budget)
+        base = self.engine.target.length
+        tokens = [self.pending, *draft.tokens.tolist()]
+        if draft.is_chain():
+            logits = self.engine.feed(tokens)
+        else:
+            positions = base + np.concatenate([[0], draft.depths()])[None]
+            logits = self.engine.feed(tokens, position_ids=positions, attention_bias=tree_bias(draft, base))
+        verdict = verify(draft, logits, self.params, self.sampler.rng)
+        self.stats.verify_seconds += time.perf_counter() - t1
+        self.stats.target_calls += 1
+        self._count(draft, verdict.accepted)
+        self.engine.commit(base, verdict.accepted, draft)
+        self.pending = verdict.next_token
+        return [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]
+
+    def _count(self, draft: Draft, accepted: list[int]) -> None:
+        depth = int(draft.depths().max())
+        while len(self.stats.drafted_by_position) < depth:
+            self.stats.drafted_by_position.append(0)
+            self.stats.accepted_by_position.append(0)
+        for d in range(depth):
+            self.stats.drafted_by_position[d] += 1
+        for d in range(len(accepted)):
+            self.stats.accepted_by_position[d] += 1
+        self.stats.drafted += len(draft)
+        self.stats.accepted += len(accepted)

@@ -1,0 +1,57 @@
+"""The draft-verify loop on a tiny bundle: greedy output equals plain decoding for every drafter shape."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specrt.drafters.base import Draft
+from specrt.drafters.ngram import NgramDrafter
+from specrt.runtime.sampling import SamplingParams
+from specrt.runtime.speculative import tree_bias
+from tests.oracle_drafters import OracleDrafter
+from tests.test_runtime import engine  # noqa: F401  (module fixture: a converted tiny bundle)
+
+PARAMS = SamplingParams(max_new_tokens=40, stop_token_ids=())
+PROMPTS = ("the cat and the dog", "a man in the house of the world", "the world the world the world")
+
+
+def test_ngram_finds_the_latest_match():
+    d = NgramDrafter(max_n=2).propose([5, 6, 7, 8, 1, 5, 6, 9, 5, 6], 3)
+    assert d.tokens.tolist() == [9, 5, 6] and d.is_chain()
+    assert NgramDrafter().propose([1, 2, 3], 3) is None
+
+
+def test_tree_bias_shows_only_ancestors():
+    draft = Draft(np.array([7, 8, 9]), np.array([-1, -1, 1]))
+    bias = tree_bias(draft, past=2)[0, 0]
+    visible = bias == 0
+    assert visible[:, :2].all()  # the past
+    assert visible[:, 2].all()  # the pending token
+    # rows: pending, 7, 8, 9; columns: past, past, pending, 7, 8, 9
+    assert visible[2].tolist() == [True, True, True, False, True, False]  # 8 does not see its sibling 7
+    assert visible[3].tolist() == [True, True, True, False, True, True]  # 9 sees its parent 8, not 7
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("mode", ["ngram", "right", "wrong", "tree"])
+def test_greedy_speculative_equals_plain(engine, prompt, mode):  # noqa: F811
+    plain = engine.generate(prompt, PARAMS, drafter=None).wait()
+    prompt_len = len(engine.prompt_ids(prompt))
+    drafter = NgramDrafter() if mode == "ngram" else OracleDrafter(prompt_len, plain.token_ids, engine.manifest.vocab_size, mode)
+    spec = engine.generate(prompt, PARAMS, drafter=drafter).wait()
+    assert spec.token_ids == plain.token_ids
+    assert spec.text == plain.text
+    if mode in ("right", "tree"):
+        assert spec.stats.mean_accepted > 2.5  # several tokens per target call
+        assert spec.stats.target_calls < plain.stats.target_calls / 2
+    if mode == "wrong":
+        assert spec.stats.acceptance_by_position[0] == 0.0
+        assert spec.stats.mean_accepted == pytest.approx(1.0)
+    # the cache still holds exactly the conversation: a follow-up reuses it and matches a fresh prefill
+    follow = engine.generate([{"role": "user", "content": prompt}, {"role": "assistant", "content": plain.text},
+                              {"role": "user", "content": "the city"}], PARAMS, drafter=None).wait()
+    engine.reset()
+    fresh = engine.generate([{"role": "user", "content": prompt}, {"role": "assistant", "content": plain.text},
+                             {"role": "user", "content": "the city"}], PARAMS, drafter=None).wait()
+    assert follow.token_ids == fresh.token_ids
