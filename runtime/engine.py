@@ -218,12 +218,12 @@ class Engine:
         decoder = StreamDecoder(self.tokenizer.tok)
         stops = StopStringFilter(params.stop)
         out: list[int] = []
-        finish, hit = "length", False
+        finish, hit, stop_token = "length", False, False
         new_tokens = stepper.first(logits)
         while True:
             for token in new_tokens:
                 if token in stop_ids:
-                    finish = "stop"
+                    finish, stop_token = "stop", True
                     break
                 out.append(token)
                 text, hit = stops.feed(decoder.push(token))
@@ -247,9 +247,11 @@ class Engine:
                 yield tail
         elapsed = time.perf_counter() - t_first
         calls = stepper.stats.target_calls + 1  # the prefill call produced the first token
+        # tokens the target calls produced: the output, plus the stop token that ended it (not shown)
+        produced = len(out) + int(stop_token)
         stats = GenerationStats(
             new_tokens=len(out), prompt_tokens=len(ids), reused_tokens=reused, target_calls=calls,
-            mean_accepted=len(out) / calls if out else 0.0,
+            mean_accepted=produced / calls,
             tokens_per_second=len(out) / elapsed if elapsed > 0 else 0.0,
             prefill_seconds=t_first - t0, drafter=stepper.name,
             acceptance_by_position=[a / d for a, d in zip(stepper.stats.accepted_by_position,

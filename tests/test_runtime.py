@@ -78,6 +78,7 @@ def test_greedy_generation_and_result(engine):
     assert 1 <= len(res.token_ids) <= 8
     assert res.finish_reason in ("stop", "length")
     assert res.stats.new_tokens == len(res.token_ids)
+    assert res.stats.mean_accepted == 1.0  # plain decoding: one token per target call, stop token included
 
 
 def test_seed_reproduces_sampled_text(engine):
