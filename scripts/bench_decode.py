@@ -11,20 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
-PROMPTS = (
-    "What is the capital of France?",
-    "Write a haiku about the sea.",
-    "How do I sort a list in Python?",
-    "Name three planets of the solar system.",
-    "What is the boiling point of water?",
-    "Give me a tip for learning a new language.",
-    "Who wrote Romeo and Juliet?",
-    "Explain what a prime number is.",
-    "Suggest a name for a pet cat.",
-    "What is 15 plus 27?",
-)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.test_runtime_real import PROMPTS  # noqa: E402  (the 10 chat prompts of the runtime tests)
 
 
 def specrt_runner(bundle: str, new: int):
