@@ -120,7 +120,7 @@ class StopStringFilter:
 
 class Engine:
     def __init__(self, bundle_dir: Path, manifest: Manifest, providers: list[str], threads: int = 0,
-                 drafter=None, max_draft: int = 4):
+                 drafter=None, max_draft: int = 4, adaptive: bool = True):
         self.bundle_dir, self.manifest, self.providers = Path(bundle_dir), manifest, providers
         self.tokenizer = BundleTokenizer(self.bundle_dir, manifest.chat_template)
         cfg = manifest.model_config
@@ -135,6 +135,7 @@ class Engine:
         self._lock = threading.Lock()
         self.drafter = drafter  # default drafter of generate(); None: plain decoding
         self.max_draft = max_draft
+        self.adaptive = adaptive  # let measured costs and acceptance pick the draft length (down to none)
 
     # -- prompts -------------------------------------------------------------------------------
     def prompt_ids(self, prompt, system: str | None = None, raw: bool = False) -> list[int]:
@@ -207,7 +208,7 @@ class Engine:
 
         if drafter is None:
             return PlainStepper(self, params)
-        return SpeculativeStepper(self, params, drafter, max_draft=self.max_draft)
+        return SpeculativeStepper(self, params, drafter, max_draft=self.max_draft, adaptive=self.adaptive)
 
     def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None):
         t0 = time.perf_counter()

@@ -5,7 +5,8 @@ it and samples one token. A speculative step asks the drafter for a draft contin
 [pending, *draft] in one target call (tree drafts with their depths as positions and an attention bias
 that hides non-ancestors), lets the verifier accept a path and pick the next token, then commits the
 accepted path in the KV cache: a chain by rolling the length back, a tree by one gather of the path's
-slots into place and then the roll-back. Nothing is allocated for the cache per step.
+slots into place and then the roll-back. Nothing is allocated for the cache per step. How long a draft to
+ask for (down to none) is the adaptive controller's choice (runtime/adaptive.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specrt.drafters.base import Draft
+from specrt.runtime.adaptive import DraftController
 from specrt.runtime.sampling import Sampler, SamplingParams
 from specrt.runtime.verify import verify
 
@@ -47,7 +49,8 @@ class PlainStepper:
     def step(self, budget: int) -> list[int]:
         t = time.perf_counter()
         logits = self.engine.feed([self.pending])[-1]
-        self.stats.verify_seconds += time.perf_counter() - t
+        self.last_call_seconds = time.perf_counter() - t
+        self.stats.verify_seconds += self.last_call_seconds
         self.stats.target_calls += 1
         self.pending = self.sampler(logits)
         return [self.pending]
@@ -71,22 +74,32 @@ def tree_bias(draft: Draft, past: int) -> np.ndarray:
 
 
 class SpeculativeStepper(PlainStepper):
-    """Draft, verify in one target call, commit the accepted path."""
+    """Draft (as long as the adaptive controller says pays), verify in one target call, commit the path."""
 
-    def __init__(self, engine, params: SamplingParams, drafter, max_draft: int = 4):
+    def __init__(self, engine, params: SamplingParams, drafter, max_draft: int = 4, adaptive: bool = True):
         super().__init__(engine, params)
         self.drafter, self.params, self.max_draft = drafter, params, max_draft
+        self.controller = DraftController(max_draft) if adaptive else None
         self.name = drafter.name
         drafter.reset()
 
+    def _plain(self, budget: int) -> list[int]:
+        out = super().step(budget)
+        if self.controller:
+            self.controller.observe_call(1, self.last_call_seconds)
+        return out
+
     def step(self, budget: int) -> list[int]:
+        k = self.controller.choose(budget) if self.controller else min(self.max_draft, budget - 1)
+        if k < 1:
+            return self._plain(budget)
         t0 = time.perf_counter()
         context = self.engine.cached_tokens() + [self.pending]
-        draft = self.drafter.propose(context, min(self.max_draft, budget - 1)) if budget > 1 else None
+        draft = self.drafter.propose(context, k)
         t1 = time.perf_counter()
         self.stats.draft_seconds += t1 - t0
         if draft is None or len(draft) == 0:
-            return super().step(budget)
+            return self._plain(budget)
         base = self.engine.target.length
         tokens = [self.pending, *draft.tokens.tolist()]
         if draft.is_chain():
@@ -94,10 +107,14 @@ class SpeculativeStepper(PlainStepper):
         else:
             positions = base + np.concatenate([[0], draft.depths()])[None]
             logits = self.engine.feed(tokens, position_ids=positions, attention_bias=tree_bias(draft, base))
+        t2 = time.perf_counter()
         verdict = verify(draft, logits, self.params, self.sampler.rng)
         self.stats.verify_seconds += time.perf_counter() - t1
         self.stats.target_calls += 1
         self._count(draft, verdict.accepted)
+        if self.controller:
+            self.controller.observe_call(len(tokens), t2 - t1)
+            self.controller.observe_draft(int(draft.depths().max()), len(verdict.accepted), t1 - t0, len(draft))
         self.engine.commit(base, verdict.accepted, draft)
         self.pending = verdict.next_token
         return [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]

@@ -36,6 +36,7 @@ def test_tree_bias_shows_only_ancestors():
 @pytest.mark.parametrize("prompt", PROMPTS)
 @pytest.mark.parametrize("mode", ["ngram", "right", "wrong", "tree"])
 def test_greedy_speculative_equals_plain(engine, prompt, mode):  # noqa: F811
+    engine.adaptive = mode == "ngram"  # fixed draft length where the test counts accepted tokens
     plain = engine.generate(prompt, PARAMS, drafter=None).wait()
     prompt_len = len(engine.prompt_ids(prompt))
     drafter = NgramDrafter() if mode == "ngram" else OracleDrafter(prompt_len, plain.token_ids, engine.manifest.vocab_size, mode)
@@ -55,3 +56,27 @@ def test_greedy_speculative_equals_plain(engine, prompt, mode):  # noqa: F811
     fresh = engine.generate([{"role": "user", "content": prompt}, {"role": "assistant", "content": plain.text},
                              {"role": "user", "content": "the city"}], PARAMS, drafter=None).wait()
     assert follow.token_ids == fresh.token_ids
+
+
+def test_controller_drafts_long_when_cheap_and_right():
+    from specrt.runtime.adaptive import DraftController
+
+    c = DraftController(max_draft=4)
+    for fed in range(1, 6):
+        c.observe_call(fed, 0.010)  # verification costs what a plain step costs
+    for _ in range(30):
+        c.observe_draft(4, 4, 0.0, 4)  # everything accepted
+    assert c.choose(budget=100) == 4
+    assert c.choose(budget=3) == 2  # never drafts past the budget
+
+
+def test_controller_stops_drafting_when_it_does_not_pay_and_probes_again():
+    from specrt.runtime.adaptive import DraftController
+
+    c = DraftController(max_draft=4, probe_every=5)
+    for fed in range(1, 6):
+        c.observe_call(fed, 0.010 * fed)  # each token fed costs a full step
+    for _ in range(30):
+        c.observe_draft(1, 0, 0.0, 1)  # first draft token always rejected
+    choices = [c.choose(budget=100) for _ in range(10)]
+    assert choices.count(0) == 8 and choices[4] == 1 and choices[9] == 1  # plain, with a probe every 5th step

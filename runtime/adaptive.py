@@ -1,0 +1,79 @@
+"""Adaptive draft length: pick the draft length that maximizes expected tokens per second, or none.
+
+Per generation the controller keeps (a) the measured seconds of a target call by number of tokens fed
+(an exponential moving average per count, seeded by the plain-step time and a prior slope until measured)
+and (b) the acceptance rate at each draft depth given that the previous depth was accepted. For a draft
+of k tokens the expected output of one call is 1 + a_1 + a_1 a_2 + ... + a_1...a_k tokens; the controller
+chooses k in 0..max_draft maximizing that over cost(k + 1) (plus the drafting time per token), guessing
+unmeasured costs optimistically so that they get measured. k = 0 is plain decoding; every `probe_every`
+plain steps it drafts one token again, so acceptance that improves (a repetitive stretch for n-gram
+lookup) is noticed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+EMA = 0.3
+PRIOR_SLOPE = 0.1  # before any measurement: each extra token fed costs a tenth of a one-token call
+
+
+@dataclass
+class DraftController:
+    max_draft: int
+    probe_every: int = 16
+    cost: dict[int, float] = field(default_factory=dict)  # tokens fed -> seconds per call
+    accept: list[float] = field(default_factory=list)  # depth d (0-based) -> P(accept d | accepted d-1)
+    draft_cost: float = 0.0  # seconds of drafting per drafted token
+    plain_streak: int = 0
+
+    def __post_init__(self):
+        self.accept = [0.6] * self.max_draft  # optimistic prior: try speculation first
+
+    def seconds(self, fed: int) -> float:
+        """Cost of a call feeding `fed` tokens. Unmeasured counts are guessed optimistically (the cost of the
+        largest measured count below, or the prior slope), so that longer drafts get tried and measured."""
+        if fed in self.cost:
+            return self.cost[fed]
+        if not self.cost:  # nothing measured yet: relative units from the prior slope
+            return 1.0 + PRIOR_SLOPE * (fed - 1)
+        below = [n for n in self.cost if n < fed]
+        if below:
+            return self.cost[max(below)]
+        return min(self.cost.values())  # a smaller call costs at most the cheapest measured one
+
+    def expected_tokens(self, k: int) -> float:
+        total, reach = 1.0, 1.0
+        for d in range(k):
+            reach *= self.accept[d]
+            total += reach
+        return total
+
+    def choose(self, budget: int) -> int:
+        """Draft length for the next step (0: plain decoding)."""
+        limit = max(0, min(self.max_draft, budget - 1))
+        best, best_rate = 0, 1.0 / self.seconds(1)
+        for k in range(1, limit + 1):
+            rate = self.expected_tokens(k) / (self.seconds(k + 1) + self.draft_cost * k)
+            if rate > best_rate * 1.02:  # a draft must pay for itself by a margin
+                best, best_rate = k, rate
+        if best == 0 and limit > 0:
+            self.plain_streak += 1
+            if self.plain_streak >= self.probe_every:
+                self.plain_streak = 0
+                return 1
+        else:
+            self.plain_streak = 0
+        return best
+
+    def observe_call(self, fed: int, seconds: float) -> None:
+        old = self.cost.get(fed)
+        self.cost[fed] = seconds if old is None else (1 - EMA) * old + EMA * seconds
+
+    def observe_draft(self, drafted_depth: int, accepted: int, seconds: float, drafted: int) -> None:
+        for d in range(min(drafted_depth, accepted + 1)):  # depths reached: accepted ones and the first rejected
+            hit = 1.0 if d < accepted else 0.0
+            self.accept[d] = (1 - EMA) * self.accept[d] + EMA * hit
+        if drafted:
+            per_token = seconds / drafted
+            self.draft_cost = per_token if self.draft_cost == 0 else (1 - EMA) * self.draft_cost + EMA * per_token
