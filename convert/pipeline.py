@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt import __version__
-from specrt.bundle import FileEntry, KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
+from specrt.bundle import KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
 from specrt.convert import sources
 from specrt.convert.quantize import dequantize_int4
 from specrt.convert.smoothing import CALIBRATION_TEXTS, down_proj_input_max, smooth_down_proj

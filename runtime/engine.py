@@ -15,16 +15,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from specrt.bundle import Manifest
 from specrt.errors import SpecrtError
 from specrt.runtime.detokenize import StreamDecoder
-from specrt.runtime.sampling import Sampler, SamplingParams
+from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.target_session import ContextOverflowError, TargetSession, TargetSpec
 from specrt.runtime.tokenizer import BundleTokenizer, PromptError
+
+if TYPE_CHECKING:
+    from specrt.runtime.chat import ChatSession
 
 PREFILL_CHUNK = 256  # prompt tokens per target call while prefilling (bounds the activation memory)
 

@@ -7,7 +7,7 @@ and vLLM's samplers, so the same settings mean the same distribution everywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -88,7 +88,7 @@ def convert(source, output, precision, max_context, device, hidden_layers, force
 @click.option("--no-hash", is_flag=True, help="check sizes only, skip sha256")
 def info(bundle, no_hash):
     """Print a bundle's manifest in human form and validate every file."""
-    from specrt.bundle import load_bundle, read_manifest, validate_files
+    from specrt.bundle import read_manifest, validate_files
 
     manifest = read_manifest(bundle)
     click.echo(describe(manifest))
