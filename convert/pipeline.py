@@ -132,10 +132,6 @@ def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
         os.replace(tmp, out)
 
 
-def _window(cfg) -> int:
-    return cfg.sliding_window if any(cfg.is_sliding(i) for i in range(cfg.num_layers)) else 0
-
-
 def _torch_model(cfg, weights: dict):
     import torch
 
@@ -175,7 +171,7 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     stages.start("validate")
     kv_dtype = "float16" if opts.precision == "fp16" else "float32"
     spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context, cfg.vocab_size,
-                      kv_dtype=kv_dtype, hidden_output=bool(opts.hidden_layers), sliding_window=_window(cfg))
+                      kv_dtype=kv_dtype, hidden_output=bool(opts.hidden_layers), sliding_window=cfg.active_sliding_window)
     session = TargetSession(tmp / "target.onnx", spec, providers=providers)
     prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, max_context)
     report = compare(session, source_model, prompts, graph_opts.hidden_layers)

@@ -41,16 +41,13 @@ class GraphOptions:
     hidden_layers: tuple[int, ...] = ()  # residual stream after these layers -> hidden_states
     int4_block_size: int = 32
     int4_accuracy_level: int = 4  # int8 activations in MatMulNBits (fast on AVX2/AVX512 CPUs)
-    # projections whose inputs stay fp32 in int4 graphs (accuracy level 0); none by default since the
-    # down projection's outlier channels are smoothed into up_proj before quantization (convert/smoothing.py)
-    int4_float_inputs: tuple[str, ...] = ()
 
 
 def io_names(cfg: ModelConfig) -> dict:
     num_layers = cfg.num_layers
-    sliding = any(cfg.is_sliding(i) for i in range(num_layers))
+    sliding = ["sliding_attention_bias"] if cfg.active_sliding_window else []
     return {
-        "inputs": ["input_ids", "position_ids", "attention_mask", "attention_bias"] + (["sliding_attention_bias"] if sliding else []),
+        "inputs": ["input_ids", "position_ids", "attention_mask", "attention_bias"] + sliding,
         "past_key": [f"past_key_values.{i}.key" for i in range(num_layers)],
         "past_value": [f"past_key_values.{i}.value" for i in range(num_layers)],
         "present_key": [f"present.{i}.key" for i in range(num_layers)],
@@ -96,18 +93,13 @@ class _TargetBuilder:
             ]
             return self.g.op(
                 "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=4,
-                block_size=q.block_size, accuracy_level=self._accuracy_level(out_name),
+                block_size=q.block_size, accuracy_level=self.opts.int4_accuracy_level,
             )
         w = np.concatenate([self.w[n + ".weight"] for n in names], axis=0).astype(np.float32)
         y = self.g.op("MatMul", [x, self.g.weight(out_name + ".weight_t", w.T.astype(self.dtype))], name=out_name)
         if bias is not None:
             y = self.g.op("Add", [y, self.g.weight(out_name + ".bias", bias)])
         return y
-
-    def _accuracy_level(self, out_name: str) -> int:
-        if any(key in out_name for key in self.opts.int4_float_inputs):
-            return 0
-        return self.opts.int4_accuracy_level
 
     # -- blocks --------------------------------------------------------------------------------
     def norm(self, x: str, weight: str) -> str:
@@ -186,7 +178,7 @@ class _TargetBuilder:
         g.add_input("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
         g.add_input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
         g.add_input("attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
-        if any(cfg.is_sliding(i) for i in range(cfg.num_layers)):
+        if cfg.active_sliding_window:
             g.add_input("sliding_attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
         for i in range(cfg.num_layers):
             g.add_input(io["past_key"][i], self.elem, kv_shape)

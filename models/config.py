@@ -94,6 +94,11 @@ class ModelConfig:
     def is_sliding(self, layer: int) -> bool:
         return bool(self.sliding_window) and bool(self.sliding_layers) and self.sliding_layers[layer]
 
+    @property
+    def active_sliding_window(self) -> int:
+        """The sliding window when any layer uses one, else 0."""
+        return self.sliding_window if any(self.is_sliding(i) for i in range(self.num_layers)) else 0
+
     def rope_for(self, layer: int) -> RopeConfig:
         return self.local_rope if (self.local_rope and self.is_sliding(layer)) else self.rope
 

@@ -14,6 +14,7 @@ from specrt.errors import SpecrtError
 from specrt.runtime.engine import Engine
 from specrt.runtime.providers import providers_for
 
+
 def _ngram():
     from specrt.drafters.ngram import NgramDrafter
 

@@ -126,8 +126,7 @@ class Engine:
                  drafter=None, max_draft: int = 4, adaptive: bool = True):
         self.bundle_dir, self.manifest, self.providers = Path(bundle_dir), manifest, providers
         self.tokenizer = BundleTokenizer(self.bundle_dir, manifest.chat_template)
-        cfg = manifest.model_config
-        window = cfg.get("sliding_window", 0) if any(cfg.get("sliding_layers", ())) else 0
+        window = manifest.model_config["sliding_window"] if "sliding_attention_bias" in manifest.target.inputs else 0
         spec = TargetSpec(manifest.kv.layers, manifest.kv.kv_heads, manifest.kv.head_dim, manifest.kv.max_context,
                           manifest.vocab_size, kv_dtype=manifest.kv.dtype,
                           hidden_output="hidden_states" in manifest.target.outputs, sliding_window=window)
@@ -175,19 +174,15 @@ class Engine:
         finally:
             self._lock.release()
 
-    def _prefill(self, ids: list[int]) -> tuple[np.ndarray, int, int]:
-        """Bring the cache to hold ids; returns (logits of the last id [V], reused tokens, target calls)."""
+    def _prefill(self, ids: list[int]) -> tuple[np.ndarray, int]:
+        """Bring the cache to hold ids; returns (logits of the last id [V], reused tokens)."""
         reused = _common_prefix(self._cached, ids)
         reused = min(reused, len(ids) - 1)  # the last prompt token is always fed: its logits are needed
         self.target.rollback(min(reused, self.target.length))
         self._cached = self._cached[:reused]
-        calls, logits = 0, None
         for lo in range(reused, len(ids), PREFILL_CHUNK):
-            chunk = ids[lo:lo + PREFILL_CHUNK]
-            logits = self.target.forward(np.array([chunk], dtype=np.int64))
-            self._cached.extend(chunk)
-            calls += 1
-        return logits[0, -1], reused, calls
+            logits = self.feed(ids[lo:lo + PREFILL_CHUNK])
+        return logits[-1], reused
 
     # -- what steppers use ----------------------------------------------------------------------
     def cached_tokens(self) -> list[int]:
@@ -216,7 +211,7 @@ class Engine:
     def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None):
         t0 = time.perf_counter()
         stop_ids = self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids)
-        logits, reused, _ = self._prefill(ids)
+        logits, reused = self._prefill(ids)
         t_first = time.perf_counter()
         stepper = self._stepper(params, drafter)
         decoder = StreamDecoder(self.tokenizer.tok)

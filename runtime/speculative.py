@@ -25,8 +25,6 @@ from specrt.runtime.verify import verify
 @dataclass
 class StepStats:
     target_calls: int = 0  # decode-phase target calls (prefill excluded)
-    drafted: int = 0
-    accepted: int = 0
     accepted_by_position: list[int] = field(default_factory=list)  # accepted count at draft depth 1, 2, ...
     drafted_by_position: list[int] = field(default_factory=list)
     draft_seconds: float = 0.0
@@ -102,31 +100,31 @@ class SpeculativeStepper(PlainStepper):
             return self._plain(budget)
         base = self.engine.target.length
         tokens = [self.pending, *draft.tokens.tolist()]
+        depths = draft.depths()
         if draft.is_chain():
             logits = self.engine.feed(tokens)
         else:
-            positions = base + np.concatenate([[0], draft.depths()])[None]
+            positions = base + np.concatenate([[0], depths])[None]
             logits = self.engine.feed(tokens, position_ids=positions, attention_bias=tree_bias(draft, base))
         t2 = time.perf_counter()
         verdict = verify(draft, logits, self.params, self.sampler.rng)
         self.stats.verify_seconds += time.perf_counter() - t1
         self.stats.target_calls += 1
-        self._count(draft, verdict.accepted)
+        depth = int(depths.max())
+        self._count(depth, len(verdict.accepted))
         if self.controller:
             self.controller.observe_call(len(tokens), t2 - t1)
-            self.controller.observe_draft(int(draft.depths().max()), len(verdict.accepted), t1 - t0, len(draft))
+            self.controller.observe_draft(depth, len(verdict.accepted), t1 - t0, len(draft))
         self.engine.commit(base, verdict.accepted, draft)
         self.pending = verdict.next_token
         return [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]
 
-    def _count(self, draft: Draft, accepted: list[int]) -> None:
-        depth = int(draft.depths().max())
+    def _count(self, depth: int, accepted: int) -> None:
+        """Per draft depth: how many steps drafted that deep, and how many accepted that far."""
         while len(self.stats.drafted_by_position) < depth:
             self.stats.drafted_by_position.append(0)
             self.stats.accepted_by_position.append(0)
         for d in range(depth):
             self.stats.drafted_by_position[d] += 1
-        for d in range(len(accepted)):
+        for d in range(accepted):
             self.stats.accepted_by_position[d] += 1
-        self.stats.drafted += len(draft)
-        self.stats.accepted += len(accepted)

@@ -54,9 +54,7 @@ class TargetSession:
         self.host_arrays: list[np.ndarray] = []
         self.keys = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
         self.values = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
-        self.length = 0  # tokens committed to the cache
-        # position of the token held in each cache slot (slots = positions unless a caller compacts a tree)
-        self.slot_positions = np.arange(spec.max_context, dtype=np.int64)
+        self.length = 0  # tokens committed to the cache; slot j holds position j (trees are compacted)
         self.binding = self.session.io_binding()
         for i in range(spec.num_layers):
             self.binding.bind_ortvalue_input(f"past_key_values.{i}.key", self.keys[i])
@@ -93,7 +91,8 @@ class TargetSession:
     def _sliding_bias(self, position_ids: np.ndarray, attention_bias: np.ndarray) -> np.ndarray:
         """attention_bias plus -inf where a key lies `sliding_window` or more positions behind the query."""
         b, s = position_ids.shape
-        key_pos = np.concatenate([np.broadcast_to(self.slot_positions[: self.length], (b, self.length)), position_ids], axis=1)
+        past = np.broadcast_to(np.arange(self.length, dtype=np.int64), (b, self.length))
+        key_pos = np.concatenate([past, position_ids], axis=1)  # [B, T]
         too_far = position_ids[:, :, None] - key_pos[:, None, :] >= self.spec.sliding_window  # [B, S, T]
         window = np.where(too_far[:, None], -np.inf, 0.0).astype(self.np_dtype)
         return np.ascontiguousarray(attention_bias + window, dtype=self.np_dtype)

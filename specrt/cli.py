@@ -148,8 +148,7 @@ def _load_engine(model, device, drafter, precision):
 
     stages = TqdmStages()
     try:
-        return specrt.load(model, device=device, drafter=None if drafter in (None, "none") else drafter,
-                           precision=precision, stages=stages)
+        return specrt.load(model, device=device, drafter=drafter, precision=precision, stages=stages)
     finally:
         stages.close()
 

@@ -32,9 +32,8 @@ def setup(arch, tmp_path, precision="fp32", hidden_layers=(), **graph_kwargs):
         ref_cfg = dataclasses.replace(cfg, tie_word_embeddings=False)
     ref = CausalLM(ref_cfg).eval()
     ref.load_state_dict({k: torch.from_numpy(v) for k, v in ref_weights.items()}, strict=False)
-    window = cfg.sliding_window if any(cfg.is_sliding(i) for i in range(cfg.num_layers)) else 0
     spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, MAX_CONTEXT, cfg.vocab_size,
-                      hidden_output=bool(hidden_layers), sliding_window=window)
+                      hidden_output=bool(hidden_layers), sliding_window=cfg.active_sliding_window)
     return cfg, ref, TargetSession(tmp_path / "t.onnx", spec)
 
 
