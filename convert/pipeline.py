@@ -23,6 +23,7 @@ import numpy as np
 from specrt import __version__
 from specrt.bundle import KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
 from specrt.convert import sources
+from specrt.convert.drafter_bundle import add_drafter, check_drafter_spec
 from specrt.convert.quantize import dequantize_int4
 from specrt.convert.smoothing import CALIBRATION_TEXTS, down_proj_input_max, smooth_down_proj
 from specrt.convert.target_graph import PRECISIONS, GraphOptions, build_target_graph, io_names, quantize_model
@@ -42,12 +43,13 @@ class ConvertOptions:
     device: str = "cpu"
     force: bool = False
     hidden_layers: tuple[int, ...] = ()
+    drafter: str | None = None  # "draft-model:PATH_OR_NAME" | "draft-model:self-int4"
 
 
 class Stages:
     """Reports stage progress; the CLI passes a tqdm-backed one, the API a silent one."""
 
-    names = ("load source", "tokenizer", "build graph", "save graph", "validate", "write manifest")
+    names = ("load source", "tokenizer", "build target graph", "save target graph", "validate target", "write manifest")
 
     def start(self, name: str) -> None:  # pragma: no cover - overridden
         pass
@@ -88,6 +90,8 @@ def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None 
     providers = providers_for(opts.device)
     if opts.precision == "fp16" and opts.device == "cpu":
         raise SpecrtError("fp16 bundles are for GPUs: use --device cuda or rocm (or --precision fp32/int4 on the CPU)")
+    if opts.drafter:
+        check_drafter_spec(opts.drafter, opts.precision)
     t0 = time.time()
 
     resolved = sources.resolve(source, log=stages.log)  # may fetch a catalog model (logged)
@@ -143,36 +147,37 @@ def _torch_model(cfg, weights: dict):
     return model
 
 
-def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, providers, stages: Stages) -> Manifest:
+def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int, hidden_layers: tuple[int, ...],
+                 providers, stages: Stages) -> tuple[TargetGraph, dict]:
+    """Build `<stem>.onnx` (+ .data) for a loaded model, save it and validate it against torch.
+
+    Returns the graph entry for the manifest and the validation record. The tokenizer must already be in tmp.
+    """
     import onnx
 
     cfg = loaded.config
-    stages.start("tokenizer")
-    tok = write_tokenizer(loaded.source.path, loaded.source.kind, tmp, cfg.eos_token_ids, cfg.bos_token_id)
-    stages.done()
-
-    stages.start("build graph")
-    graph_opts = GraphOptions(precision=opts.precision, max_context=max_context, hidden_layers=tuple(sorted(opts.hidden_layers)))
+    stages.start(f"build {stem} graph")
+    graph_opts = GraphOptions(precision=precision, max_context=max_context, hidden_layers=tuple(sorted(hidden_layers)))
     source_model = _torch_model(cfg, loaded.weights)
     weights, quantized = loaded.weights, None
-    if opts.precision == "int4":
+    if precision == "int4":
         calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context)
         weights = smooth_down_proj(loaded.weights, down_proj_input_max(source_model, calibration))
         quantized = quantize_model(cfg, weights)
     model = build_target_graph(cfg, weights, graph_opts, quantized)
     stages.done()
 
-    stages.start("save graph")
-    onnx.save_model(model, str(tmp / "target.onnx"), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location="target.onnx.data", size_threshold=1024)
+    stages.start(f"save {stem} graph")
+    onnx.save_model(model, str(tmp / f"{stem}.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=f"{stem}.onnx.data", size_threshold=1024)
     del model
     stages.done()
 
-    stages.start("validate")
-    kv_dtype = "float16" if opts.precision == "fp16" else "float32"
+    stages.start(f"validate {stem}")
     spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context, cfg.vocab_size,
-                      kv_dtype=kv_dtype, hidden_output=bool(opts.hidden_layers), sliding_window=cfg.active_sliding_window)
-    session = TargetSession(tmp / "target.onnx", spec, providers=providers)
+                      kv_dtype=kv_dtype_for(precision), hidden_output=bool(hidden_layers),
+                      sliding_window=cfg.active_sliding_window)
+    session = TargetSession(tmp / f"{stem}.onnx", spec, providers=providers)
     prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, max_context)
     report = compare(session, source_model, prompts, graph_opts.hidden_layers)
     validation = {"source": report.as_dict()}
@@ -184,28 +189,45 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
         untied = dataclasses.replace(cfg, tie_word_embeddings=False)
         report_q = compare(session, _torch_model(untied, quant_weights), prompts, graph_opts.hidden_layers)
         validation["quantized_reference"] = report_q.as_dict()
-        stages.log(f"int4 quality: top-1 agreement with the unquantized source {report.top1_agreement:.1%}")
+        stages.log(f"{stem} int4 quality: top-1 agreement with the unquantized source {report.top1_agreement:.1%}")
         report = report_q
     del session, source_model
-    check(report, opts.precision)
-    stages.log(f"validation: max |diff| {report.max_abs_diff:.2e}, top-1 agreement {report.top1_agreement:.1%} over {report.positions} positions")
+    check(report, precision)
+    stages.log(f"{stem} validation: max |diff| {report.max_abs_diff:.2e}, top-1 agreement {report.top1_agreement:.1%} over {report.positions} positions")
     stages.done()
+    io = io_names(cfg)
+    outputs = ["logits"] + (["hidden_states"] if hidden_layers else [])
+    graph = TargetGraph(file=f"{stem}.onnx", data_file=f"{stem}.onnx.data", precision=precision,
+                        inputs=tuple(io["inputs"]), outputs=tuple(outputs),
+                        hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size)
+    return graph, validation
+
+
+def kv_dtype_for(precision: str) -> str:
+    return "float16" if precision == "fp16" else "float32"
+
+
+def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, providers, stages: Stages) -> Manifest:
+    cfg = loaded.config
+    stages.start("tokenizer")
+    tok = write_tokenizer(loaded.source.path, loaded.source.kind, tmp, cfg.eos_token_ids, cfg.bos_token_id)
+    stages.done()
+    target, validation = _build_graph(tmp, "target", loaded, opts.precision, max_context, opts.hidden_layers,
+                                      providers, stages)
+    drafters = ()
+    if opts.drafter:
+        drafters = (add_drafter(opts.drafter, tmp, loaded, opts.precision, max_context, providers, stages, _build_graph),)
 
     stages.start("write manifest")
-    io = io_names(cfg)
-    outputs = ["logits"] + (["hidden_states"] if opts.hidden_layers else [])
-    files = {name: file_entry(tmp / name) for name in ("target.onnx", "target.onnx.data", *tok.files)}
+    graph_files = [target.file, target.data_file] + [f for d in drafters for f in (d["graph"]["file"], d["graph"]["data_file"])]
+    files = {name: file_entry(tmp / name) for name in (*graph_files, *tok.files)}
     manifest = Manifest(
         model_name=loaded.source.name,
         architecture=cfg.model_type,
         model_config=cfg.to_dict(),
-        target=TargetGraph(
-            file="target.onnx", data_file="target.onnx.data", precision=opts.precision,
-            inputs=tuple(io["inputs"]), outputs=tuple(outputs),
-            hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
-        ),
+        target=target,
         kv=KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                    max_context=max_context, dtype=kv_dtype),
+                    max_context=max_context, dtype=kv_dtype_for(opts.precision)),
         vocab_size=cfg.vocab_size,
         bos_token_id=tok.bos_token_id,
         stop_token_ids=tok.stop_token_ids,
@@ -213,6 +235,7 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
         tokenizer_files=tok.files,
         execution_providers=tuple(providers),
         files=files,
+        drafters=drafters,
         provenance={
             "source": str(loaded.source.path),
             "source_kind": loaded.source.kind,

@@ -45,5 +45,5 @@ class Drafter(Protocol):
     def propose(self, context: list[int], max_tokens: int) -> Draft | None:
         """A draft continuing `context` (prompt + output, ending with the pending token), or None."""
 
-    def reset(self) -> None:
-        """Forget any per-generation state."""
+    def reset(self, params=None, rng=None) -> None:
+        """Start a generation with these SamplingParams and random generator (drafters that sample use both)."""

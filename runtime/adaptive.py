@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-EMA = 0.3
+EMA = 0.3  # for call costs
+DECAY = 0.9  # acceptance: each observation weighs 0.9x the next one (an effective window of ~10 drafts)
+PRIOR_ACCEPT, PRIOR_WEIGHT = 0.6, 2.0  # optimistic prior worth two observations: try speculation first
 PRIOR_SLOPE = 0.1  # before any measurement: each extra token fed costs a tenth of a one-token call
 
 
@@ -23,12 +25,19 @@ class DraftController:
     max_draft: int
     probe_every: int = 16
     cost: dict[int, float] = field(default_factory=dict)  # tokens fed -> seconds per call
-    accept: list[float] = field(default_factory=list)  # depth d (0-based) -> P(accept d | accepted d-1)
+    hits: list[float] = field(default_factory=list)  # depth d (0-based): decayed count of accepts given d-1 accepted
+    tries: list[float] = field(default_factory=list)  # depth d: decayed count of drafts that reached depth d
     draft_cost: float = 0.0  # seconds of drafting per drafted token
     plain_streak: int = 0
 
     def __post_init__(self):
-        self.accept = [0.6] * self.max_draft  # optimistic prior: try speculation first
+        self.hits = [PRIOR_ACCEPT * PRIOR_WEIGHT] * self.max_draft
+        self.tries = [PRIOR_WEIGHT] * self.max_draft
+
+    @property
+    def accept(self) -> list[float]:
+        """P(draft token at depth d accepted | depth d - 1 accepted), per depth."""
+        return [h / t for h, t in zip(self.hits, self.tries)]
 
     def seconds(self, fed: int) -> float:
         """Cost of a call feeding `fed` tokens. Unmeasured counts are guessed optimistically (the cost of the
@@ -43,9 +52,9 @@ class DraftController:
         return min(self.cost.values())  # a smaller call costs at most the cheapest measured one
 
     def expected_tokens(self, k: int) -> float:
-        total, reach = 1.0, 1.0
+        total, reach, accept = 1.0, 1.0, self.accept
         for d in range(k):
-            reach *= self.accept[d]
+            reach *= accept[d]
             total += reach
         return total
 
@@ -72,8 +81,8 @@ class DraftController:
 
     def observe_draft(self, drafted_depth: int, accepted: int, seconds: float, drafted: int) -> None:
         for d in range(min(drafted_depth, accepted + 1)):  # depths reached: accepted ones and the first rejected
-            hit = 1.0 if d < accepted else 0.0
-            self.accept[d] = (1 - EMA) * self.accept[d] + EMA * hit
+            self.hits[d] = DECAY * self.hits[d] + (1.0 if d < accepted else 0.0)
+            self.tries[d] = DECAY * self.tries[d] + 1.0
         if drafted:
             per_token = seconds / drafted
             self.draft_cost = per_token if self.draft_cost == 0 else (1 - EMA) * self.draft_cost + EMA * per_token

@@ -1,56 +1,82 @@
 """`specrt.load(model, device=..., drafter=...)`: a ready Engine from a bundle path or a catalog name.
 
-A catalog name is converted into the cache on first use (`<cache>/bundles/<name>-<precision>`), which
-needs the `[convert]` extra; later loads open the cached bundle in seconds.
+A catalog name is converted into the cache on first use (`<cache>/bundles/<name>-<precision>`, or
+`<name>-<precision>-draft` with the catalog's draft model when `drafter="draft-model"`), which needs the
+`[convert]` extra; later loads open the cached bundle in seconds.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specrt.bundle import MANIFEST, load_bundle
-from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir
+from specrt.bundle import MANIFEST, Manifest, load_bundle
+from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir, lookup
 from specrt.errors import SpecrtError
 from specrt.runtime.engine import Engine
 from specrt.runtime.providers import providers_for
 
 
-def _ngram():
+def _ngram(bundle: Path, manifest: Manifest, providers, threads: int):
     from specrt.drafters.ngram import NgramDrafter
 
     return NgramDrafter()
 
 
-# drafter name -> factory; draft-model, eagle3, mtp and dflash arrive with their issues
-DRAFTERS = {"none": lambda: None, "ngram": _ngram}
+def _draft_model(bundle: Path, manifest: Manifest, providers, threads: int):
+    from specrt.drafters.draft_model import DraftModelDrafter
+
+    entry = manifest.drafter("draft-model")
+    if entry is None:
+        raise SpecrtError(f"{bundle} has no draft model (convert it with --drafter draft-model:PATH_OR_NAME)")
+    return DraftModelDrafter(bundle, entry, manifest.vocab_size, providers, threads=threads)
 
 
-def resolve_bundle(model: str, precision: str = "int4", stages=None) -> Path:
+# drafter name -> factory(bundle, manifest, providers, threads); eagle3, mtp and dflash arrive with their issues
+DRAFTERS = {"none": lambda *args: None, "ngram": _ngram, "draft-model": _draft_model}
+LATER_DRAFTERS = ("eagle3", "mtp", "dflash")
+
+
+def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec: str | None, stages) -> None:
+    try:
+        from specrt.convert.pipeline import ConvertOptions, convert
+    except ImportError:
+        raise SpecrtError(f"{model} is not converted yet and conversion needs: pip install 'specrt[convert]'") from None
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    convert(model, bundle, ConvertOptions(precision=precision, force=True, drafter=drafter_spec), stages)
+
+
+def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: str | None = None) -> Path:
     """Path of a bundle for `model` (a bundle folder, or a catalog name converted on first use)."""
     path = Path(model).expanduser()
     if path.is_dir() and (path / MANIFEST).is_file():
         return path
-    catalog_names = tuple(CATALOG)
-    if model in catalog_names:
-        bundle = cache_dir() / "bundles" / f"{model}-{precision}"
-        if not (bundle / MANIFEST).is_file():
-            try:
-                from specrt.convert.pipeline import ConvertOptions, convert
-            except ImportError:
-                raise SpecrtError(f"{model} is not converted yet and conversion needs: pip install 'specrt[convert]'") from None
-            bundle.parent.mkdir(parents=True, exist_ok=True)
-            convert(model, bundle, ConvertOptions(precision=precision, force=True), stages)
-        return bundle
-    if path.exists():
-        raise SpecrtError(f"{path} is not a specrt bundle (make one with: specrt convert {path} -o BUNDLE)")
-    raise SpecrtError(f"unknown model {model!r} (catalog: {', '.join(catalog_names)}; or give a bundle folder)")
+    if model not in CATALOG:
+        if path.exists():
+            raise SpecrtError(f"{path} is not a specrt bundle (make one with: specrt convert {path} -o BUNDLE)")
+        lookup(model)  # raises the catalog's unknown-model error
+    drafter_spec, suffix = None, ""
+    if drafter == "draft-model":
+        draft = CATALOG[model].draft_model
+        if draft is None:
+            raise SpecrtError(f"{model} has no draft model in the catalog (convert one in: specrt convert {model} "
+                              f"--drafter draft-model:PATH_OR_NAME -o BUNDLE)")
+        if draft == "self-int4" and precision == "int4":
+            raise SpecrtError(f"{model}'s draft model is its own int4 graph, which drafts for the fp32 graph: "
+                              f"add --precision fp32")
+        drafter_spec, suffix = f"draft-model:{draft}", "-draft"
+    bundle = cache_dir() / "bundles" / f"{model}-{precision}{suffix}"
+    if not (bundle / MANIFEST).is_file():
+        _convert_catalog(model, bundle, precision, drafter_spec, stages)
+    return bundle
 
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
          threads: int = 0, stages=None) -> Engine:
     if drafter is not None and drafter not in DRAFTERS:
-        raise SpecrtError(f"drafter {drafter!r} is not available yet (available: {', '.join(DRAFTERS)})")
+        state = "not available yet" if drafter in LATER_DRAFTERS else "unknown"
+        raise SpecrtError(f"drafter {drafter!r} is {state} (available: {', '.join(DRAFTERS)})")
     providers = providers_for(device)
-    bundle = resolve_bundle(model, precision, stages)
+    bundle = resolve_bundle(model, precision, stages, drafter)
     manifest = load_bundle(bundle, check_hashes=False)  # sizes on every load; `specrt info` checks sha256
-    return Engine(bundle, manifest, providers, threads=threads, drafter=DRAFTERS[drafter or "none"]())
+    drafter_obj = DRAFTERS[drafter or "none"](bundle, manifest, providers, threads)
+    return Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj)

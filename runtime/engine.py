@@ -212,6 +212,8 @@ class Engine:
         t0 = time.perf_counter()
         stop_ids = self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids)
         logits, reused = self._prefill(ids)
+        if drafter is not None and hasattr(drafter, "prefill"):
+            drafter.prefill(ids)  # a draft model reads the prompt too: part of the time to first token
         t_first = time.perf_counter()
         stepper = self._stepper(params, drafter)
         decoder = StreamDecoder(self.tokenizer.tok)

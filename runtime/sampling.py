@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specrt.errors import SpecrtError
+from specrt.kernels.verify_ref import row_probs
 
 
 class SamplingError(SpecrtError):
@@ -48,23 +49,10 @@ class SamplingParams:
 
 
 def target_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """The distribution sampling draws from: logits [V] -> probabilities [V] (float64)."""
-    x = logits.astype(np.float64) / params.temperature
-    if params.top_k and params.top_k < x.shape[-1]:
-        kth = np.partition(x, -params.top_k)[-params.top_k]
-        x = np.where(x < kth, -np.inf, x)
-    x = x - x.max()
-    p = np.exp(x)
-    p /= p.sum()
-    if params.top_p < 1.0:
-        order = np.argsort(-p, kind="stable")
-        cumulative = np.cumsum(p[order])
-        keep = cumulative - p[order] < params.top_p  # smallest prefix whose mass reaches top_p
-        mask = np.zeros_like(p, dtype=bool)
-        mask[order[keep]] = True
-        p = np.where(mask, p, 0.0)
-        p /= p.sum()
-    return p
+    """The distribution sampling draws from: logits [V] -> probabilities [V] (float64). Temperature, then
+    top-k (ties at the k-th logit kept), softmax, then top-p (a token is kept iff the tokens strictly more
+    likely hold less than top_p): the definition the verification kernel and its twin share."""
+    return row_probs(logits, params.temperature, params.top_k, params.top_p)
 
 
 class Sampler:

@@ -79,7 +79,7 @@ class SpeculativeStepper(PlainStepper):
         self.drafter, self.params, self.max_draft = drafter, params, max_draft
         self.controller = DraftController(max_draft) if adaptive else None
         self.name = drafter.name
-        drafter.reset()
+        drafter.reset(params, self.sampler.rng)
 
     def _plain(self, budget: int) -> list[int]:
         out = super().step(budget)
@@ -114,7 +114,8 @@ class SpeculativeStepper(PlainStepper):
         self._count(depth, len(verdict.accepted))
         if self.controller:
             self.controller.observe_call(len(tokens), t2 - t1)
-            self.controller.observe_draft(depth, len(verdict.accepted), t1 - t0, len(draft))
+            drafting = t1 - t0 - getattr(self.drafter, "catchup_seconds", 0.0)
+            self.controller.observe_draft(depth, len(verdict.accepted), drafting, len(draft))
         self.engine.commit(base, verdict.accepted, draft)
         self.pending = verdict.next_token
         return [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]

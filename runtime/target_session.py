@@ -40,6 +40,9 @@ def make_session_options(threads: int = 0) -> ort.SessionOptions:
     if threads:
         opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
+    # Threads spin while a run lasts but stop when it returns: otherwise a session's idle pool spins on
+    # the cores the next session (draft model <-> target) needs; measured in docs/perf.md.
+    opts.add_session_config_entry("session.force_spinning_stop", "1")
     return opts
 
 

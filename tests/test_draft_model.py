@@ -1,0 +1,171 @@
+"""The draft-model drafter on tiny models: convert --drafter, tokenizer refusal, losslessness, bench."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import specrt
+from specrt.bundle import load_bundle
+from specrt.cli import main
+from specrt.errors import SpecrtError
+from specrt.runtime.sampling import SamplingParams
+from tests.tiny_models import save_tiny_bundle_source
+
+PARAMS = SamplingParams(max_new_tokens=30, stop_token_ids=())
+PROMPTS = ("the cat and the dog", "a man in the house of the world", "the world the world the world")
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("src")
+    return {
+        "target": save_tiny_bundle_source("llama", root / "target", seed=0),
+        "other": save_tiny_bundle_source("qwen3", root / "other", seed=1),  # another architecture, same tokenizer
+    }
+
+
+@pytest.fixture(scope="module")
+def bundle(sources, tmp_path_factory):
+    out = tmp_path_factory.mktemp("b") / "with-draft"
+    assert main(["convert", str(sources["target"]), "-o", str(out), "--max-context", "96",
+                 "--drafter", f"draft-model:{sources['other']}"]) == 0
+    return out
+
+
+def run(argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_bundle_holds_the_draft_graph(bundle, capsys):
+    manifest = load_bundle(bundle)  # sizes and sha256 of the draft graph too
+    entry = manifest.drafter("draft-model")
+    assert entry["graph"]["file"] == "draft.onnx" and "draft.onnx.data" in manifest.files
+    assert entry["model_config"]["model_type"] == "qwen3"
+    assert entry["validation"]["source"]["max_abs_diff"] < 1e-3
+    code, out, _ = run(["info", str(bundle)], capsys)
+    assert code == 0 and "draft-model (draft-model:" in out
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_greedy_draft_model_equals_plain(bundle, adaptive):
+    engine = specrt.load(str(bundle), device="cpu", drafter="draft-model")
+    engine.adaptive = adaptive
+    for prompt in PROMPTS:
+        plain = engine.generate(prompt, PARAMS, drafter=None).wait()
+        spec = engine.generate(prompt, PARAMS).wait()
+        assert spec.token_ids == plain.token_ids
+        assert spec.stats.drafter == "draft-model"
+    if not adaptive:
+        assert spec.stats.acceptance_by_position  # it drafted
+
+
+def test_the_targets_own_bundle_as_draft_model_is_always_accepted(sources, bundle, tmp_path):
+    """A bundle given as the draft model is copied in (no reconversion); drafting with the target's own
+    graph must be accepted at every position."""
+    out = tmp_path / "self-draft"
+    plain_bundle = tmp_path / "plain"
+    assert main(["convert", str(sources["target"]), "-o", str(plain_bundle), "--max-context", "96"]) == 0
+    assert main(["convert", str(sources["target"]), "-o", str(out), "--max-context", "96",
+                 "--drafter", f"draft-model:{plain_bundle}"]) == 0
+    engine = specrt.load(str(out), device="cpu", drafter="draft-model")
+    engine.adaptive = False
+    spec = engine.generate(PROMPTS[0], PARAMS).wait()
+    assert spec.token_ids == engine.generate(PROMPTS[0], PARAMS, drafter=None).wait().token_ids
+    assert spec.stats.acceptance_by_position == [1.0] * 4
+    assert spec.stats.mean_accepted > 4.0
+
+
+def test_sampling_draft_hands_its_distribution_to_the_verifier(bundle):
+    engine = specrt.load(str(bundle), device="cpu", drafter="draft-model")
+    drafter = engine.drafter
+    drafter.reset(SamplingParams(temperature=1.0, top_k=5), np.random.default_rng(0))
+    draft = drafter.propose(engine.prompt_ids(PROMPTS[0]), 3)
+    assert draft.probs.shape == (3, engine.manifest.vocab_size)
+    np.testing.assert_allclose(draft.probs.sum(1), 1.0, rtol=1e-6)
+    assert ((draft.probs > 0).sum(1) == 5).all()  # top-k applied to the draft distribution
+    assert all(draft.probs[i, t] > 0 for i, t in enumerate(draft.tokens))
+    sampled = engine.generate(PROMPTS[1], SamplingParams(max_new_tokens=20, temperature=1.0, seed=3)).wait()
+    assert len(sampled.token_ids) > 0
+
+
+def _swap_token(folder: Path, token_id: int, new: str) -> None:
+    path = folder / "tokenizer.json"
+    data = json.loads(path.read_text())
+    vocab = data["model"]["vocab"]
+    old = next(t for t, i in vocab.items() if i == token_id)
+    vocab[new] = vocab.pop(old)
+    path.write_text(json.dumps(data))
+
+
+def test_a_drafter_with_another_tokenizer_is_refused(sources, tmp_path, capsys):
+    other = save_tiny_bundle_source("llama", tmp_path / "mismatch", seed=2)
+    _swap_token(other, 10, "zebra")
+    out = tmp_path / "out"
+    code, _, err = run(["convert", str(sources["target"]), "-o", str(out), "--drafter", f"draft-model:{other}"], capsys)
+    assert code == 2
+    assert "different tokenizer" in err and "token id 10" in err and "zebra" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mismatch"]  # nothing left behind
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("draft-model:self-int4", "already int4"),
+    ("eagle3:x", "not available yet"),
+    ("ngram", "needs no conversion"),
+    ("draft-model", "names no model"),
+    ("magic:x", "unknown drafter kind"),
+])
+def test_bad_drafter_specs(sources, tmp_path, capsys, spec, message):
+    code, _, err = run(["convert", str(sources["target"]), "-o", str(tmp_path / "o"), "--precision", "int4",
+                        "--drafter", spec], capsys)
+    assert code == 2 and message in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_bundle_without_a_draft_model_says_how_to_add_one(sources, tmp_path):
+    plain_bundle = tmp_path / "plain"
+    assert main(["convert", str(sources["target"]), "-o", str(plain_bundle), "--max-context", "64"]) == 0
+    with pytest.raises(SpecrtError, match="--drafter draft-model:"):
+        specrt.load(str(plain_bundle), device="cpu", drafter="draft-model")
+
+
+def test_bench_writes_the_documented_json(bundle, tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p, "id": i}) for i, p in enumerate(PROMPTS)) + "\n")
+    out = tmp_path / "r.json"
+    code, text, err = run(["bench", str(bundle), "--prompts", str(prompts), "--max-new-tokens", "16",
+                           "--drafter", "ngram", "--drafter", "draft-model", "--json", str(out)], capsys)
+    assert code == 0, err
+    report = json.loads(out.read_text())
+    assert report["model"] == str(bundle) and report["prompts"] == 3 and report["max_new_tokens"] == 16
+    assert [r["drafter"] for r in report["results"]] == ["none", "ngram", "draft-model"]
+    for r in report["results"]:
+        assert r["system"] == "specrt" and r["precision"] == "fp32"
+        assert r["tokens_per_second"] > 0 and r["mean_accepted"] >= 1.0 and r["speedup"] > 0
+        assert r["identical_to_plain"] == 3  # greedy: every drafter reproduces plain decoding
+    assert report["results"][0]["speedup"] == 1.0 and report["results"][0]["mean_accepted"] == 1.0
+    assert "draft-model" in text and "speedup" in text
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"prompt": "a"}\nnot json\n', ":2: not JSON"),
+    ('{"text": "a"}\n', 'record 1 has no non-empty string "prompt"'),
+    ("", "no prompts"),
+])
+def test_bench_refuses_bad_prompt_files(bundle, tmp_path, capsys, content, message):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(content)
+    code, _, err = run(["bench", str(bundle), "--prompts", str(prompts)], capsys)
+    assert code == 2 and message in err
+
+
+def test_bench_needs_exactly_one_prompt_source(bundle, capsys):
+    code, _, err = run(["bench", str(bundle)], capsys)
+    assert code == 2 and "exactly one of" in err
+    code, _, err = run(["bench", str(bundle), "--dataset", "nope"], capsys)
+    assert code == 2 and "unknown dataset" in err
