@@ -44,6 +44,17 @@ def check_drafter_spec(spec: str, precision: str) -> None:
         raise SpecrtError("draft-model:self-int4 drafts for an fp32 or fp16 target; this target is already int4")
 
 
+def drafter_stages(spec: str | None) -> int:
+    """How many progress stages adding this drafter takes (a bundle is copied within the last stage)."""
+    if not spec:
+        return 0
+    _, arg = parse_drafter_spec(spec)
+    if arg == "self-int4":
+        return 3  # build, save, validate
+    path = Path(arg).expanduser()
+    return 0 if (path / MANIFEST).is_file() else 4  # load, build, save, validate
+
+
 def tokenizer_difference(target_json: Path, draft_json: Path) -> str | None:
     """None if both tokenizers map every id to the same token, else a one-line description of the first difference."""
     from tokenizers import Tokenizer

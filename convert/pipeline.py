@@ -23,7 +23,7 @@ import numpy as np
 from specrt import __version__
 from specrt.bundle import KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
 from specrt.convert import sources
-from specrt.convert.drafter_bundle import add_drafter, check_drafter_spec
+from specrt.convert.drafter_bundle import add_drafter, check_drafter_spec, drafter_stages
 from specrt.convert.quantize import dequantize_int4
 from specrt.convert.smoothing import CALIBRATION_TEXTS, down_proj_input_max, smooth_down_proj
 from specrt.convert.target_graph import PRECISIONS, GraphOptions, build_target_graph, io_names, quantize_model
@@ -50,6 +50,9 @@ class Stages:
     """Reports stage progress; the CLI passes a tqdm-backed one, the API a silent one."""
 
     names = ("load source", "tokenizer", "build target graph", "save target graph", "validate target", "write manifest")
+
+    def expect(self, total: int) -> None:  # pragma: no cover - overridden
+        pass
 
     def start(self, name: str) -> None:  # pragma: no cover - overridden
         pass
@@ -92,6 +95,7 @@ def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None 
         raise SpecrtError("fp16 bundles are for GPUs: use --device cuda or rocm (or --precision fp32/int4 on the CPU)")
     if opts.drafter:
         check_drafter_spec(opts.drafter, opts.precision)
+    stages.expect(len(Stages.names) + drafter_stages(opts.drafter))
     t0 = time.time()
 
     resolved = sources.resolve(source, log=stages.log)  # may fetch a catalog model (logged)

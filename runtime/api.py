@@ -71,7 +71,9 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
 
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
-         threads: int = 0, stages=None) -> Engine:
+         threads: int = 0, stages=None, batch_invariant: bool = False) -> Engine:
+    """batch_invariant: every target call feeds >= 2 rows, which makes int4 output independent of how tokens
+    are grouped into calls: what lossless speculation on an int4 graph needs (fp32 does not)."""
     if drafter is not None and drafter not in DRAFTERS:
         state = "not available yet" if drafter in LATER_DRAFTERS else "unknown"
         raise SpecrtError(f"drafter {drafter!r} is {state} (available: {', '.join(DRAFTERS)})")
@@ -79,4 +81,4 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
     bundle = resolve_bundle(model, precision, stages, drafter)
     manifest = load_bundle(bundle, check_hashes=False)  # sizes on every load; `specrt info` checks sha256
     drafter_obj = DRAFTERS[drafter or "none"](bundle, manifest, providers, threads)
-    return Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj)
+    return Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj, batch_invariant=batch_invariant)

@@ -50,7 +50,7 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _load(model: str, precision: str, drafters: list[str], device: str, threads: int, stages):
+def _load(model: str, precision: str, drafters: list[str], device: str, threads: int, stages, batch_invariant: bool):
     """Engine and drafter objects for one precision; drafters the bundle cannot serve are skipped with a note."""
     providers = providers_for(device)
     wanted = [d for d in drafters if d != "none"]
@@ -63,7 +63,7 @@ def _load(model: str, precision: str, drafters: list[str], device: str, threads:
         wanted.remove("draft-model")
         bundle = resolve_bundle(model, precision, stages)
     manifest = load_bundle(bundle, check_hashes=False)
-    engine = Engine(bundle, manifest, providers, threads=threads)
+    engine = Engine(bundle, manifest, providers, threads=threads, batch_invariant=batch_invariant)
     objects = {"none": None}
     for name in wanted:
         objects[name] = DRAFTERS[name](bundle, manifest, providers, threads)
@@ -76,7 +76,7 @@ def _generate(engine: Engine, prompt: str, params: SamplingParams, drafter):
 
 
 def run_bench(model: str, prompts: list[str], drafters: list[str], precisions: list[str], params: SamplingParams,
-              device: str = "auto", threads: int = 0, stages=None, log=_log) -> dict:
+              device: str = "auto", threads: int = 0, stages=None, log=_log, batch_invariant: bool = False) -> dict:
     unknown = [d for d in drafters if d not in DRAFTERS]
     if unknown:
         raise SpecrtError(f"drafter {unknown[0]!r} is not available (available: {', '.join(DRAFTERS)})")
@@ -84,7 +84,7 @@ def run_bench(model: str, prompts: list[str], drafters: list[str], precisions: l
     if is_bundle(model):
         precisions = precisions[:1]  # a bundle folder has one precision: its own
     for precision in precisions:
-        engine, objects, precision = _load(model, precision, drafters, device, threads, stages)
+        engine, objects, precision = _load(model, precision, drafters, device, threads, stages, batch_invariant)
         runs = {name: SystemRuns(name, precision) for name in objects}
         names = list(objects)
         for name in names:  # warm-up: first-call costs (allocation, thread start) stay out of the numbers
@@ -98,7 +98,7 @@ def run_bench(model: str, prompts: list[str], drafters: list[str], precisions: l
             log(f"[{precision} {i + 1}/{len(prompts)}] tok/s: {line}")
         results += _summarize(runs, params.greedy)
     return {"model": model, "prompts": len(prompts), "max_new_tokens": params.max_new_tokens,
-            "temperature": params.temperature, "results": results}
+            "temperature": params.temperature, "batch_invariant": batch_invariant, "results": results}
 
 
 def _summarize(runs: dict[str, SystemRuns], greedy: bool) -> list[dict]:

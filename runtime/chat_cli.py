@@ -25,7 +25,9 @@ def _status(result) -> str:
     s = result.stats
     line = f"[{s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, prefill {s.prefill_seconds * 1000:.0f} ms"
     if s.drafter != "none":
-        line += f", {s.mean_accepted:.2f} tokens/call"
+        line += f", {s.drafter}: {s.mean_accepted:.2f} tokens/call"
+        if s.acceptance_by_position:
+            line += ", accepted by depth " + "/".join(f"{a:.0%}" for a in s.acceptance_by_position)
     return line + "]"
 
 

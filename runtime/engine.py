@@ -123,7 +123,7 @@ class StopStringFilter:
 
 class Engine:
     def __init__(self, bundle_dir: Path, manifest: Manifest, providers: list[str], threads: int = 0,
-                 drafter=None, max_draft: int = 4, adaptive: bool = True):
+                 drafter=None, max_draft: int = 4, adaptive: bool = True, batch_invariant: bool = False):
         self.bundle_dir, self.manifest, self.providers = Path(bundle_dir), manifest, providers
         self.tokenizer = BundleTokenizer(self.bundle_dir, manifest.chat_template)
         window = manifest.model_config["sliding_window"] if "sliding_attention_bias" in manifest.target.inputs else 0
@@ -131,6 +131,9 @@ class Engine:
                           manifest.vocab_size, kv_dtype=manifest.kv.dtype,
                           hidden_output="hidden_states" in manifest.target.outputs, sliding_window=window)
         self.target = TargetSession(self.bundle_dir / manifest.target.file, spec, providers, threads=threads)
+        # every target call feeds >= 2 rows, so that an int4 graph's output does not depend on how tokens
+        # were grouped into calls (speculative == plain token for token); plain steps cost ~1.2x (docs/perf.md)
+        self.target.min_rows = 2 if batch_invariant else 1
         self.max_context = manifest.kv.max_context
         self.stop_ids = frozenset(manifest.stop_token_ids)
         self._cached: list[int] = []  # token ids whose KV the target cache holds, in order

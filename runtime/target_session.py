@@ -58,6 +58,10 @@ class TargetSession:
         self.keys = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
         self.values = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
         self.length = 0  # tokens committed to the cache; slot j holds position j (trees are compacted)
+        # 2 = batch-invariant numerics: int4 MatMulNBits rounds a one-row call differently from a call of
+        # several rows (whose results agree with each other bit for bit, docs/perf.md), so a one-token call
+        # is padded with a copy of its token in the next slot, then that slot is dropped.
+        self.min_rows = 1
         self.binding = self.session.io_binding()
         for i in range(spec.num_layers):
             self.binding.bind_ortvalue_input(f"past_key_values.{i}.key", self.keys[i])
@@ -107,6 +111,12 @@ class TargetSession:
         position_ids default to the slot numbers; attention_bias [B, 1, S, length + S] is additive.
         """
         b, s = input_ids.shape
+        if s < self.min_rows and position_ids is None and attention_bias is None \
+                and self.length + self.min_rows <= self.spec.max_context:
+            pad = np.repeat(input_ids[:, -1:], self.min_rows - s, axis=1)
+            out = self.forward(np.concatenate([input_ids, pad], axis=1))
+            self.length -= self.min_rows - s  # the pad's slot is rolled back
+            return tuple(o[:, :s] for o in out) if isinstance(out, tuple) else out[:, :s]
         total = self.length + s
         if total > self.spec.max_context:
             raise ContextOverflowError(f"{total} tokens exceed the bundle's max context {self.spec.max_context}")

@@ -23,6 +23,10 @@ class TqdmStages:
     def __init__(self):
         self.bar = None
         self.count = 0
+        self.total = 0
+
+    def expect(self, total: int) -> None:
+        self.total = total
 
     def start(self, name: str) -> None:
         if self.bar is None:
@@ -30,7 +34,7 @@ class TqdmStages:
 
             from specrt.convert.pipeline import Stages
 
-            self.bar = tqdm(total=len(Stages.names), unit="stage", file=sys.stderr, dynamic_ncols=True, leave=False, disable=None,
+            self.bar = tqdm(total=self.total or len(Stages.names), unit="stage", file=sys.stderr, dynamic_ncols=True, leave=False, disable=None,
                             bar_format="{desc:<18} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
         self.bar.set_description_str(name)
         self.count += 1
@@ -151,12 +155,13 @@ def _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop=()):
                           seed=seed, stop=tuple(stop))
 
 
-def _load_engine(model, device, drafter, precision):
+def _load_engine(model, device, drafter, precision, batch_invariant=False):
     import specrt
 
     stages = TqdmStages()
     try:
-        return specrt.load(model, device=device, drafter=drafter, precision=precision, stages=stages)
+        return specrt.load(model, device=device, drafter=drafter, precision=precision, stages=stages,
+                           batch_invariant=batch_invariant)
     finally:
         stages.close()
 
@@ -171,6 +176,8 @@ sampling_options = [
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True),
     click.option("--precision", type=click.Choice(["fp32", "int4"]), default="int4", show_default=True,
                  help="precision a catalog model is converted to on first use"),
+    click.option("--batch-invariant", is_flag=True,
+                 help="feed >= 2 tokens per target call: int4 output then equals with and without a drafter"),
 ]
 
 
@@ -188,12 +195,13 @@ def with_sampling(f):
 @click.option("--stop", multiple=True, help="stop string (repeatable)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of streaming text")
 @with_sampling
-def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision):
+def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperature, top_p, top_k, seed, drafter, device,
+             precision, batch_invariant):
     """Generate a continuation of --prompt with MODEL (bundle folder or catalog name)."""
     import json as jsonlib
 
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop)
-    engine = _load_engine(model, device, drafter, precision)
+    engine = _load_engine(model, device, drafter, precision, batch_invariant)
     gen = engine.generate(prompt, params, system=system, raw=raw)
     for chunk in gen:
         if not as_json:
@@ -215,12 +223,12 @@ def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperat
 @click.argument("model", required=False, default="smollm2-135m-instruct")
 @click.option("--system", default=None, help="system message")
 @with_sampling
-def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision):
+def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision, batch_invariant):
     """Chat with MODEL (default: smollm2-135m-instruct). /reset, /stats, /exit; Ctrl-C stops an answer."""
     from specrt.runtime.chat_cli import run_chat
 
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed)
-    engine = _load_engine(model, device, drafter, precision)
+    engine = _load_engine(model, device, drafter, precision, batch_invariant)
     run_chat(engine, params, system)
 
 
@@ -236,8 +244,10 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
               help="precision(s) of a catalog model (repeatable; default int4)")
 @click.option("--temperature", type=float, default=0.0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
+@click.option("--batch-invariant", is_flag=True, help="every system feeds >= 2 tokens per target call (exact int4)")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write the results here")
-def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisions, temperature, device, json_out):
+def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisions, temperature, device,
+          batch_invariant, json_out):
     """Plain decoding vs each --drafter on the same prompts, interleaved; prints a table."""
     import json as jsonlib
 
@@ -253,7 +263,7 @@ def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisi
     stages = TqdmStages()
     try:
         report = run_bench(model, prompts, [d for d in drafters if d != "none"], list(precisions) or ["int4"],
-                           params, device=device, stages=stages)
+                           params, device=device, stages=stages, batch_invariant=batch_invariant)
     finally:
         stages.close()
     if dataset:

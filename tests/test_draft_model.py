@@ -169,3 +169,13 @@ def test_bench_needs_exactly_one_prompt_source(bundle, capsys):
     assert code == 2 and "exactly one of" in err
     code, _, err = run(["bench", str(bundle), "--dataset", "nope"], capsys)
     assert code == 2 and "unknown dataset" in err
+
+
+def test_chat_status_line_shows_acceptance(bundle):
+    from specrt.runtime.chat_cli import _status
+
+    engine = specrt.load(str(bundle), device="cpu", drafter="draft-model")
+    engine.adaptive = False
+    line = _status(engine.generate(PROMPTS[0], PARAMS).wait())
+    assert "draft-model:" in line and "tokens/call" in line and "accepted by depth" in line
+    assert line.count("%") == 4  # one share per draft depth (max draft 4)

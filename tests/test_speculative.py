@@ -80,3 +80,26 @@ def test_controller_stops_drafting_when_it_does_not_pay_and_probes_again():
         c.observe_draft(1, 0, 0.0, 1)  # first draft token always rejected
     choices = [c.choose(budget=100) for _ in range(10)]
     assert choices.count(0) == 8 and choices[4] == 1 and choices[9] == 1  # plain, with a probe every 5th step
+
+
+def test_batch_invariant_mode_pads_one_token_calls(engine):  # noqa: F811
+    """min_rows = 2: a one-token call runs as two rows, returns one row and leaves the cache one slot longer."""
+    target = engine.target
+    engine.reset()
+    ids = np.array([engine.prompt_ids("the cat and the dog")])
+    target.forward(ids)
+    n = target.length
+    one = target.forward(np.array([[7]]))
+    target.rollback(n)
+    target.min_rows = 2
+    try:
+        padded = target.forward(np.array([[7]]))
+        assert padded.shape == one.shape and target.length == n + 1
+        np.testing.assert_allclose(padded, one, atol=1e-4)  # fp32: same logits; int4: the multi-row rounding
+        follow = target.forward(np.array([[9]]))  # the pad's slot was really dropped
+        target.rollback(n + 1)
+        target.min_rows = 1
+        np.testing.assert_allclose(follow, target.forward(np.array([[9]])), atol=1e-4)
+    finally:
+        target.min_rows = 1
+        engine.reset()

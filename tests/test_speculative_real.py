@@ -71,3 +71,18 @@ def test_bench_on_mt_bench_prompts(bundles, tmp_path, capsys):
     assert set(rows) == {"none", "ngram", "draft-model"}
     assert all(r["identical_to_plain"] == 2 for r in rows.values())
     assert rows["draft-model"]["mean_accepted"] > 1.0
+
+
+@pytest.mark.parametrize("mode", ["ngram", "right", "wrong"])
+def test_int4_batch_invariant_speculation_equals_plain(bundles, mode):
+    """int4: one-token calls round differently from multi-token ones, so lossless speculation runs the engine
+    batch-invariant (every call >= 2 rows); then output equals plain decoding token for token."""
+    engine = specrt.load(str(bundles["int4"]), device="cpu", batch_invariant=True)
+    engine.adaptive = mode == "ngram"
+    params = SamplingParams(max_new_tokens=128, stop_token_ids=())
+    for prompt in PROMPTS:
+        engine.reset()
+        plain = engine.generate(prompt, params, drafter=None).wait()
+        engine.reset()
+        spec = engine.generate(prompt, params, drafter=_drafter(engine, mode, prompt, plain)).wait()
+        assert spec.token_ids == plain.token_ids, prompt
