@@ -84,6 +84,15 @@ class Generation:
         self._chunks.close()
 
 
+def _kernels_available() -> bool:
+    try:
+        import torch  # noqa: F401
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -134,6 +143,8 @@ class Engine:
         # every target call feeds >= 2 rows, so that an int4 graph's output does not depend on how tokens
         # were grouped into calls (speculative == plain token for token); plain steps cost ~1.2x (docs/perf.md)
         self.target.min_rows = 2 if batch_invariant else 1
+        # verify with the Triton kernel on the logits where they are (GPU providers, with torch + triton)
+        self.device_verify = self.target.device != "cpu" and _kernels_available()
         self.max_context = manifest.kv.max_context
         self.stop_ids = frozenset(manifest.stop_token_ids)
         self._cached: list[int] = []  # token ids whose KV the target cache holds, in order
@@ -191,9 +202,10 @@ class Engine:
     def cached_tokens(self) -> list[int]:
         return self._cached
 
-    def feed(self, tokens: list[int], position_ids=None, attention_bias=None) -> np.ndarray:
-        """Run the target on tokens after the cache; returns logits [len(tokens), V]."""
-        logits = self.target.forward(np.array([tokens], dtype=np.int64), position_ids, attention_bias)
+    def feed(self, tokens: list[int], position_ids=None, attention_bias=None, device_logits: bool = False):
+        """Run the target on tokens after the cache; returns logits [len(tokens), V] (numpy, or a torch tensor
+        where the session runs with device_logits)."""
+        logits = self.target.forward(np.array([tokens], dtype=np.int64), position_ids, attention_bias, device_logits)
         self._cached.extend(tokens)
         return logits[0]
 

@@ -19,7 +19,7 @@ import numpy as np
 from specrt.drafters.base import Draft
 from specrt.runtime.adaptive import DraftController
 from specrt.runtime.sampling import Sampler, SamplingParams
-from specrt.runtime.verify import verify
+from specrt.runtime.verify import verify, verify_on_device
 
 
 @dataclass
@@ -101,13 +101,15 @@ class SpeculativeStepper(PlainStepper):
         base = self.engine.target.length
         tokens = [self.pending, *draft.tokens.tolist()]
         depths = draft.depths()
+        on_device = self.engine.device_verify
         if draft.is_chain():
-            logits = self.engine.feed(tokens)
+            logits = self.engine.feed(tokens, device_logits=on_device)
         else:
             positions = base + np.concatenate([[0], depths])[None]
-            logits = self.engine.feed(tokens, position_ids=positions, attention_bias=tree_bias(draft, base))
+            logits = self.engine.feed(tokens, position_ids=positions, attention_bias=tree_bias(draft, base),
+                                      device_logits=on_device)
         t2 = time.perf_counter()
-        verdict = verify(draft, logits, self.params, self.sampler.rng)
+        verdict = (verify_on_device if on_device else verify)(draft, logits, self.params, self.sampler.rng)
         self.stats.verify_seconds += time.perf_counter() - t1
         self.stats.target_calls += 1
         depth = int(depths.max())

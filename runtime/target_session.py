@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort
 
 from specrt.errors import SpecrtError
+from specrt.kernels.kv_compact import kv_compact_ref
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class TargetSession:
         # several rows (whose results agree with each other bit for bit, docs/perf.md), so a one-token call
         # is padded with a copy of its token in the next slot, then that slot is dropped.
         self.min_rows = 1
+        self.kernel_compaction = False  # True: compact with the Triton kernel even on a host cache (tests)
         self.binding = self.session.io_binding()
         for i in range(spec.num_layers):
             self.binding.bind_ortvalue_input(f"past_key_values.{i}.key", self.keys[i])
@@ -81,11 +83,17 @@ class TargetSession:
         """Move the KV of `src_slots` (an accepted tree path) to slots dst, dst + 1, ... (one gather per buffer)."""
         if not src_slots or list(src_slots) == list(range(dst, dst + len(src_slots))):
             return
-        if self.device != "cpu":
-            raise NotImplementedError("tree KV compaction on a GPU cache arrives with the Triton kernels")
-        idx = np.asarray(src_slots)
+        if self.device != "cpu" or self.kernel_compaction:
+            import torch
+
+            from specrt.kernels.kv_compact import kv_compact
+
+            for value in (*self.keys, *self.values):  # the OrtValue's memory seen by torch (DLPack, no copy)
+                buffer = torch.from_dlpack(value)
+                kv_compact(buffer, dst, torch.tensor(src_slots, dtype=torch.int64, device=buffer.device))
+            return
         for array in self.host_arrays:
-            array[:, :, dst:dst + len(idx)] = array[:, :, idx]  # fancy indexing copies before writing
+            kv_compact_ref(array, dst, np.asarray(src_slots))
 
     def reset(self) -> None:
         self.length = 0
@@ -104,8 +112,12 @@ class TargetSession:
         window = np.where(too_far[:, None], -np.inf, 0.0).astype(self.np_dtype)
         return np.ascontiguousarray(attention_bias + window, dtype=self.np_dtype)
 
-    def forward(self, input_ids: np.ndarray, position_ids: np.ndarray | None = None, attention_bias: np.ndarray | None = None):
+    def forward(self, input_ids: np.ndarray, position_ids: np.ndarray | None = None, attention_bias: np.ndarray | None = None,
+                device_logits: bool = False):
         """input_ids [B, S] -> logits [B, S, V] (and hidden_states [B, S, F] when the graph has them).
+
+        device_logits: return the logits as a torch tensor over ONNX Runtime's own output buffer, where the
+        session runs (GPU memory under CUDA), through DLPack: no copy through host memory.
 
         The new tokens take cache slots length .. length + S - 1 and `length` advances by S.
         position_ids default to the slot numbers; attention_bias [B, 1, S, length + S] is additive.
@@ -114,7 +126,7 @@ class TargetSession:
         if s < self.min_rows and position_ids is None and attention_bias is None \
                 and self.length + self.min_rows <= self.spec.max_context:
             pad = np.repeat(input_ids[:, -1:], self.min_rows - s, axis=1)
-            out = self.forward(np.concatenate([input_ids, pad], axis=1))
+            out = self.forward(np.concatenate([input_ids, pad], axis=1), device_logits=device_logits)
             self.length -= self.min_rows - s  # the pad's slot is rolled back
             return tuple(o[:, :s] for o in out) if isinstance(out, tuple) else out[:, :s]
         total = self.length + s
@@ -131,14 +143,20 @@ class TargetSession:
         bind.bind_cpu_input("attention_bias", np.ascontiguousarray(attention_bias, dtype=self.np_dtype))
         if self.spec.sliding_window:
             bind.bind_cpu_input("sliding_attention_bias", self._sliding_bias(position_ids, attention_bias))
-        bind.bind_output("logits", "cpu")  # sampling reads logits on the host (unallocated: shape varies)
+        # unallocated (the shape varies): on the host for numpy sampling, or where the session runs
+        bind.bind_output("logits", self.device if device_logits else "cpu")
         if self.spec.hidden_output:
             bind.bind_output("hidden_states", "cpu")
         self.session.run_with_iobinding(bind)
         outs = bind.get_outputs()  # in binding order: the 2 * layers cache values, logits, hidden_states
         self.length = total
         first = 2 * self.spec.num_layers
-        logits = outs[first].numpy()
+        if device_logits:
+            import torch
+
+            logits = torch.from_dlpack(outs[first])
+        else:
+            logits = outs[first].numpy()
         if self.spec.hidden_output:
             return logits, outs[first + 1].numpy()
         return logits

@@ -103,3 +103,29 @@ def test_batch_invariant_mode_pads_one_token_calls(engine):  # noqa: F811
     finally:
         target.min_rows = 1
         engine.reset()
+
+
+@pytest.mark.parametrize("mode", ["right", "wrong", "tree"])
+def test_device_path_equals_host_path(engine, mode):  # noqa: F811
+    """The GPU path on the CPU: logits handed to the Triton kernel (interpreted) through DLPack without a
+    copy, tree paths compacted by the Triton kernel in the OrtValues' memory. Greedy output equals plain
+    decoding, and a seeded sampled run draws the same tokens as the numpy path (same random numbers)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    prompt = PROMPTS[1]
+    params = SamplingParams(max_new_tokens=12, stop_token_ids=())
+    engine.adaptive = False
+    plain = engine.generate(prompt, params, drafter=None).wait()
+    drafter = OracleDrafter(len(engine.prompt_ids(prompt)), plain.token_ids, engine.manifest.vocab_size, mode)
+    sampled = SamplingParams(max_new_tokens=12, stop_token_ids=(), temperature=1.0, top_p=0.9, seed=11)
+    engine.reset()
+    host = engine.generate(prompt, sampled, drafter=drafter).wait()
+    engine.device_verify, engine.target.kernel_compaction = True, True
+    try:
+        engine.reset()
+        assert engine.generate(prompt, params, drafter=drafter).wait().token_ids == plain.token_ids
+        engine.reset()
+        assert engine.generate(prompt, sampled, drafter=drafter).wait().token_ids == host.token_ids
+    finally:
+        engine.device_verify, engine.target.kernel_compaction = False, False
+        engine.reset()
