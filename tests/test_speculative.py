@@ -129,3 +129,38 @@ def test_device_path_equals_host_path(engine, mode):  # noqa: F811
     finally:
         engine.device_verify, engine.target.kernel_compaction = False, False
         engine.reset()
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_sampling_on_the_tiny_model_matches_its_distribution(engine, shape):  # noqa: F811
+    """The tiny bundle's own logits (after a prompt, and after each possible first token), a draft distribution
+    that differs from the target's, temperature 1, top-p 0.9, 20,000 samples: the first and the second output
+    token each follow the target's distribution (chi-square on each marginal; the joint has too many cells)."""
+    from tests.test_verify import _chi_square_p, sample_two_tokens
+    from specrt.runtime.sampling import target_probs
+
+    rng = np.random.default_rng(5)
+    params = SamplingParams(temperature=1.0, top_p=0.9)
+    target = engine.target
+    engine.reset()
+    prompt = np.array([engine.prompt_ids(PROMPTS[0])])
+    l1 = target.forward(prompt)[0, -1].astype(np.float64) * 4  # sharpened: the random model is nearly uniform
+    base = target.length
+    rows = []
+    for x in range(len(l1)):  # target logits after each possible first token
+        target.rollback(base)
+        rows.append(target.forward(np.array([[x]]))[0, -1])
+    l2 = np.stack(rows).astype(np.float64) * 4
+    target.rollback(0)
+    engine.reset()
+    v = len(l1)
+
+    def draft_dist(logits):  # a drafter that roughly agrees with the target
+        q = np.exp(logits / 4 * 3 + rng.normal(size=logits.shape))
+        return q / q.sum(-1, keepdims=True)
+
+    counts = sample_two_tokens(l1, l2, draft_dist(l1), draft_dist(l2), shape, params, rng)
+    p1 = target_probs(l1, params)
+    p2 = (p1[:, None] * np.stack([target_probs(l2[x], params) for x in range(v)])).sum(0)
+    assert _chi_square_p(counts.sum(1), p1) > 0.01
+    assert _chi_square_p(counts.sum(0), p2) > 0.01

@@ -66,6 +66,30 @@ def _chi_square_p(counts: np.ndarray, probs: np.ndarray) -> float:
     return chisquare(counts[keep], expected).pvalue
 
 
+def sample_two_tokens(l1, l2, q1, q2, shape: str, params: SamplingParams, rng, n: int = 20000) -> np.ndarray:
+    """counts [V, V] of the first two tokens that speculative sampling outputs, with target logits l1 [V] after
+    the pending token and l2 [V, V] after each first token, draft distributions q1 [V] and q2 [V, V]."""
+    v = len(l1)
+    counts = np.zeros((v, v))
+    for _ in range(n):
+        if shape == "chain":
+            d1 = rng.choice(v, p=q1)
+            d2 = rng.choice(v, p=q2[d1])
+            draft = Draft.chain([d1, d2], probs=np.stack([q1, q2[d1]]))
+            logits = np.stack([l1, l2[d1], np.zeros(v)])
+        else:  # two i.i.d. children of the pending token, the first with one child of its own
+            a, b = rng.choice(v, p=q1), rng.choice(v, p=q1)
+            c = rng.choice(v, p=q2[a])
+            draft = Draft(np.array([a, b, c]), np.array([-1, -1, 0]), probs=np.stack([q1, q1, q2[a]]))
+            logits = np.stack([l1, l2[a], l2[b], np.zeros(v)])
+        verdict = verify(draft, logits, params, rng)
+        out = [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]
+        if len(out) < 2:  # x1 was recovered: draw x2 from the target as the next step would
+            out.append(int(rng.choice(v, p=target_probs(l2[out[0]], params))))
+        counts[out[0], out[1]] += 1
+    return counts
+
+
 @pytest.mark.parametrize("shape", ["chain", "tree"])
 def test_sampling_matches_the_target_distribution(shape):
     """First two output tokens of speculative sampling ~ target's p(x1) p(x2 | x1), temperature 1, top-p 0.9."""
@@ -79,21 +103,5 @@ def test_sampling_matches_the_target_distribution(shape):
     q2 /= q2.sum(1, keepdims=True)
     p1 = target_probs(l1, params)
     joint = p1[:, None] * np.stack([target_probs(l2[x], params) for x in range(V)])
-    counts = np.zeros((V, V))
-    for _ in range(20000):
-        if shape == "chain":
-            d1 = rng.choice(V, p=q1)
-            d2 = rng.choice(V, p=q2[d1])
-            draft = Draft.chain([d1, d2], probs=np.stack([q1, q2[d1]]))
-            logits = np.stack([l1, l2[d1], np.zeros(V)])
-        else:  # two i.i.d. children of the pending token, the first with one child of its own
-            a, b = rng.choice(V, p=q1), rng.choice(V, p=q1)
-            c = rng.choice(V, p=q2[a])
-            draft = Draft(np.array([a, b, c]), np.array([-1, -1, 0]), probs=np.stack([q1, q1, q2[a]]))
-            logits = np.stack([l1, l2[a], l2[b], np.zeros(V)])
-        v = verify(draft, logits, params, rng)
-        out = [int(draft.tokens[i]) for i in v.accepted] + [v.next_token]
-        if len(out) < 2:  # x1 was recovered: draw x2 from the target as the next step would
-            out.append(int(rng.choice(V, p=target_probs(l2[out[0]], params))))
-        counts[out[0], out[1]] += 1
+    counts = sample_two_tokens(l1, l2, q1, q2, shape, params, rng)
     assert _chi_square_p(counts.reshape(-1), joint.reshape(-1)) > 0.01
