@@ -110,3 +110,41 @@ def test_pickle_only_checkpoint_is_refused(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")
     with pytest.raises(SourceError, match="pytorch_model.bin is a pickle file"):
         load_eagle3_checkpoint(tmp_path, TARGET)
+
+
+def test_onnx_graph_equals_torch_over_steps():
+    """The exported head (fused ORT operators, own KV cache) equals its torch definition: a 4-token call
+    from target features, then two single-token steps that feed back the head's own hidden output."""
+    import onnxruntime as ort
+
+    from specrt.convert.eagle3_graph import build_eagle3_graph
+    from specrt.convert.target_graph import GraphOptions
+
+    head = random_head(2)
+    embed = np.random.default_rng(0).normal(size=(97, 64)).astype(np.float32)
+    model = build_eagle3_graph(head.cfg, state_dict_of(head), embed, GraphOptions(max_context=32))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    max_ctx, rng = 32, np.random.default_rng(1)
+    past_k = np.zeros((1, 2, max_ctx, 16), np.float32)
+    past_v = np.zeros_like(past_k)
+    tk = tv = torch.zeros(1, 2, 0, 16)
+    ids = rng.integers(0, 97, size=(1, 6))
+    feats = rng.normal(size=(1, 4, 192)).astype(np.float32)
+    hidden = None
+    for start, n, use in ((0, 4, True), (4, 1, False), (5, 1, False)):
+        tokens = ids[:, start:start + n]
+        pos = np.arange(start, start + n)[None]
+        f = feats if use else np.zeros((1, n, 192), np.float32)
+        h_in = hidden if hidden is not None and not use else np.zeros((1, n, 64), np.float32)
+        logits, h_out, past_k, past_v = sess.run(None, {
+            "input_ids": tokens, "position_ids": pos, "attention_mask": np.ones((1, start + n), np.int64),
+            "attention_bias": np.zeros((1, 1, n, start + n), np.float32), "features": f, "hidden": h_in,
+            "use_features": np.array([use]), "past_key_values.0.key": past_k, "past_key_values.0.value": past_v})
+        with torch.no_grad():
+            emb = torch.from_numpy(embed[tokens])
+            hid = head.fuse(torch.from_numpy(f)) if use else torch.from_numpy(h_in)
+            t_logits, t_h, k, v = head(emb, hid, torch.from_numpy(pos), tk, tv)
+        tk, tv = torch.cat((tk, k), 2), torch.cat((tv, v), 2)
+        np.testing.assert_allclose(logits, t_logits.numpy(), atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(h_out, t_h.numpy(), atol=1e-4, rtol=1e-4)
+        hidden = h_out[:, -1:]
