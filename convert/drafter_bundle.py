@@ -1,7 +1,7 @@
 """`specrt convert SOURCE --drafter KIND:ARG`: put a drafter's graph into the bundle beside the target.
 
-Kinds available: `draft-model` (an independent small LM with the target's tokenizer and its own KV cache).
-Its ARG is one of
+Kinds available: `eagle3:FOLDER` (an EAGLE-3 checkpoint, convert/eagle3_bundle.py) and `draft-model` (an
+independent small LM with the target's tokenizer and its own KV cache), whose ARG is one of
 - `self-int4`: the int4 graph of the target's own weights (drafts for an fp32/fp16 target);
 - a specrt bundle folder: its target graph is copied in as the draft graph (no reconversion);
 - a conversion source (HF folder, .gguf file or catalog name): converted at the target's precision.
@@ -20,8 +20,8 @@ from specrt.bundle import MANIFEST, KVLayout, load_bundle
 from specrt.errors import SourceError, SpecrtError
 
 DRAFT_STEM = "draft"
-AVAILABLE_KINDS = ("draft-model",)
-LATER_KINDS = ("eagle3", "mtp", "dflash")
+AVAILABLE_KINDS = ("draft-model", "eagle3")
+LATER_KINDS = ("mtp", "dflash")
 
 
 def parse_drafter_spec(spec: str) -> tuple[str, str]:
@@ -39,7 +39,9 @@ def parse_drafter_spec(spec: str) -> tuple[str, str]:
 
 def check_drafter_spec(spec: str, precision: str) -> None:
     """Refuse a bad --drafter before any work is done."""
-    _, arg = parse_drafter_spec(spec)
+    kind, arg = parse_drafter_spec(spec)
+    if kind == "eagle3" and not Path(arg).expanduser().is_dir():
+        raise SpecrtError(f"eagle3:{arg}: no such checkpoint folder")
     if arg == "self-int4" and precision == "int4":
         raise SpecrtError("draft-model:self-int4 drafts for an fp32 or fp16 target; this target is already int4")
 
@@ -48,11 +50,25 @@ def drafter_stages(spec: str | None) -> int:
     """How many progress stages adding this drafter takes (a bundle is copied within the last stage)."""
     if not spec:
         return 0
-    _, arg = parse_drafter_spec(spec)
+    kind, arg = parse_drafter_spec(spec)
+    if kind == "eagle3":
+        return 2  # build, validate
     if arg == "self-int4":
         return 3  # build, save, validate
     path = Path(arg).expanduser()
     return 0 if (path / MANIFEST).is_file() else 4  # load, build, save, validate
+
+
+def hidden_layers_for(spec: str | None, target_cfg) -> tuple[int, ...]:
+    """Target layers whose hidden states the drafter reads (EAGLE-3: its three aux layers)."""
+    if not spec:
+        return ()
+    kind, arg = parse_drafter_spec(spec)
+    if kind != "eagle3":
+        return ()
+    from specrt.convert.eagle3_bundle import hidden_layers_for as eagle3_layers
+
+    return eagle3_layers(arg, target_cfg)
 
 
 def tokenizer_difference(target_json: Path, draft_json: Path) -> str | None:
@@ -113,6 +129,10 @@ def add_drafter(spec: str, tmp: Path, loaded, precision: str, max_context: int, 
     from specrt.convert import sources
 
     kind, arg = parse_drafter_spec(spec)
+    if kind == "eagle3":
+        from specrt.convert.eagle3_bundle import add_eagle3
+
+        return add_eagle3(spec, arg, tmp, loaded, max_context, providers, stages)
     if arg == "self-int4":
         draft_loaded, draft_precision = loaded, "int4"
     else:

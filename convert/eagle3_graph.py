@@ -81,3 +81,34 @@ def build_eagle3_graph(cfg: Eagle3Config, tensors: dict[str, np.ndarray], target
                        opts: GraphOptions) -> onnx.ModelProto:
     """tensors: the checkpoint's (canonical names); target_embed [V, H]: the target's token embedding."""
     return _Eagle3Builder(cfg, _graph_weights(tensors, target_embed), opts).build()
+
+
+def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4, 1, False), (5, 1, False)),
+                       seed: int = 0, max_ctx: int = 16) -> float:
+    """Max |logit difference| between an ORT session over the head graph and the torch head, over a call from
+    random target features followed by single steps that feed back the head's own hidden output."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    c = head.cfg.layer
+    past_k = np.zeros((1, c.num_kv_heads, max_ctx, c.head_dim), np.float32)
+    past_v = np.zeros_like(past_k)
+    tk = tv = torch.zeros(1, c.num_kv_heads, 0, c.head_dim)
+    width = 3 * head.cfg.target_hidden_size
+    hidden, worst = None, 0.0
+    for start, n, use in steps:
+        tokens = rng.integers(0, embed.shape[0], size=(1, n))
+        pos = np.arange(start, start + n)[None]
+        feats = rng.normal(size=(1, n, width)).astype(np.float32) if use else np.zeros((1, n, width), np.float32)
+        h_in = hidden if (hidden is not None and not use) else np.zeros((1, n, c.hidden_size), np.float32)
+        logits, h_out, past_k, past_v = session.run(None, {
+            "input_ids": tokens, "position_ids": pos, "attention_mask": np.ones((1, start + n), np.int64),
+            "attention_bias": np.zeros((1, 1, n, start + n), np.float32), "features": feats, "hidden": h_in,
+            "use_features": np.array([use]), "past_key_values.0.key": past_k, "past_key_values.0.value": past_v})
+        with torch.no_grad():
+            hid = head.fuse(torch.from_numpy(feats)) if use else torch.from_numpy(h_in)
+            t_logits, t_h, k, v = head(torch.from_numpy(embed[tokens]), hid, torch.from_numpy(pos), tk, tv)
+        tk, tv = torch.cat((tk, k), 2), torch.cat((tv, v), 2)
+        worst = max(worst, float(np.abs(logits - t_logits.numpy()).max()), float(np.abs(h_out - t_h.numpy()).max()))
+        hidden = h_out[:, -1:]
+    return worst

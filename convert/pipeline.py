@@ -23,7 +23,7 @@ import numpy as np
 from specrt import __version__
 from specrt.bundle import KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
 from specrt.convert import sources
-from specrt.convert.drafter_bundle import add_drafter, check_drafter_spec, drafter_stages
+from specrt.convert.drafter_bundle import add_drafter, check_drafter_spec, drafter_stages, hidden_layers_for
 from specrt.convert.quantize import dequantize_int4
 from specrt.convert.smoothing import CALIBRATION_TEXTS, down_proj_input_max, smooth_down_proj
 from specrt.convert.target_graph import PRECISIONS, GraphOptions, build_target_graph, io_names, quantize_model
@@ -216,14 +216,15 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     stages.start("tokenizer")
     tok = write_tokenizer(loaded.source.path, loaded.source.kind, tmp, cfg.eos_token_ids, cfg.bos_token_id)
     stages.done()
-    target, validation = _build_graph(tmp, "target", loaded, opts.precision, max_context, opts.hidden_layers,
-                                      providers, stages)
+    taps = tuple(sorted(set(opts.hidden_layers) | set(hidden_layers_for(opts.drafter, cfg))))
+    target, validation = _build_graph(tmp, "target", loaded, opts.precision, max_context, taps, providers, stages)
     drafters = ()
     if opts.drafter:
         drafters = (add_drafter(opts.drafter, tmp, loaded, opts.precision, max_context, providers, stages, _build_graph),)
 
     stages.start("write manifest")
-    graph_files = [target.file, target.data_file] + [f for d in drafters for f in (d["graph"]["file"], d["graph"]["data_file"])]
+    graph_files = [target.file, target.data_file] + [
+        f for d in drafters for f in (d["graph"]["file"], d["graph"]["data_file"], *d.get("extra_files", ()))]
     files = {name: file_entry(tmp / name) for name in (*graph_files, *tok.files)}
     manifest = Manifest(
         model_name=loaded.source.name,

@@ -31,9 +31,18 @@ def _draft_model(bundle: Path, manifest: Manifest, providers, threads: int):
     return DraftModelDrafter(bundle, entry, manifest.vocab_size, providers, threads=threads)
 
 
-# drafter name -> factory(bundle, manifest, providers, threads); eagle3, mtp and dflash arrive with their issues
-DRAFTERS = {"none": lambda *args: None, "ngram": _ngram, "draft-model": _draft_model}
-LATER_DRAFTERS = ("eagle3", "mtp", "dflash")
+def _eagle3(bundle: Path, manifest: Manifest, providers, threads: int):
+    from specrt.drafters.eagle3 import Eagle3Drafter
+
+    entry = manifest.drafter("eagle3")
+    if entry is None:
+        raise SpecrtError(f"{bundle} has no EAGLE-3 head (convert it with --drafter eagle3:CHECKPOINT_FOLDER)")
+    return Eagle3Drafter(bundle, entry, manifest.target.hidden_layers, manifest.vocab_size, providers, threads=threads)
+
+
+# drafter name -> factory(bundle, manifest, providers, threads); mtp and dflash arrive with their issues
+DRAFTERS = {"none": lambda *args: None, "ngram": _ngram, "draft-model": _draft_model, "eagle3": _eagle3}
+LATER_DRAFTERS = ("mtp", "dflash")
 
 
 def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec: str | None, stages) -> None:

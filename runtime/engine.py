@@ -146,6 +146,9 @@ class Engine:
         # verify with the Triton kernel on the logits where they are (GPU providers, with torch + triton)
         self.device_verify = self.target.device != "cpu" and _kernels_available()
         self.max_context = manifest.kv.max_context
+        # the target's hidden-state taps per cache slot [max_context, F] (what EAGLE-3 heads read), if it has them
+        width = len(manifest.target.hidden_layers) * manifest.target.hidden_size
+        self.features = np.zeros((self.max_context, width), np.float32) if spec.hidden_output else None
         self.stop_ids = frozenset(manifest.stop_token_ids)
         self._cached: list[int] = []  # token ids whose KV the target cache holds, in order
         self._lock = threading.Lock()
@@ -205,14 +208,21 @@ class Engine:
     def feed(self, tokens: list[int], position_ids=None, attention_bias=None, device_logits: bool = False):
         """Run the target on tokens after the cache; returns logits [len(tokens), V] (numpy, or a torch tensor
         where the session runs with device_logits)."""
-        logits = self.target.forward(np.array([tokens], dtype=np.int64), position_ids, attention_bias, device_logits)
+        start = self.target.length
+        out = self.target.forward(np.array([tokens], dtype=np.int64), position_ids, attention_bias, device_logits)
+        if self.features is not None:
+            out, hidden = out
+            self.features[start:start + len(tokens)] = hidden[0]
         self._cached.extend(tokens)
-        return logits[0]
+        return out[0]
 
     def commit(self, base: int, accepted: list[int], draft) -> None:
         """After verifying [pending, *draft] at slot base: keep pending and the accepted path only."""
         keep = base + 1 + len(accepted)
-        self.target.compact(base + 1, [base + 1 + i for i in accepted])
+        path = [base + 1 + i for i in accepted]
+        self.target.compact(base + 1, path)
+        if self.features is not None and path:
+            self.features[base + 1:base + 1 + len(path)] = self.features[path]
         self.target.rollback(keep)
         self._cached[base + 1:] = [int(draft.tokens[i]) for i in accepted]
 

@@ -79,6 +79,8 @@ class SpeculativeStepper(PlainStepper):
         self.drafter, self.params, self.max_draft = drafter, params, max_draft
         self.controller = DraftController(max_draft) if adaptive else None
         self.name = drafter.name
+        if hasattr(drafter, "attach"):
+            drafter.attach(engine)  # drafters that read the target's hidden states (EAGLE-3)
         drafter.reset(params, self.sampler.rng)
 
     def _plain(self, budget: int) -> list[int]:

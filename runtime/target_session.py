@@ -29,6 +29,7 @@ class TargetSpec:
     kv_dtype: str = "float32"  # float32 | float16
     hidden_output: bool = False
     sliding_window: int = 0  # > 0: the graph has a sliding_attention_bias input
+    extra_outputs: tuple[str, ...] = ()  # further outputs returned after the logits (EAGLE-3: hidden_out)
 
 
 class ContextOverflowError(SpecrtError):
@@ -113,7 +114,7 @@ class TargetSession:
         return np.ascontiguousarray(attention_bias + window, dtype=self.np_dtype)
 
     def forward(self, input_ids: np.ndarray, position_ids: np.ndarray | None = None, attention_bias: np.ndarray | None = None,
-                device_logits: bool = False):
+                device_logits: bool = False, extra_inputs: dict | None = None):
         """input_ids [B, S] -> logits [B, S, V] (and hidden_states [B, S, F] when the graph has them).
 
         device_logits: return the logits as a torch tensor over ONNX Runtime's own output buffer, where the
@@ -123,7 +124,7 @@ class TargetSession:
         position_ids default to the slot numbers; attention_bias [B, 1, S, length + S] is additive.
         """
         b, s = input_ids.shape
-        if s < self.min_rows and position_ids is None and attention_bias is None \
+        if s < self.min_rows and position_ids is None and attention_bias is None and not extra_inputs \
                 and self.length + self.min_rows <= self.spec.max_context:
             pad = np.repeat(input_ids[:, -1:], self.min_rows - s, axis=1)
             out = self.forward(np.concatenate([input_ids, pad], axis=1), device_logits=device_logits)
@@ -145,8 +146,12 @@ class TargetSession:
             bind.bind_cpu_input("sliding_attention_bias", self._sliding_bias(position_ids, attention_bias))
         # unallocated (the shape varies): on the host for numpy sampling, or where the session runs
         bind.bind_output("logits", self.device if device_logits else "cpu")
+        for name, value in (extra_inputs or {}).items():
+            bind.bind_cpu_input(name, np.ascontiguousarray(value))
         if self.spec.hidden_output:
             bind.bind_output("hidden_states", "cpu")
+        for name in self.spec.extra_outputs:
+            bind.bind_output(name, "cpu")
         self.session.run_with_iobinding(bind)
         outs = bind.get_outputs()  # in binding order: the 2 * layers cache values, logits, hidden_states
         self.length = total
@@ -157,6 +162,5 @@ class TargetSession:
             logits = torch.from_dlpack(outs[first])
         else:
             logits = outs[first].numpy()
-        if self.spec.hidden_output:
-            return logits, outs[first + 1].numpy()
-        return logits
+        rest = [o.numpy() for o in outs[first + 1:]]  # hidden_states, then the extra outputs, in binding order
+        return (logits, *rest) if rest else logits

@@ -135,7 +135,7 @@ def validate_files(bundle: Path, manifest: Manifest, check_hashes: bool = True) 
     needed = {manifest.target.file, manifest.target.data_file, *manifest.tokenizer_files}
     for drafter in manifest.drafters:
         graph = drafter.get("graph") or {}
-        needed |= {graph.get("file"), graph.get("data_file")} - {None}
+        needed |= ({graph.get("file"), graph.get("data_file")} | set(drafter.get("extra_files", ()))) - {None}
     unlisted = sorted(n for n in needed if n not in manifest.files)
     if unlisted:
         raise BundleError(f"{bundle}: manifest lists no checksum for {unlisted[0]}")

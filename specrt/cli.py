@@ -70,7 +70,8 @@ def cli():
               help="device the bundle is built and validated for")
 @click.option("--hidden-layers", default="", help="comma-separated layers whose hidden states the graph also emits")
 @click.option("--drafter", default=None, metavar="KIND:ARG",
-              help="add a drafter graph: draft-model:PATH_OR_NAME (bundle, HF folder, .gguf, catalog name) or draft-model:self-int4")
+              help="add a drafter graph: draft-model:PATH_OR_NAME (bundle, HF folder, .gguf, catalog name), "
+                   "draft-model:self-int4, or eagle3:CHECKPOINT_FOLDER")
 @click.option("--force", is_flag=True, help="replace an existing output folder")
 def convert(source, output, precision, max_context, device, hidden_layers, drafter, force):
     """Convert SOURCE (HF folder, .gguf file or catalog name) into a bundle."""

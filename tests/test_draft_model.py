@@ -115,7 +115,8 @@ def test_a_drafter_with_another_tokenizer_is_refused(sources, tmp_path, capsys):
 
 @pytest.mark.parametrize("spec, message", [
     ("draft-model:self-int4", "already int4"),
-    ("eagle3:x", "not available yet"),
+    ("mtp:x", "not available yet"),
+    ("eagle3:/no/such/folder", "no such checkpoint folder"),
     ("ngram", "needs no conversion"),
     ("draft-model", "names no model"),
     ("magic:x", "unknown drafter kind"),

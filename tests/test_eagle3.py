@@ -117,34 +117,65 @@ def test_onnx_graph_equals_torch_over_steps():
     from target features, then two single-token steps that feed back the head's own hidden output."""
     import onnxruntime as ort
 
-    from specrt.convert.eagle3_graph import build_eagle3_graph
+    from specrt.convert.eagle3_graph import build_eagle3_graph, compare_with_torch
     from specrt.convert.target_graph import GraphOptions
 
     head = random_head(2)
     embed = np.random.default_rng(0).normal(size=(97, 64)).astype(np.float32)
     model = build_eagle3_graph(head.cfg, state_dict_of(head), embed, GraphOptions(max_context=32))
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    max_ctx, rng = 32, np.random.default_rng(1)
-    past_k = np.zeros((1, 2, max_ctx, 16), np.float32)
-    past_v = np.zeros_like(past_k)
-    tk = tv = torch.zeros(1, 2, 0, 16)
-    ids = rng.integers(0, 97, size=(1, 6))
-    feats = rng.normal(size=(1, 4, 192)).astype(np.float32)
-    hidden = None
-    for start, n, use in ((0, 4, True), (4, 1, False), (5, 1, False)):
-        tokens = ids[:, start:start + n]
-        pos = np.arange(start, start + n)[None]
-        f = feats if use else np.zeros((1, n, 192), np.float32)
-        h_in = hidden if hidden is not None and not use else np.zeros((1, n, 64), np.float32)
-        logits, h_out, past_k, past_v = sess.run(None, {
-            "input_ids": tokens, "position_ids": pos, "attention_mask": np.ones((1, start + n), np.int64),
-            "attention_bias": np.zeros((1, 1, n, start + n), np.float32), "features": f, "hidden": h_in,
-            "use_features": np.array([use]), "past_key_values.0.key": past_k, "past_key_values.0.value": past_v})
-        with torch.no_grad():
-            emb = torch.from_numpy(embed[tokens])
-            hid = head.fuse(torch.from_numpy(f)) if use else torch.from_numpy(h_in)
-            t_logits, t_h, k, v = head(emb, hid, torch.from_numpy(pos), tk, tv)
-        tk, tv = torch.cat((tk, k), 2), torch.cat((tv, v), 2)
-        np.testing.assert_allclose(logits, t_logits.numpy(), atol=1e-4, rtol=1e-4)
-        np.testing.assert_allclose(h_out, t_h.numpy(), atol=1e-4, rtol=1e-4)
-        hidden = h_out[:, -1:]
+    assert compare_with_torch(sess, head, embed) < 1e-4
+    assert sess.get_outputs()[0].shape[-1] == 40  # logits over the draft vocabulary
+
+
+@pytest.fixture(scope="module")
+def eagle_bundle(tmp_path_factory):
+    """A tiny target converted with a random EAGLE-3 head (checkpoint in the vLLM layout) as its drafter."""
+    from specrt.cli import main
+    from tests.tiny_models import save_tiny_bundle_source
+
+    root = tmp_path_factory.mktemp("eagle")
+    src = save_tiny_bundle_source("llama", root / "target")
+    head = random_head(3)
+    head_dir = root / "head"
+    save_eagle3_checkpoint(head_dir, head.cfg, state_dict_of(head))
+    out = root / "bundle"
+    assert main(["convert", str(src), "-o", str(out), "--max-context", "96", "--drafter", f"eagle3:{head_dir}"]) == 0
+    return out
+
+
+def test_eagle3_bundle_and_lossless_drafting(eagle_bundle):
+    import specrt
+    from specrt.bundle import load_bundle
+    from specrt.runtime.sampling import SamplingParams
+
+    manifest = load_bundle(eagle_bundle)
+    entry = manifest.drafter("eagle3")
+    assert entry["aux_layers"] == [2, 1, 0] and manifest.target.hidden_layers == (0, 1, 2)
+    assert entry["validation"]["max_abs_diff"] < 1e-3 and "eagle3.d2t.safetensors" in manifest.files
+    engine = specrt.load(str(eagle_bundle), device="cpu", drafter="eagle3")
+    engine.adaptive = False
+    params = SamplingParams(max_new_tokens=30, stop_token_ids=())
+    for prompt in ("the cat and the dog", "a man in the house of the world"):
+        plain = engine.generate(prompt, params, drafter=None).wait()
+        spec = engine.generate(prompt, params).wait()
+        assert spec.token_ids == plain.token_ids and spec.stats.drafter == "eagle3"
+        assert len(spec.stats.acceptance_by_position) == 4  # it drafted 4 deep every call
+    draft = engine.drafter.propose(engine.cached_tokens() + [5], 3)
+    assert set(draft.tokens.tolist()) <= set(engine.drafter.d2t_targets.tolist())  # only mapped target ids
+    sampled = engine.generate("the world", SamplingParams(max_new_tokens=10, temperature=1.0, seed=1)).wait()
+    assert len(sampled.token_ids) > 0
+
+
+def test_eagle3_for_another_target_is_refused(tmp_path, capsys):
+    from specrt.cli import main
+    from tests.tiny_models import save_tiny_bundle_source
+
+    src = save_tiny_bundle_source("llama", tmp_path / "target")
+    head = random_head()
+    hf = head.cfg.to_hf()
+    save_eagle3_checkpoint(tmp_path / "head", head.cfg, state_dict_of(head))
+    (tmp_path / "head" / "config.json").write_text(json.dumps({**hf, "target_hidden_size": 32}))
+    code = main(["convert", str(src), "-o", str(tmp_path / "out"), "--drafter", f"eagle3:{tmp_path / 'head'}"])
+    assert code == 2 and "reads hidden size 32, the target has 64" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -140,7 +140,7 @@ def test_runtime_does_not_import_torch():
         (["--prompt", "the cat", "--temperature", "-1"], "temperature"),
         (["--prompt", "the cat", "--top-p", "1.5"], "top_p"),
         (["--prompt", "the cat", "--device", "cuda"], "CUDAExecutionProvider"),
-        (["--prompt", "the cat", "--drafter", "eagle3"], "not available"),
+        (["--prompt", "the cat", "--drafter", "mtp"], "not available"),
     ],
 )
 def test_generate_cli_bad_input(engine, args, message, capsys):
