@@ -277,6 +277,27 @@ def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisi
         click.echo(f"results written: {json_out}")
 
 
+@cli.command("train-drafter")
+@click.argument("target")
+@click.option("--kind", type=click.Choice(["eagle3", "mtp"]), default="eagle3", show_default=True)
+@click.option("--data", default="sharegpt", show_default=True, help="sharegpt, or a JSONL file of {\"messages\": [...]}")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="checkpoint folder to write")
+@click.option("--max-tokens", type=int, default=200_000, show_default=True, help="training tokens to use")
+@click.option("--epochs", type=float, default=1.0, show_default=True)
+@click.option("--draft-vocab", type=int, default=8192, show_default=True, help="size of the head's vocabulary")
+@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--seq-len", type=int, default=256, show_default=True, help="tokens per training sequence")
+def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, lr, seq_len):
+    """Train a drafter for TARGET on its own hidden states (resumes from OUT/train after an interrupt)."""
+    from specrt.drafters.eagle3.recipe import train_drafter
+
+    if max_tokens < 1 or epochs <= 0 or seq_len < 8:
+        raise SpecrtError("--max-tokens and --epochs must be positive, --seq-len at least 8")
+    train_drafter(target, kind, data, out, max_tokens, epochs, seq_len=seq_len, draft_vocab=draft_vocab, lr=lr,
+                  log=lambda m: click.echo(m, err=True))
+    click.echo(f"drafter written: {out} (use: specrt convert {target} --drafter {kind}:{out} -o BUNDLE)")
+
+
 def main(argv=None) -> int:
     try:
         cli.main(args=argv, prog_name="specrt", standalone_mode=False)

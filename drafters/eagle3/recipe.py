@@ -1,0 +1,111 @@
+"""`specrt train-drafter TARGET --kind eagle3`: data -> target features -> trained head -> checkpoint folder.
+
+Conversations (ShareGPT or a JSONL file) go through the target's chat template and tokenizer, are packed
+end to end and cut into sequences of `seq_len` tokens up to `max_tokens` in total, and the draft vocabulary is the `draft_vocab` most
+frequent target tokens in that data (EAGLE-3's reduced vocabulary; d2t maps it back). The head copies the
+target's layer shape and reads EAGLE's default layers (2, N // 2, N - 3). Training (drafters/eagle3/train.py)
+checkpoints into OUT/train and resumes from there; the result is written to OUT in the vLLM/SGLang layout,
+which `specrt convert TARGET --drafter eagle3:OUT` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from specrt.errors import SpecrtError
+
+
+def _tokenize(loaded, conversations, max_tokens: int, seq_len: int) -> list[np.ndarray]:
+    from specrt.convert.tokenizer import write_tokenizer
+    from specrt.runtime.tokenizer import BundleTokenizer
+
+    cfg = loaded.config
+    with tempfile.TemporaryDirectory() as tmp:
+        info = write_tokenizer(loaded.source.path, loaded.source.kind, Path(tmp), cfg.eos_token_ids, cfg.bos_token_id)
+        tok = BundleTokenizer(Path(tmp), info.chat_template)
+        stream: list[int] = []  # conversations packed end to end, then cut into sequences
+        for messages in conversations:
+            text = tok.render(messages, add_generation_prompt=False) if info.chat_template else \
+                "\n".join(m["content"] for m in messages)
+            stream.extend(tok.encode(text))
+            if len(stream) >= max_tokens:
+                break
+    stream = stream[:max_tokens]
+    seqs = [np.array(stream[lo:lo + seq_len], dtype=np.int64) for lo in range(0, len(stream) - seq_len + 1, seq_len)]
+    return seqs
+
+
+def head_config(target_cfg, draft_vocab: int):
+    from specrt.models.eagle3 import eagle3_config_from_hf
+
+    hf = {"hidden_size": target_cfg.hidden_size, "intermediate_size": target_cfg.intermediate_size,
+          "num_attention_heads": target_cfg.num_heads, "num_key_value_heads": target_cfg.num_kv_heads,
+          "head_dim": target_cfg.head_dim, "rms_norm_eps": target_cfg.rms_norm_eps, "rope_theta": target_cfg.rope.theta,
+          "max_position_embeddings": target_cfg.max_position, "vocab_size": target_cfg.vocab_size,
+          "draft_vocab_size": draft_vocab}
+    return eagle3_config_from_hf(hf, target_cfg)
+
+
+def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int, epochs: float, seq_len: int = 256,
+                  batch_size: int = 4, draft_vocab: int = 8192, lr: float = 1e-3, unroll: int = 3, log=print) -> dict:
+    import torch
+
+    from specrt.convert import sources
+    from specrt.convert.pipeline import _torch_model
+    from specrt.datasets import load_conversations
+    from specrt.drafters.eagle3.train import train
+    from specrt.models.eagle3 import Eagle3Draft, save_eagle3_checkpoint, state_dict_of
+
+    if kind != "eagle3":
+        raise SpecrtError(f"train-drafter --kind {kind} is not available yet (available: eagle3)")
+    out = Path(out).expanduser()
+    loaded = sources.load(sources.resolve(target, log=log))
+    conversations = load_conversations(None if data == "sharegpt" else data)
+    seqs = _tokenize(loaded, conversations, max_tokens, seq_len)
+    if not seqs:
+        raise SpecrtError(f"no training sequences (the data holds fewer than {seq_len} tokens)")
+    counts = np.bincount(np.concatenate(seqs), minlength=loaded.config.vocab_size)
+    vocab = min(draft_vocab, loaded.config.vocab_size)
+    draft_ids = np.sort(np.argsort(-counts, kind="stable")[:vocab])  # the most frequent target tokens
+    cfg = head_config(loaded.config, vocab)
+    torch.manual_seed(0)
+    head = Eagle3Draft(cfg)
+    with torch.no_grad():
+        head.d2t.copy_(torch.from_numpy(draft_ids - np.arange(vocab)))
+        head.midlayer.self_attn.o_proj.weight.mul_(0.1)  # start close to "pass the fused features through"
+    held = seqs[:max(1, len(seqs) // 20)]
+    train_seqs = seqs[len(held):] or seqs
+    steps = max(1, int(epochs * len(train_seqs) / batch_size))
+    log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); draft vocabulary "
+        f"{vocab} covers {counts[draft_ids].sum() / counts.sum():.1%} of the data; {steps} steps")
+    target_model = _torch_model(loaded.config, loaded.weights)
+    t0 = time.time()
+    losses = train(target_model, head, train_seqs, steps, out / "train", lr=lr, unroll=unroll,
+                   batch_size=batch_size, log=log)
+    agree = held_back_agreement(target_model, head, held, unroll)
+    save_eagle3_checkpoint(out, cfg, state_dict_of(head))
+    report = {"target": target, "sequences": len(train_seqs), "tokens": int(sum(len(s) for s in train_seqs)),
+              "steps": steps, "seconds": round(time.time() - t0, 1), "held_back_top1_by_step": agree,
+              "losses": losses}
+    (out / "training_report.json").write_text(json.dumps(report))
+    log(f"held-back top-1 agreement with the target by draft step: {[round(a, 3) for a in agree]} -> {out}")
+    return report
+
+
+def held_back_agreement(target_model, head, held, unroll: int) -> list[float]:
+    import torch
+
+    from specrt.drafters.eagle3.train import make_batch, unrolled_loss
+
+    head.eval()
+    sums = np.zeros(unroll)
+    with torch.no_grad():
+        for seq in held:
+            _, agree = unrolled_loss(head, make_batch(target_model, head, torch.from_numpy(seq[None])), unroll)
+            sums[:len(agree)] += agree
+    return (sums / len(held)).tolist()
