@@ -197,13 +197,15 @@ def load_eagle3_checkpoint(folder: Path, target: ModelConfig) -> tuple[Eagle3Con
     return cfg, tensors
 
 
-def save_eagle3_checkpoint(folder: Path, cfg: Eagle3Config, tensors: dict[str, np.ndarray]) -> None:
-    """Write the vLLM/SGLang layout: config.json + model.safetensors (midlayer.* names, d2t, t2d)."""
+def save_eagle3_checkpoint(folder: Path, cfg: Eagle3Config, tensors: dict[str, np.ndarray], half: bool = False) -> None:
+    """Write the vLLM/SGLang layout: config.json + model.safetensors (midlayer.* names, d2t, t2d); half: float
+    tensors as float16 (how trained heads are published)."""
     from safetensors.numpy import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    out = {k: np.ascontiguousarray(v) for k, v in tensors.items() if k in expected_shapes(cfg) or k in OPTIONAL}
+    out = {k: np.ascontiguousarray(v.astype(np.float16) if half and v.dtype.kind == "f" else v)
+           for k, v in tensors.items() if k in expected_shapes(cfg) or k in OPTIONAL}
     if "t2d" not in out:
         t2d = np.zeros(cfg.vocab_size, dtype=bool)
         t2d[np.arange(cfg.draft_vocab_size) + out["d2t"].astype(np.int64)] = True

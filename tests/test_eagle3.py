@@ -179,3 +179,17 @@ def test_eagle3_for_another_target_is_refused(tmp_path, capsys):
     code = main(["convert", str(src), "-o", str(tmp_path / "out"), "--drafter", f"eagle3:{tmp_path / 'head'}"])
     assert code == 2 and "reads hidden size 32, the target has 64" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_half_precision_checkpoint_loads_and_runs(tmp_path):
+    head = random_head(4)
+    save_eagle3_checkpoint(tmp_path, head.cfg, state_dict_of(head), half=True)
+    cfg, tensors = load_eagle3_checkpoint(tmp_path, TARGET)
+    assert tensors["fc.weight"].dtype == np.float16 and tensors["d2t"].dtype == np.int64
+    loaded = model_from_tensors(cfg, tensors)
+    x = torch.randn(1, 3, 64)
+    empty = torch.zeros(1, 2, 0, 16)
+    with torch.no_grad():
+        a = head(x, x, torch.arange(3)[None], empty, empty)[0]
+        b = loaded(x, x, torch.arange(3)[None], empty, empty)[0]
+    torch.testing.assert_close(a, b, atol=5e-2, rtol=5e-2)  # fp16 rounding of the weights only

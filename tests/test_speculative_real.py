@@ -8,6 +8,8 @@ docs/perf.md. Losslessness there needs batch-invariant kernels, an open part of 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import specrt
@@ -86,3 +88,33 @@ def test_int4_batch_invariant_speculation_equals_plain(bundles, mode):
         engine.reset()
         spec = engine.generate(prompt, params, drafter=_drafter(engine, mode, prompt, plain)).wait()
         assert spec.token_ids == plain.token_ids, prompt
+
+
+HEAD = Path(__file__).resolve().parent.parent / "drafters" / "eagle3" / "heads" / "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def eagle3_engine(tmp_path_factory):
+    """The fp32 default model with the EAGLE-3 head trained by `specrt train-drafter` (committed, fp16)."""
+    from specrt.cli import main
+
+    out = tmp_path_factory.mktemp("eagle3") / "fp32-eagle3"
+    assert main(["convert", "smollm2-135m-instruct", "-o", str(out), "--drafter", f"eagle3:{HEAD}"]) == 0
+    return specrt.load(str(out), device="cpu", drafter="eagle3")
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_eagle3_greedy_equals_plain_on_10_prompts(eagle3_engine, adaptive):
+    engine = eagle3_engine
+    engine.adaptive = adaptive
+    params = SamplingParams(max_new_tokens=128, stop_token_ids=())
+    accepted = []
+    for prompt in PROMPTS:
+        engine.reset()
+        plain = engine.generate(prompt, params, drafter=None).wait()
+        engine.reset()
+        spec = engine.generate(prompt, params).wait()
+        assert spec.token_ids == plain.token_ids, prompt
+        accepted.append(spec.stats.mean_accepted)
+    if not adaptive:  # 4 drafted per call: the trained head (held-back top-1 ~30%) gets tokens accepted
+        assert sum(accepted) / len(accepted) > 1.15

@@ -88,7 +88,7 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     losses = train(target_model, head, train_seqs, steps, out / "train", lr=lr, unroll=unroll,
                    batch_size=batch_size, log=log)
     agree = held_back_agreement(target_model, head, held, unroll)
-    save_eagle3_checkpoint(out, cfg, state_dict_of(head))
+    save_eagle3_checkpoint(out, cfg, state_dict_of(head), half=True)
     report = {"target": target, "sequences": len(train_seqs), "tokens": int(sum(len(s) for s in train_seqs)),
               "steps": steps, "seconds": round(time.time() - t0, 1), "held_back_top1_by_step": agree,
               "losses": losses}
