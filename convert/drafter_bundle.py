@@ -89,10 +89,6 @@ def _refuse_mismatch(target_dir: Path, draft_tokenizer: Path, name: str) -> None
         raise SourceError(f"drafter {name} has a different tokenizer from the target's: {diff}")
 
 
-def _graph_entry(graph) -> dict:
-    return dataclasses.asdict(graph)
-
-
 def _from_bundle(path: Path, tmp: Path) -> dict:
     manifest = load_bundle(path, check_hashes=True)
     _refuse_mismatch(tmp, path / "tokenizer.json", str(path))
@@ -104,7 +100,7 @@ def _from_bundle(path: Path, tmp: Path) -> dict:
     _relink_external_data(tmp / graph.file, manifest.target.data_file, graph.data_file)
     return {
         "source": str(path), "source_sha256": manifest.provenance.get("source_sha256"),
-        "model_config": manifest.model_config, "graph": _graph_entry(graph), "kv": dataclasses.asdict(manifest.kv),
+        "model_config": manifest.model_config, "graph": dataclasses.asdict(graph), "kv": dataclasses.asdict(manifest.kv),
         "vocab_size": manifest.vocab_size,
         "validation": manifest.provenance.get("validation", {}),
     }
@@ -157,6 +153,6 @@ def add_drafter(spec: str, tmp: Path, loaded, precision: str, max_context: int, 
     return {
         "kind": kind, "name": kind, "spec": spec,
         "source": str(draft_loaded.source.path), "source_sha256": draft_loaded.sha256,
-        "model_config": cfg.to_dict(), "graph": _graph_entry(graph), "kv": dataclasses.asdict(kv),
+        "model_config": cfg.to_dict(), "graph": dataclasses.asdict(graph), "kv": dataclasses.asdict(kv),
         "vocab_size": cfg.vocab_size, "validation": validation,
     }

@@ -38,21 +38,15 @@ class _Eagle3Builder(_TargetBuilder):
     def build(self) -> onnx.ModelProto:
         cfg, g, head = self.cfg, self.g, self.head
         io = io_names(cfg)
-        kv_shape = ["batch_size", cfg.num_kv_heads, "max_context", cfg.head_dim]
-        g.add_input("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
-        g.add_input("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
-        g.add_input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
-        g.add_input("attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
+        kv_shape = self.kv_shape()
+        self.add_step_inputs()
         g.add_input("features", self.elem, ["batch_size", "sequence_length", 3 * head.target_hidden_size])
         g.add_input("hidden", self.elem, ["batch_size", "sequence_length", cfg.hidden_size])
         g.add_input("use_features", TensorProto.BOOL, [1])
         g.add_input(io["past_key"][0], self.elem, kv_shape)
         g.add_input(io["past_value"][0], self.elem, kv_shape)
 
-        lengths = g.op("ReduceSum", ["attention_mask", g.const([1])], keepdims=0)
-        seqlens_k = g.op("Cast", [g.op("Sub", [lengths, g.const(1)])], to=TensorProto.INT32)
-        width = g.op("Gather", [g.op("Shape", ["attention_mask"]), g.const(1)], axis=0)
-        total_len = g.op("Cast", [width], to=TensorProto.INT32)
+        seqlens_k, total_len = self.attention_lengths()
 
         embed = g.weight("model.embed_tokens.weight", self.w["model.embed_tokens.weight"].astype(self.dtype))
         emb = g.op("Gather", [embed, "input_ids"], axis=0)  # [B, S, H]

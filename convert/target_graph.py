@@ -170,25 +170,36 @@ class _TargetBuilder:
         return self.linear(self.g.op("Mul", [act, up]), [p + "down_proj"], f"layers.{i}.down_proj")
 
     # -- whole graph ---------------------------------------------------------------------------
-    def build(self) -> onnx.ModelProto:
-        cfg, g = self.cfg, self.g
-        io = io_names(cfg)
-        kv_shape = ["batch_size", cfg.num_kv_heads, "max_context", cfg.head_dim]
+    def kv_shape(self) -> list:
+        return ["batch_size", self.cfg.num_kv_heads, "max_context", self.cfg.head_dim]
+
+    def add_step_inputs(self) -> None:
+        """The inputs every decoding graph takes: token ids, their positions, the mask and the additive bias."""
+        g = self.g
         g.add_input("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
         g.add_input("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
         g.add_input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
         g.add_input("attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
+
+    def attention_lengths(self) -> tuple[str, str]:
+        """GroupQueryAttention's seqlens_k (valid tokens - 1 per row) and total length (attention_mask's width)."""
+        g = self.g
+        lengths = g.op("ReduceSum", ["attention_mask", g.const([1])], keepdims=0)
+        seqlens_k = g.op("Cast", [g.op("Sub", [lengths, g.const(1)])], to=TensorProto.INT32)
+        width = g.op("Gather", [g.op("Shape", ["attention_mask"]), g.const(1)], axis=0)
+        return seqlens_k, g.op("Cast", [width], to=TensorProto.INT32)
+
+    def build(self) -> onnx.ModelProto:
+        cfg, g = self.cfg, self.g
+        io = io_names(cfg)
+        kv_shape = self.kv_shape()
+        self.add_step_inputs()
         if cfg.active_sliding_window:
             g.add_input("sliding_attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
         for i in range(cfg.num_layers):
             g.add_input(io["past_key"][i], self.elem, kv_shape)
             g.add_input(io["past_value"][i], self.elem, kv_shape)
-
-        # seqlens_k = valid tokens - 1 per row; total_sequence_length = width of attention_mask
-        lengths = g.op("ReduceSum", ["attention_mask", g.const([1])], keepdims=0)
-        seqlens_k = g.op("Cast", [g.op("Sub", [lengths, g.const(1)])], to=TensorProto.INT32)
-        width = g.op("Gather", [g.op("Shape", ["attention_mask"]), g.const(1)], axis=0)
-        total_len = g.op("Cast", [width], to=TensorProto.INT32)
+        seqlens_k, total_len = self.attention_lengths()
 
         embed = self.w["model.embed_tokens.weight"]
         embed_name = g.weight("model.embed_tokens.weight", embed.astype(self.dtype))

@@ -113,26 +113,26 @@ if triton is not None:
             tl.store(work_ptr + offs, tl.where(keep, tl.exp(x - m) / z, 0.0), mask=offs < V)
 
     @triton.jit
+    def _residual_block(work_ptr, q_ptr, x, has_q, offs, V):
+        """max(p - q, 0) over one block (q one-hot at x without has_q)."""
+        p = tl.load(work_ptr + offs, mask=offs < V, other=0.0)
+        if has_q:
+            q = tl.load(q_ptr + offs, mask=offs < V, other=0.0).to(tl.float32)
+        else:
+            q = tl.where(offs == x, 1.0, 0.0)
+        return tl.maximum(p - q, 0.0)
+
+    @triton.jit
     def _reject(work_ptr, q_ptr, x, has_q, V, BLOCK: tl.constexpr):
         """work <- normalize(max(work - q, 0)) unless that is all zero (q one-hot at x without has_q)."""
         s = 0.0
         for start in range(0, V, BLOCK):
             offs = start + tl.arange(0, BLOCK)
-            p = tl.load(work_ptr + offs, mask=offs < V, other=0.0)
-            if has_q:
-                q = tl.load(q_ptr + offs, mask=offs < V, other=0.0).to(tl.float32)
-            else:
-                q = tl.where(offs == x, 1.0, 0.0)
-            s += tl.sum(tl.maximum(p - q, 0.0), axis=0)
+            s += tl.sum(_residual_block(work_ptr, q_ptr, x, has_q, offs, V), axis=0)
         if s > 0:
             for start in range(0, V, BLOCK):
                 offs = start + tl.arange(0, BLOCK)
-                p = tl.load(work_ptr + offs, mask=offs < V, other=0.0)
-                if has_q:
-                    q = tl.load(q_ptr + offs, mask=offs < V, other=0.0).to(tl.float32)
-                else:
-                    q = tl.where(offs == x, 1.0, 0.0)
-                tl.store(work_ptr + offs, tl.maximum(p - q, 0.0) / s, mask=offs < V)
+                tl.store(work_ptr + offs, _residual_block(work_ptr, q_ptr, x, has_q, offs, V) / s, mask=offs < V)
 
     @triton.jit
     def _race(work_ptr, noise_ptr, V, BLOCK: tl.constexpr):

@@ -93,7 +93,8 @@ def _kernels_available() -> bool:
     return True
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists (what a KV cache can keep)."""
     n = min(len(a), len(b))
     for i in range(n):
         if a[i] != b[i]:
@@ -193,7 +194,7 @@ class Engine:
 
     def _prefill(self, ids: list[int]) -> tuple[np.ndarray, int]:
         """Bring the cache to hold ids; returns (logits of the last id [V], reused tokens)."""
-        reused = _common_prefix(self._cached, ids)
+        reused = common_prefix(self._cached, ids)
         reused = min(reused, len(ids) - 1)  # the last prompt token is always fed: its logits are needed
         self.target.rollback(min(reused, self.target.length))
         self._cached = self._cached[:reused]

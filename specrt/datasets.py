@@ -109,11 +109,11 @@ ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assist
          "system": "system"}
 
 
-def _sharegpt_records(text: str, limit: int | None):
+def _sharegpt_records(text: str):
     """The file is one JSON array cut off at the end: decode it record by record, keep the whole ones."""
     decoder = json.JSONDecoder()
     i = text.index("[") + 1
-    while limit is None or limit > 0:
+    while True:
         while i < len(text) and text[i] in " \n\r\t,":
             i += 1
         try:
@@ -121,7 +121,6 @@ def _sharegpt_records(text: str, limit: int | None):
         except ValueError:
             return  # the truncated last record
         yield record
-        limit = None if limit is None else limit - 1
 
 
 def load_conversations(path: str | Path | None = None, limit: int | None = None) -> list[list[dict]]:
@@ -130,7 +129,7 @@ def load_conversations(path: str | Path | None = None, limit: int | None = None)
     if path is None:
         file = _fetch("sharegpt", PromptSet(SHAREGPT, lambda r: ""))
         out = []
-        for record in _sharegpt_records(file.read_text(encoding="utf-8", errors="replace"), None):
+        for record in _sharegpt_records(file.read_text(encoding="utf-8", errors="replace")):
             turns = [{"role": ROLES.get(t.get("from"), "user"), "content": t.get("value") or ""}
                      for t in record.get("conversations", []) if isinstance(t, dict)]
             if any(t["role"] == "assistant" and t["content"] for t in turns):

@@ -34,19 +34,25 @@ def _drafter(engine, mode, prompt, plain):
     return OracleDrafter(len(engine.prompt_ids(prompt)), plain.token_ids, engine.manifest.vocab_size, mode)
 
 
-@pytest.mark.parametrize("mode", ["ngram", "draft-model", "right", "wrong"])
-def test_greedy_speculative_equals_plain_on_10_prompts(engine, mode):
-    engine.adaptive = mode == "ngram"  # fixed draft length (4) elsewhere: every call drafts and verifies
+def _compare_with_plain(engine, drafter_for) -> float:
+    """Greedy 128 tokens per prompt, plain then speculative (drafter_for(prompt, plain result)), each from a
+    reset cache; asserts equal output and returns the mean accepted tokens per target call."""
     params = SamplingParams(max_new_tokens=128, stop_token_ids=())
     accepted = []
     for prompt in PROMPTS:
         engine.reset()
         plain = engine.generate(prompt, params, drafter=None).wait()
         engine.reset()
-        spec = engine.generate(prompt, params, drafter=_drafter(engine, mode, prompt, plain)).wait()
+        spec = engine.generate(prompt, params, drafter=drafter_for(prompt, plain)).wait()
         assert spec.token_ids == plain.token_ids, prompt
         accepted.append(spec.stats.mean_accepted)
-    mean = sum(accepted) / len(accepted)
+    return sum(accepted) / len(accepted)
+
+
+@pytest.mark.parametrize("mode", ["ngram", "draft-model", "right", "wrong"])
+def test_greedy_speculative_equals_plain_on_10_prompts(engine, mode):
+    engine.adaptive = mode == "ngram"  # fixed draft length (4) elsewhere: every call drafts and verifies
+    mean = _compare_with_plain(engine, lambda prompt, plain: _drafter(engine, mode, prompt, plain))
     if mode == "right":
         assert mean > 4.0  # max_draft 4: nearly every call yields 5 tokens
     elif mode == "wrong":
@@ -81,13 +87,7 @@ def test_int4_batch_invariant_speculation_equals_plain(bundles, mode):
     batch-invariant (every call >= 2 rows); then output equals plain decoding token for token."""
     engine = specrt.load(str(bundles["int4"]), device="cpu", batch_invariant=True)
     engine.adaptive = mode == "ngram"
-    params = SamplingParams(max_new_tokens=128, stop_token_ids=())
-    for prompt in PROMPTS:
-        engine.reset()
-        plain = engine.generate(prompt, params, drafter=None).wait()
-        engine.reset()
-        spec = engine.generate(prompt, params, drafter=_drafter(engine, mode, prompt, plain)).wait()
-        assert spec.token_ids == plain.token_ids, prompt
+    _compare_with_plain(engine, lambda prompt, plain: _drafter(engine, mode, prompt, plain))
 
 
 HEAD = Path(__file__).resolve().parent.parent / "drafters" / "eagle3" / "heads" / "smollm2-135m-instruct"
@@ -107,14 +107,6 @@ def eagle3_engine(tmp_path_factory):
 def test_eagle3_greedy_equals_plain_on_10_prompts(eagle3_engine, adaptive):
     engine = eagle3_engine
     engine.adaptive = adaptive
-    params = SamplingParams(max_new_tokens=128, stop_token_ids=())
-    accepted = []
-    for prompt in PROMPTS:
-        engine.reset()
-        plain = engine.generate(prompt, params, drafter=None).wait()
-        engine.reset()
-        spec = engine.generate(prompt, params).wait()
-        assert spec.token_ids == plain.token_ids, prompt
-        accepted.append(spec.stats.mean_accepted)
+    mean = _compare_with_plain(engine, lambda prompt, plain: engine.drafter)
     if not adaptive:  # 4 drafted per call: the trained head (held-back top-1 ~30%) gets tokens accepted
-        assert sum(accepted) / len(accepted) > 1.15
+        assert mean > 1.15

@@ -17,17 +17,10 @@ import numpy as np
 
 from specrt.drafters.base import Draft
 from specrt.runtime.sampling import SamplingParams, target_probs
+from specrt.runtime.engine import common_prefix
 from specrt.runtime.target_session import TargetSession, TargetSpec
 
 PREFILL_CHUNK = 256
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 class DraftModelDrafter:
@@ -64,7 +57,7 @@ class DraftModelDrafter:
     def _rewind(self, context: list[int]) -> int:
         """Roll the draft cache back to its longest common prefix with context (keeping at least one token
         of context to feed); returns how many tokens it keeps."""
-        keep = min(_common_prefix(self.cached, context), len(context) - 1)
+        keep = min(common_prefix(self.cached, context), len(context) - 1)
         self.session.rollback(keep)
         del self.cached[keep:]
         return keep

@@ -17,15 +17,8 @@ import numpy as np
 
 from specrt.drafters.base import Draft
 from specrt.runtime.sampling import SamplingParams, target_probs
+from specrt.runtime.engine import common_prefix
 from specrt.runtime.target_session import TargetSession, TargetSpec
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 class Eagle3Drafter:
@@ -82,7 +75,7 @@ class Eagle3Drafter:
         if self.engine is None or n < 1 or k < 1:
             return None
         want = context[1:n + 1]  # head position t reads x_{t+1}
-        keep = min(_common_prefix(self.tokens, want), n - 1)
+        keep = min(common_prefix(self.tokens, want), n - 1)
         self.session.rollback(keep)
         feats = self.engine.features[keep:n][:, self.columns]  # [n - keep, 3H]
         logits, hidden = self._run(want[keep:], feats, None)
