@@ -1,7 +1,8 @@
 """`specrt convert SOURCE --drafter KIND:ARG`: put a drafter's graph into the bundle beside the target.
 
-Kinds available: `eagle3:FOLDER` (an EAGLE-3 checkpoint, convert/eagle3_bundle.py) and `draft-model` (an
-independent small LM with the target's tokenizer and its own KV cache), whose ARG is one of
+Kinds available: `eagle3:FOLDER` (an EAGLE-3 checkpoint, convert/eagle3_bundle.py), `mtp` (the MTP module in
+the target's own checkpoint, convert/mtp_bundle.py) and `draft-model` (an independent small LM with the
+target's tokenizer and its own KV cache), whose ARG is one of
 - `self-int4`: the int4 graph of the target's own weights (drafts for an fp32/fp16 target);
 - a specrt bundle folder: its target graph is copied in as the draft graph (no reconversion);
 - a conversion source (HF folder, .gguf file or catalog name): converted at the target's precision.
@@ -20,8 +21,8 @@ from specrt.bundle import MANIFEST, KVLayout, load_bundle
 from specrt.errors import SourceError, SpecrtError
 
 DRAFT_STEM = "draft"
-AVAILABLE_KINDS = ("draft-model", "eagle3")
-LATER_KINDS = ("mtp", "dflash")
+AVAILABLE_KINDS = ("draft-model", "eagle3", "mtp")
+LATER_KINDS = ("dflash",)
 
 
 def parse_drafter_spec(spec: str) -> tuple[str, str]:
@@ -31,7 +32,12 @@ def parse_drafter_spec(spec: str) -> tuple[str, str]:
     if kind in LATER_KINDS:
         raise SpecrtError(f"drafter kind {kind!r} is not available yet (available: {', '.join(AVAILABLE_KINDS)})")
     if kind not in AVAILABLE_KINDS:
-        raise SpecrtError(f"unknown drafter kind {kind!r} in --drafter {spec!r} (expected draft-model:PATH_OR_NAME)")
+        raise SpecrtError(f"unknown drafter kind {kind!r} in --drafter {spec!r} (expected draft-model:PATH_OR_NAME, "
+                          f"eagle3:FOLDER or mtp)")
+    if kind == "mtp":
+        if arg:
+            raise SpecrtError(f"--drafter {spec!r}: mtp reads the module from the target's own checkpoint; pass --drafter mtp")
+        return kind, arg
     if not arg:
         raise SpecrtError(f"--drafter {spec!r} names no model (draft-model:PATH_OR_NAME or draft-model:self-int4)")
     return kind, arg
@@ -51,7 +57,7 @@ def drafter_stages(spec: str | None) -> int:
     if not spec:
         return 0
     kind, arg = parse_drafter_spec(spec)
-    if kind == "eagle3":
+    if kind in ("eagle3", "mtp"):
         return 2  # build, validate
     if arg == "self-int4":
         return 3  # build, save, validate
@@ -59,16 +65,21 @@ def drafter_stages(spec: str | None) -> int:
     return 0 if (path / MANIFEST).is_file() else 4  # load, build, save, validate
 
 
-def hidden_layers_for(spec: str | None, target_cfg) -> tuple[int, ...]:
-    """Target layers whose hidden states the drafter reads (EAGLE-3: its three aux layers)."""
+def hidden_layers_for(spec: str | None, loaded) -> tuple[int, ...]:
+    """Target layers whose hidden states the drafter reads (EAGLE-3: its three aux layers; MTP: the last).
+    Asked before the target graph is built, so a drafter that does not fit the target fails early."""
     if not spec:
         return ()
     kind, arg = parse_drafter_spec(spec)
+    if kind == "mtp":
+        from specrt.convert.mtp_bundle import hidden_layers_for as mtp_layers
+
+        return mtp_layers(loaded)
     if kind != "eagle3":
         return ()
     from specrt.convert.eagle3_bundle import hidden_layers_for as eagle3_layers
 
-    return eagle3_layers(arg, target_cfg)
+    return eagle3_layers(arg, loaded.config)
 
 
 def tokenizer_difference(target_json: Path, draft_json: Path) -> str | None:
@@ -129,6 +140,10 @@ def add_drafter(spec: str, tmp: Path, loaded, precision: str, max_context: int, 
         from specrt.convert.eagle3_bundle import add_eagle3
 
         return add_eagle3(spec, arg, tmp, loaded, max_context, providers, stages)
+    if kind == "mtp":
+        from specrt.convert.mtp_bundle import add_mtp
+
+        return add_mtp(spec, tmp, loaded, max_context, providers, stages)
     if arg == "self-int4":
         draft_loaded, draft_precision = loaded, "int4"
     else:

@@ -33,7 +33,8 @@ def add_eagle3(spec: str, arg: str, tmp: Path, loaded, max_context: int, provide
     import onnxruntime as ort
     from safetensors.numpy import save_file
 
-    from specrt.convert.eagle3_graph import build_eagle3_graph, compare_with_torch
+    from specrt.convert.eagle3_graph import build_eagle3_graph
+    from specrt.convert.head_graph import compare_with_torch
     from specrt.convert.target_graph import GraphOptions
     from specrt.models.eagle3 import load_eagle3_checkpoint, model_from_tensors
 

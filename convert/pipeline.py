@@ -216,7 +216,7 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     stages.start("tokenizer")
     tok = write_tokenizer(loaded.source.path, loaded.source.kind, tmp, cfg.eos_token_ids, cfg.bos_token_id)
     stages.done()
-    taps = tuple(sorted(set(opts.hidden_layers) | set(hidden_layers_for(opts.drafter, cfg))))
+    taps = tuple(sorted(set(opts.hidden_layers) | set(hidden_layers_for(opts.drafter, loaded))))
     target, validation = _build_graph(tmp, "target", loaded, opts.precision, max_context, taps, providers, stages)
     drafters = ()
     if opts.drafter:

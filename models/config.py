@@ -19,6 +19,7 @@ ARCHITECTURES = {
     "llama": "llama",
     "mistral": "llama",
     "qwen2": "llama",
+    "mimo": "llama",  # Qwen2 blocks (+ MTP layers, models/mtp.py)
     "qwen3": "llama",
     "gemma3": "gemma3",
     "gemma3_text": "gemma3",
@@ -199,7 +200,7 @@ def config_from_hf(hf: dict) -> ModelConfig:
             max_position=int(hf.get("max_position_embeddings", 4096)),
             rope=rope,
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", is_gemma)),
-            qkv_bias=bool(hf.get("attention_bias", False)) or model_type == "qwen2",
+            qkv_bias=bool(hf.get("attention_bias", False)) or model_type in ("qwen2", "mimo"),
             qk_norm=model_type in ("qwen3", "gemma3", "gemma3_text"),
             norm_offset=1.0 if is_gemma else 0.0,
             hidden_act=act,

@@ -46,6 +46,10 @@ class Eagle3Config:
     norm_before_residual: bool = False
 
     @property
+    def feature_width(self) -> int:  # what it reads from the target per position: three layers' hidden states
+        return len(self.aux_layers) * self.target_hidden_size
+
+    @property
     def vocab_size(self) -> int:  # the target's vocabulary
         return self.layer.vocab_size
 

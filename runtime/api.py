@@ -40,9 +40,18 @@ def _eagle3(bundle: Path, manifest: Manifest, providers, threads: int):
     return Eagle3Drafter(bundle, entry, manifest.target.hidden_layers, manifest.vocab_size, providers, threads=threads)
 
 
-# drafter name -> factory(bundle, manifest, providers, threads); mtp and dflash arrive with their issues
-DRAFTERS = {"none": lambda *args: None, "ngram": _ngram, "draft-model": _draft_model, "eagle3": _eagle3}
-LATER_DRAFTERS = ("mtp", "dflash")
+def _mtp(bundle: Path, manifest: Manifest, providers, threads: int):
+    from specrt.drafters.mtp import MtpDrafter
+
+    entry = manifest.drafter("mtp")
+    if entry is None:
+        raise SpecrtError(f"{bundle} has no MTP module (convert a target that ships one with --drafter mtp)")
+    return MtpDrafter(bundle, entry, manifest.target.hidden_layers, manifest.vocab_size, providers, threads=threads)
+
+
+# drafter name -> factory(bundle, manifest, providers, threads); dflash arrives with its issue
+DRAFTERS = {"none": lambda *args: None, "ngram": _ngram, "draft-model": _draft_model, "eagle3": _eagle3, "mtp": _mtp}
+LATER_DRAFTERS = ("dflash",)
 
 
 def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec: str | None, stages) -> None:

@@ -71,7 +71,7 @@ def cli():
 @click.option("--hidden-layers", default="", help="comma-separated layers whose hidden states the graph also emits")
 @click.option("--drafter", default=None, metavar="KIND:ARG",
               help="add a drafter graph: draft-model:PATH_OR_NAME (bundle, HF folder, .gguf, catalog name), "
-                   "draft-model:self-int4, or eagle3:CHECKPOINT_FOLDER")
+                   "draft-model:self-int4, eagle3:CHECKPOINT_FOLDER, or mtp (the target's own MTP module)")
 @click.option("--force", is_flag=True, help="replace an existing output folder")
 def convert(source, output, precision, max_context, device, hidden_layers, drafter, force):
     """Convert SOURCE (HF folder, .gguf file or catalog name) into a bundle."""

@@ -115,7 +115,9 @@ def test_a_drafter_with_another_tokenizer_is_refused(sources, tmp_path, capsys):
 
 @pytest.mark.parametrize("spec, message", [
     ("draft-model:self-int4", "already int4"),
-    ("mtp:x", "not available yet"),
+    ("mtp:x", "pass --drafter mtp"),
+    ("dflash:x", "not available yet"),
+    ("mtp", "no MTP module"),  # a target without one
     ("eagle3:/no/such/folder", "no such checkpoint folder"),
     ("ngram", "needs no conversion"),
     ("draft-model", "names no model"),

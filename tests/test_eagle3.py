@@ -117,7 +117,8 @@ def test_onnx_graph_equals_torch_over_steps():
     from target features, then two single-token steps that feed back the head's own hidden output."""
     import onnxruntime as ort
 
-    from specrt.convert.eagle3_graph import build_eagle3_graph, compare_with_torch
+    from specrt.convert.eagle3_graph import build_eagle3_graph
+    from specrt.convert.head_graph import compare_with_torch
     from specrt.convert.target_graph import GraphOptions
 
     head = random_head(2)

@@ -78,8 +78,9 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     with torch.no_grad():
         head.d2t.copy_(torch.from_numpy(draft_ids - np.arange(vocab)))
         head.midlayer.self_attn.o_proj.weight.mul_(0.1)  # start close to "pass the fused features through"
-    held = seqs[:max(1, len(seqs) // 20)]
-    train_seqs = seqs[len(held):] or seqs
+    # the last 5% of the stream is held back: a resumed run on more data never has trained on its held-back part
+    held = seqs[-max(1, len(seqs) // 20):]
+    train_seqs = seqs[:len(seqs) - len(held)] or seqs
     steps = max(1, int(epochs * len(train_seqs) / batch_size))
     log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); draft vocabulary "
         f"{vocab} covers {counts[draft_ids].sum() / counts.sum():.1%} of the data; {steps} steps")

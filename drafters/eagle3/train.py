@@ -114,6 +114,8 @@ def train(target, head: Eagle3Draft, sequences: list[np.ndarray], steps: int, fo
         width = min(len(sequences[i]) for i in picks)
         ids = torch.from_numpy(np.stack([sequences[i][:width] for i in picks]).astype(np.int64))
         loss, agree = unrolled_loss(head, make_batch(target, head, ids), unroll)
+        for group in opt.param_groups:  # linear decay to a tenth of lr over the run (a function of the step: resumes exactly)
+            group["lr"] = lr * (1.0 - 0.9 * counters["step"] / steps)
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -1,0 +1,72 @@
+"""What the graphs of feature-reading draft heads (EAGLE-3, MTP) share: their extra inputs and outputs, and
+the check of an exported head against its torch definition.
+
+A head graph takes the target's step inputs plus features [B, S, F] (the target's hidden states the head
+reads), hidden [B, S, H] (the head's own previous output) and use_features (bool [1]): the first draft step
+reads the target's features, later steps their own output. It returns logits [B, S, V_head] and hidden_out
+[B, S, H] (fed back as `hidden`), plus its one layer's present key/value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from specrt.convert.target_graph import io_names
+
+
+def add_head_inputs(builder, feature_width: int) -> dict:
+    """Declare the step inputs, the head inputs and the one-layer KV cache; returns io_names."""
+    g, cfg = builder.g, builder.cfg
+    io = io_names(cfg)
+    builder.add_step_inputs()
+    g.add_input("features", builder.elem, ["batch_size", "sequence_length", feature_width])
+    g.add_input("hidden", builder.elem, ["batch_size", "sequence_length", cfg.hidden_size])
+    g.add_input("use_features", TensorProto.BOOL, [1])
+    g.add_input(io["past_key"][0], builder.elem, builder.kv_shape())
+    g.add_input(io["past_value"][0], builder.elem, builder.kv_shape())
+    return io
+
+
+def add_head_outputs(builder, logits: str, hidden_out: str, vocab: int, io: dict) -> None:
+    g, cfg = builder.g, builder.cfg
+    if builder.dtype != np.float32:
+        logits = g.op("Cast", [logits], to=TensorProto.FLOAT)
+    g.op("Identity", [logits], outputs=["logits"])
+    g.op("Identity", [hidden_out], outputs=["hidden_out"])
+    g.add_output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", vocab])
+    g.add_output("hidden_out", builder.elem, ["batch_size", "sequence_length", cfg.hidden_size])
+    g.add_output(io["present_key"][0], builder.elem, builder.kv_shape())
+    g.add_output(io["present_value"][0], builder.elem, builder.kv_shape())
+
+
+def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4, 1, False), (5, 1, False)),
+                       seed: int = 0, max_ctx: int = 16) -> float:
+    """Max |difference| of logits and hidden_out between an ORT session over a head graph and the torch head
+    (`head.fuse(features)`, `head(embeds, hidden, positions, past_k, past_v)`), over a call from random target
+    features followed by single steps that feed back the head's own hidden output."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    c = head.cfg.layer
+    past_k = np.zeros((1, c.num_kv_heads, max_ctx, c.head_dim), np.float32)
+    past_v = np.zeros_like(past_k)
+    tk = tv = torch.zeros(1, c.num_kv_heads, 0, c.head_dim)
+    width = head.cfg.feature_width
+    hidden, worst = None, 0.0
+    for start, n, use in steps:
+        tokens = rng.integers(0, embed.shape[0], size=(1, n))
+        pos = np.arange(start, start + n)[None]
+        feats = rng.normal(size=(1, n, width)).astype(np.float32) if use else np.zeros((1, n, width), np.float32)
+        h_in = hidden if (hidden is not None and not use) else np.zeros((1, n, c.hidden_size), np.float32)
+        logits, h_out, past_k, past_v = session.run(None, {
+            "input_ids": tokens, "position_ids": pos, "attention_mask": np.ones((1, start + n), np.int64),
+            "attention_bias": np.zeros((1, 1, n, start + n), np.float32), "features": feats, "hidden": h_in,
+            "use_features": np.array([use]), "past_key_values.0.key": past_k, "past_key_values.0.value": past_v})
+        with torch.no_grad():
+            hid = head.fuse(torch.from_numpy(feats)) if use else torch.from_numpy(h_in)
+            t_logits, t_h, k, v = head(torch.from_numpy(embed[tokens]), hid, torch.from_numpy(pos), tk, tv)
+        tk, tv = torch.cat((tk, k), 2), torch.cat((tv, v), 2)
+        worst = max(worst, float(np.abs(logits - t_logits.numpy()).max()), float(np.abs(h_out - t_h.numpy()).max()))
+        hidden = h_out[:, -1:]
+    return worst

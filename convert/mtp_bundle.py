@@ -1,0 +1,71 @@
+"""`specrt convert TARGET --drafter mtp`: the target's own MTP module into the bundle.
+
+The module is found in the target's checkpoint (DeepSeek-V3/GLM-4.5, Qwen3-Next or MiMo layout, see
+models/mtp.py), checked tensor by tensor, exported to mtp.onnx with its own KV cache (convert/mtp_graph.py)
+and validated against its torch definition. The target graph then emits the residual stream after its last
+layer, which the module reads (the pipeline asks `hidden_layers_for` before building it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from specrt.bundle import KVLayout, TargetGraph
+from specrt.errors import SourceError, ValidationError
+
+STEM = "mtp"
+MAX_DIFF = 1e-3
+
+
+def hidden_layers_for(loaded) -> tuple[int, ...]:
+    """The last layer's residual stream; checks first that the target's checkpoint holds a usable module."""
+    from specrt.models.mtp import load_mtp_from_target
+
+    _check_source(loaded)
+    load_mtp_from_target(loaded.config, loaded.weights)
+    return (loaded.config.num_layers - 1,)
+
+
+def _check_source(loaded) -> None:
+    if loaded.source.kind != "hf":
+        raise SourceError(f"--drafter mtp reads the MTP module from an HF safetensors folder; {loaded.source.path} "
+                          f"is a {loaded.source.kind} source")
+
+
+def add_mtp(spec: str, tmp: Path, loaded, max_context: int, providers, stages) -> dict:
+    import onnx
+    import onnxruntime as ort
+
+    from specrt.convert.head_graph import compare_with_torch
+    from specrt.convert.mtp_graph import build_mtp_graph
+    from specrt.convert.target_graph import GraphOptions
+    from specrt.models.mtp import load_mtp_from_target, model_from_tensors
+
+    _check_source(loaded)
+    stages.start("build mtp graph")
+    cfg, tensors = load_mtp_from_target(loaded.config, loaded.weights)
+    model = build_mtp_graph(cfg, tensors, GraphOptions(precision="fp32", max_context=max_context))
+    onnx.save_model(model, str(tmp / f"{STEM}.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=f"{STEM}.onnx.data", size_threshold=1024)
+    del model
+    stages.done()
+    stages.start("validate mtp")
+    session = ort.InferenceSession(str(tmp / f"{STEM}.onnx"), providers=list(providers))
+    torch_module, embed = model_from_tensors(cfg, tensors)
+    diff = compare_with_torch(session, torch_module, embed)
+    if diff > MAX_DIFF:
+        raise ValidationError(f"MTP graph differs from its torch definition by {diff:.2e} (limit {MAX_DIFF})")
+    stages.done()
+    c = cfg.layer
+    graph = TargetGraph(file=f"{STEM}.onnx", data_file=f"{STEM}.onnx.data", precision="fp32",
+                        inputs=tuple(i.name for i in session.get_inputs() if not i.name.startswith("past_")),
+                        outputs=("logits", "hidden_out"), hidden_size=c.hidden_size)
+    kv = KVLayout(layers=1, kv_heads=c.num_kv_heads, head_dim=c.head_dim, max_context=max_context, dtype="float32")
+    return {
+        "kind": "mtp", "name": "mtp", "spec": spec, "source": str(loaded.source.path), "layout": cfg.layout.name,
+        "model_config": c.to_dict(), "graph": dataclasses.asdict(graph), "kv": dataclasses.asdict(kv),
+        "vocab_size": c.vocab_size, "draft_vocab_size": c.vocab_size,
+        "aux_layers": [loaded.config.num_layers - 1], "target_hidden_size": c.hidden_size,
+        "validation": {"max_abs_diff": diff},
+    }

@@ -1,0 +1,166 @@
+"""Drafting with a head that reads the target's hidden states (EAGLE-3, MTP): chain and EAGLE-2 dynamic tree.
+
+Head position t pairs the target's features f_t (read from the engine's per-slot feature buffer) with the next
+token x_{t+1}, at position t, and predicts x_{t+2}. For a context x_0..x_n (x_n the pending token, not yet
+seen by the target) the head catches up on the positions it has not read with true features (up to t = n - 1,
+whose row predicts the first draft token), then drafts on: each further step feeds a draft token with the
+head's own hidden output instead of target features. Its cache keeps only the true-feature positions between
+proposals (the draft steps are rolled back), so a rejected draft costs nothing to undo. Draft ids map to
+target ids by d + d2t[d] (identity when the head predicts the whole target vocabulary).
+
+Tree (topk > 1, Li et al. 2024, "EAGLE-2"): the first step's top-k tokens are the depth-1 nodes, scored by
+their log-probability under the head. Each further step runs the k best-scoring nodes of the newest depth in
+one head call (an attention bias lets each see the prefix, its ancestors and itself) and gives each its
+top-k children, scored by the sum of log-probabilities along the path. The draft is the `max_tokens` best
+nodes of the whole tree (a child never outscores its parent, so the set keeps every node's ancestors).
+Tree nodes are chosen deterministically, so they go to the verifier without draft probabilities, which keeps
+sampled verification lossless; a chain at temperature > 0 samples from the head and passes its q.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specrt.drafters.base import Draft
+from specrt.runtime.engine import common_prefix
+from specrt.runtime.sampling import SamplingParams, target_probs
+from specrt.runtime.target_session import TargetSession, TargetSpec
+
+
+@dataclass
+class _Node:
+    token: int  # target id
+    draft_id: int
+    parent: int  # index into the node list, -1: child of the pending token
+    depth: int  # 1 for children of the pending token
+    score: float  # sum of the head's log-probabilities along the path
+    hidden_in: np.ndarray  # [H] what the head reads with this token when it expands the node
+    slot: int = -1  # head cache slot once fed
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+class FeatureHeadDrafter:
+    name = "feature-head"
+
+    def __init__(self, bundle_dir: Path, entry: dict, target_hidden_layers: tuple[int, ...], target_vocab: int,
+                 providers, threads: int = 0, topk: int = 1, max_depth: int = 6):
+        from safetensors.numpy import load_file
+
+        kv, graph = entry["kv"], entry["graph"]
+        vocab = entry["draft_vocab_size"]
+        spec = TargetSpec(1, kv["kv_heads"], kv["head_dim"], kv["max_context"], vocab, extra_outputs=("hidden_out",))
+        self.session = TargetSession(Path(bundle_dir) / graph["file"], spec, providers, threads=threads)
+        d2t = [f for f in entry.get("extra_files", ()) if f.endswith(".d2t.safetensors")]
+        offsets = load_file(str(Path(bundle_dir) / d2t[0]))["d2t"].astype(np.int64) if d2t else 0
+        self.d2t_targets = np.arange(vocab) + offsets  # [V_head] target id of each head id
+        h = entry["target_hidden_size"]
+        # columns of the engine's feature buffer holding the head's layers, in the head's order
+        self.columns = np.concatenate([np.arange(h) + target_hidden_layers.index(layer) * h for layer in entry["aux_layers"]])
+        self.hidden_size, self.width, self.target_vocab = graph["hidden_size"], len(entry["aux_layers"]) * h, target_vocab
+        self.topk, self.max_depth = topk, max_depth
+        self.tokens: list[int] = []  # x_{t+1} fed at head position t with true features
+        self.engine = None
+        self.params, self.rng = SamplingParams(temperature=0.0), np.random.default_rng()
+
+    def attach(self, engine) -> None:
+        self.engine = engine
+
+    def reset(self, params: SamplingParams | None = None, rng: np.random.Generator | None = None) -> None:
+        self.params = params or SamplingParams(temperature=0.0)
+        self.rng = rng if rng is not None else np.random.default_rng()
+
+    def _run(self, tokens: list[int], features: np.ndarray | None, hidden: np.ndarray | None,
+             positions: np.ndarray | None = None, bias: np.ndarray | None = None):
+        """Feed tokens [S] -> logits [S, V_head], hidden_out [S, H]."""
+        n = len(tokens)
+        extra = {
+            "features": features[None] if features is not None else np.zeros((1, n, self.width), np.float32),
+            "hidden": hidden[None] if hidden is not None else np.zeros((1, n, self.hidden_size), np.float32),
+            "use_features": np.array([features is not None]),
+        }
+        logits, hidden_out = self.session.forward(np.array([tokens], dtype=np.int64), position_ids=positions,
+                                                  attention_bias=bias, extra_inputs=extra)
+        return logits[0], hidden_out[0]
+
+    def _pick(self, head_logits: np.ndarray) -> tuple[int, np.ndarray | None]:
+        """A target token id from the head's logits (and its distribution over the target vocabulary)."""
+        if self.params.greedy:
+            return int(self.d2t_targets[int(np.argmax(head_logits))]), None
+        full = np.full(self.target_vocab, -np.inf, dtype=np.float32)
+        full[self.d2t_targets] = head_logits
+        q = target_probs(full, self.params)
+        return int(self.rng.choice(len(q), p=q)), q
+
+    def propose(self, context: list[int], max_tokens: int) -> Draft | None:
+        n = len(context) - 1  # the target has read context[:n]: features f_0 .. f_{n-1} exist
+        room = self.session.spec.max_context - n
+        k = min(max_tokens, room)
+        if self.engine is None or n < 1 or k < 1:
+            return None
+        want = context[1:n + 1]  # head position t reads x_{t+1}
+        keep = min(common_prefix(self.tokens, want), n - 1)
+        self.session.rollback(keep)
+        feats = self.engine.features[keep:n][:, self.columns]  # [n - keep, F]
+        logits, hidden = self._run(want[keep:], feats, None)
+        self.tokens = list(want)
+        if self.topk > 1 and k > 1:
+            return self._tree(logits[-1], hidden[-1], n, k)
+        return self._chain(logits[-1], hidden[-1:], k)
+
+    def _chain(self, logits: np.ndarray, hidden: np.ndarray, k: int) -> Draft:
+        tokens, probs = [], []
+        for i in range(k):
+            token, q = self._pick(logits)
+            tokens.append(token)
+            if q is not None:
+                probs.append(q)
+            if i + 1 < k:
+                logits, hidden = self._run([token], None, hidden)
+                logits, hidden = logits[-1], hidden[-1:]
+        return Draft.chain(tokens, np.stack(probs) if probs else None)
+
+    def _children(self, logits: np.ndarray, parent: int, depth: int, base: float, hidden_in: np.ndarray) -> list[_Node]:
+        logp = _log_softmax(logits)
+        best = np.argsort(-logp, kind="stable")[:self.topk]
+        return [_Node(int(self.d2t_targets[d]), int(d), parent, depth, base + float(logp[d]), hidden_in) for d in best]
+
+    def _tree(self, logits: np.ndarray, hidden: np.ndarray, n: int, budget: int) -> Draft:
+        nodes = self._children(logits, -1, 1, 0.0, hidden)
+        newest = list(range(len(nodes)))
+        for depth in range(2, min(self.max_depth, budget) + 1):
+            expand = sorted(newest, key=lambda i: -nodes[i].score)[:self.topk]
+            room = self.session.spec.max_context - self.session.length
+            if len(expand) > room:
+                break
+            past = self.session.length
+            for j, i in enumerate(expand):
+                nodes[i].slot = past + j
+            bias = np.full((1, 1, len(expand), past + len(expand)), -np.inf, dtype=np.float32)
+            bias[..., :n] = 0.0  # the true-feature prefix
+            for j, i in enumerate(expand):
+                a = i
+                while a >= 0:  # itself and its fed ancestors
+                    bias[0, 0, j, nodes[a].slot] = 0.0
+                    a = nodes[a].parent
+            positions = np.array([[n + depth - 2] * len(expand)], dtype=np.int64)
+            out_logits, out_hidden = self._run([nodes[i].token for i in expand], None,
+                                               np.stack([nodes[i].hidden_in for i in expand]), positions, bias)
+            newest = []
+            for j, i in enumerate(expand):
+                children = self._children(out_logits[j], i, depth, nodes[i].score, out_hidden[j])
+                newest += range(len(nodes), len(nodes) + len(children))
+                nodes += children
+        # the budget's best nodes (ties: shallower first, so a parent precedes its equal-scored child)
+        chosen = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth, i))[:budget]
+        chosen.sort(key=lambda i: (nodes[i].depth, i))
+        index = {i: j for j, i in enumerate(chosen)}
+        parents = [index[nodes[i].parent] if nodes[i].parent >= 0 else -1 for i in chosen]
+        return Draft(np.array([nodes[i].token for i in chosen], dtype=np.int64), np.array(parents, dtype=np.int64))

@@ -1,0 +1,195 @@
+"""MTP (multi-token prediction) modules that ship inside a target's own checkpoint: torch definition and the
+three public weight layouts.
+
+An MTP module predicts x_{t+2} at position t from the target's last hidden state h_t and the next token's
+embedding e(x_{t+1}): x = proj(concat(enorm(e), hnorm(h))) (MiMo concatenates the other way round), one
+decoder block of the target's own shape with its own KV cache, a final norm, and an lm_head (DeepSeek's
+`shared_head.head`, else the target's). The first draft step reads h_t = the target's final-normed hidden
+state (what feeds its lm_head; the graph computes it from the residual stream after the last layer with the
+target's final norm), later steps read the module's own output: the pre-norm residual for DeepSeek/GLM, the
+normed output for Qwen3-Next and MiMo (as vLLM chains them). DeepSeek and MiMo zero the embedding at
+position 0 (as vLLM does).
+
+Layouts (names after the loader's "model." normalization; N = the target's num_hidden_layers):
+- deepseek (DeepSeek-V3, GLM-4.5): model.layers.{N}.{enorm, hnorm, eh_proj, shared_head.norm,
+  shared_head.head (optional), embed_tokens (optional, the target's is used), the block's own names}
+- qwen3_next: mtp.{pre_fc_norm_embedding, pre_fc_norm_hidden, fc, norm, layers.0.<block>}
+- mimo: model.mtp_layers.0.{token_layernorm, hidden_layernorm, input_proj, final_layernorm, <block>}
+Only the first module is used; several draft steps chain it. The block is the target's (llama family: dense
+attention + MLP), so MoE or MLA blocks (DeepSeek-V3 itself) are refused by the target loader before this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from specrt.errors import SourceError
+from specrt.models.config import ModelConfig
+from specrt.models.transformer import BLOCKS, RMSNorm, causal_mask
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    marker: str  # a tensor (relative to the prefix) whose presence identifies the layout
+    renames: dict  # layout name -> canonical name, for the tensors outside the block
+    block_prefix: str  # where the block's tensors sit, relative to the prefix
+    hidden_first: bool  # concat order [hidden, embedding] (MiMo) instead of [embedding, hidden]
+    mask_first_position: bool  # zero the embedding at position 0
+    feed_normed: bool  # chained steps read the normed output (else the pre-norm residual)
+    optional: tuple[str, ...] = ()  # tensors that may be present and are not used
+
+
+LAYOUTS = (
+    Layout("deepseek", "eh_proj.weight",
+           {"enorm.weight": "enorm.weight", "hnorm.weight": "hnorm.weight", "eh_proj.weight": "proj.weight",
+            "shared_head.norm.weight": "norm.weight", "shared_head.head.weight": "head.weight"},
+           "", hidden_first=False, mask_first_position=True, feed_normed=False, optional=("embed_tokens.weight",)),
+    Layout("qwen3_next", "fc.weight",
+           {"pre_fc_norm_embedding.weight": "enorm.weight", "pre_fc_norm_hidden.weight": "hnorm.weight",
+            "fc.weight": "proj.weight", "norm.weight": "norm.weight"},
+           "layers.0.", hidden_first=False, mask_first_position=False, feed_normed=True),
+    Layout("mimo", "input_proj.weight",
+           {"token_layernorm.weight": "enorm.weight", "hidden_layernorm.weight": "hnorm.weight",
+            "input_proj.weight": "proj.weight", "final_layernorm.weight": "norm.weight"},
+           "", hidden_first=True, mask_first_position=True, feed_normed=True),
+)
+
+
+def layout_prefix(layout: Layout, num_layers: int) -> str:
+    return {"deepseek": f"model.layers.{num_layers}.", "qwen3_next": "model.mtp.",
+            "mimo": "model.mtp_layers.0."}[layout.name]
+
+
+@dataclass(frozen=True)
+class MtpConfig:
+    layer: ModelConfig  # the target's config with one layer: the block's shape
+    layout: Layout
+    own_head: bool  # the module brings its lm_head (DeepSeek's shared_head.head)
+
+    @property
+    def feature_width(self) -> int:  # what it reads from the target per position: the last hidden state
+        return self.layer.hidden_size
+
+
+class MtpModule(nn.Module):
+    def __init__(self, cfg: MtpConfig):
+        super().__init__()
+        c = cfg.layer
+        h, norm = c.hidden_size, (c.hidden_size, c.rms_norm_eps, c.norm_offset)
+        self.cfg = cfg
+        self.enorm, self.hnorm, self.norm, self.target_norm = RMSNorm(*norm), RMSNorm(*norm), RMSNorm(*norm), RMSNorm(*norm)
+        self.proj = nn.Linear(2 * h, h, bias=False)
+        self.block = BLOCKS[c.family](c, 0)
+        self.head = nn.Linear(h, c.vocab_size, bias=False)
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The residual stream after the target's last layer [B, S, H] -> its final-normed hidden state."""
+        return self.target_norm(features)
+
+    def forward(self, embeds, hidden, position_ids, past_k, past_v, attention_bias=None):
+        """embeds [B, S, H] (target embeddings of x_{t+1}), hidden [B, S, H] (fused target state or the
+        previous step's output). Returns logits [B, S, V], the hidden state to feed back [B, S, H] and
+        the new keys/values [B, KV, S, D]."""
+        lay = self.cfg.layout
+        mask = causal_mask(self.cfg.layer, 0, position_ids, past_k.shape[2])
+        if attention_bias is not None:
+            mask = mask + attention_bias
+        if lay.mask_first_position:
+            embeds = embeds * (position_ids != 0)[..., None].to(embeds.dtype)
+        e, hh = self.enorm(embeds), self.hnorm(hidden)
+        x = self.proj(torch.cat((hh, e) if lay.hidden_first else (e, hh), dim=-1))
+        x, k, v = self.block(x, position_ids, past_k, past_v, mask)
+        normed = self.norm(x)
+        return self.head(normed), (normed if lay.feed_normed else x), k, v
+
+
+def expected_shapes(cfg: MtpConfig) -> dict[str, tuple[int, ...]]:
+    """Canonical tensor names and shapes (block.* as the target's block names them)."""
+    c = cfg.layer
+    h = c.hidden_size
+    block = {f"block.{k}": tuple(v.shape) for k, v in BLOCKS[c.family](c, 0).state_dict().items()}
+    return {"enorm.weight": (h,), "hnorm.weight": (h,), "proj.weight": (h, 2 * h), "norm.weight": (h,), **block}
+
+
+def find_layout(weights: dict, target: ModelConfig) -> Layout:
+    for layout in LAYOUTS:
+        if layout_prefix(layout, target.num_layers) + layout.marker in weights:
+            return layout
+    raise SourceError(
+        f"the target's checkpoint has no MTP module (looked for model.layers.{target.num_layers}.eh_proj "
+        "(DeepSeek-V3/GLM-4.5), mtp.fc (Qwen3-Next) and model.mtp_layers.0.input_proj (MiMo))")
+
+
+def load_mtp_from_target(target: ModelConfig, weights: dict[str, np.ndarray]) -> tuple[MtpConfig, dict[str, np.ndarray]]:
+    """The target's first MTP module: config and canonical tensors (enorm, hnorm, proj, norm, block.*, head,
+    target_norm, embed). SourceError names a missing, unexpected or misshaped tensor."""
+    if target.family != "llama":
+        raise SourceError(f"MTP modules are supported for llama-family blocks; this target is {target.family}")
+    layout = find_layout(weights, target)
+    prefix = layout_prefix(layout, target.num_layers)
+    found = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    if layout.name == "qwen3_next":  # only module 0; a later module's tensors are not this one's extras
+        found = {k: v for k, v in found.items() if not k.startswith("layers.") or k.startswith("layers.0.")}
+    layer = dataclasses.replace(target, num_layers=1)
+    cfg = MtpConfig(layer, layout, own_head=layout.name == "deepseek" and "shared_head.head.weight" in found)
+    tensors: dict[str, np.ndarray] = {}
+    for name, value in found.items():
+        if name in layout.renames:
+            tensors[layout.renames[name]] = value
+        elif name in layout.optional:
+            continue
+        elif name.startswith(layout.block_prefix):
+            tensors["block." + name[len(layout.block_prefix):]] = value
+        else:
+            tensors["unexpected:" + name] = value
+    want = expected_shapes(cfg)
+    extra = sorted(k for k in tensors if k not in want and k != "head.weight")
+    if extra:
+        raise SourceError(f"MTP module ({layout.name} layout) has an unexpected tensor {prefix}{_layout_name(layout, extra[0])}")
+    missing = sorted(set(want) - set(tensors))
+    if missing:
+        raise SourceError(f"MTP module ({layout.name} layout) lacks tensor {prefix}{_layout_name(layout, missing[0])}")
+    for name, shape in want.items():
+        if tuple(tensors[name].shape) != shape:
+            raise SourceError(f"MTP tensor {prefix}{_layout_name(layout, name)} has shape "
+                              f"{tuple(tensors[name].shape)}, expected {shape}")
+    if "head.weight" not in tensors:
+        tensors["head.weight"] = weights.get("lm_head.weight", weights["model.embed_tokens.weight"])
+    if tuple(tensors["head.weight"].shape) != (target.vocab_size, target.hidden_size):
+        raise SourceError(f"MTP head has shape {tuple(tensors['head.weight'].shape)}, expected "
+                          f"{(target.vocab_size, target.hidden_size)}")
+    tensors["target_norm.weight"] = weights["model.norm.weight"]
+    tensors["embed.weight"] = weights["model.embed_tokens.weight"]
+    return cfg, tensors
+
+
+def _layout_name(layout: Layout, canonical: str) -> str:
+    """A canonical name back in the checkpoint's own spelling (for error messages)."""
+    if canonical.startswith("unexpected:"):
+        return canonical[len("unexpected:"):]
+    for theirs, ours in layout.renames.items():
+        if ours == canonical:
+            return theirs
+    return layout.block_prefix + canonical[len("block."):] if canonical.startswith("block.") else canonical
+
+
+def model_from_tensors(cfg: MtpConfig, tensors: dict[str, np.ndarray]) -> tuple[MtpModule, np.ndarray]:
+    """The torch module (strictly loaded) and the target's embedding table [V, H]."""
+    model = MtpModule(cfg).eval()
+    state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in tensors.items() if k != "embed.weight"}
+    model.load_state_dict(state, strict=True)
+    return model, np.asarray(tensors["embed.weight"], dtype=np.float32)
+
+
+def mtp_tensor_names(layout: Layout, target: ModelConfig) -> dict[str, str]:
+    """Canonical name -> checkpoint name for every tensor of a module in this layout (used to write test
+    checkpoints and to name tensors in errors)."""
+    prefix = layout_prefix(layout, target.num_layers)
+    cfg = MtpConfig(dataclasses.replace(target, num_layers=1), layout, own_head=False)
+    return {name: prefix + _layout_name(layout, name) for name in expected_shapes(cfg)}
