@@ -42,16 +42,15 @@ class _Node:
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    m = x.max(-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+    m = float(x.max())
+    return (x - m) - np.log(np.exp(x - m, dtype=np.float64).sum())
 
 
 class FeatureHeadDrafter:
     name = "feature-head"
 
     def __init__(self, bundle_dir: Path, entry: dict, target_hidden_layers: tuple[int, ...], target_vocab: int,
-                 providers, threads: int = 0, topk: int = 1, max_depth: int = 6):
+                 providers, threads: int = 0, topk: int = 1, max_depth: int = 3):
         from safetensors.numpy import load_file
 
         kv, graph = entry["kv"], entry["graph"]
@@ -66,9 +65,14 @@ class FeatureHeadDrafter:
         self.columns = np.concatenate([np.arange(h) + target_hidden_layers.index(layer) * h for layer in entry["aux_layers"]])
         self.hidden_size, self.width, self.target_vocab = graph["hidden_size"], len(entry["aux_layers"]) * h, target_vocab
         self.topk, self.max_depth = topk, max_depth
+        self.max_draft: int | None = None  # draft tokens per call the engine may ask for (None: the engine's own)
         self.tokens: list[int] = []  # x_{t+1} fed at head position t with true features
         self.engine = None
         self.params, self.rng = SamplingParams(temperature=0.0), np.random.default_rng()
+
+    def use_tree(self, topk: int = 3, max_depth: int = 3, max_draft: int = 6) -> None:
+        """Draft EAGLE-2 dynamic trees: topk children per node, up to max_depth deep, up to max_draft nodes."""
+        self.topk, self.max_depth, self.max_draft = topk, max_depth, max_draft
 
     def attach(self, engine) -> None:
         self.engine = engine
@@ -128,9 +132,12 @@ class FeatureHeadDrafter:
         return Draft.chain(tokens, np.stack(probs) if probs else None)
 
     def _children(self, logits: np.ndarray, parent: int, depth: int, base: float, hidden_in: np.ndarray) -> list[_Node]:
-        logp = _log_softmax(logits)
-        best = np.argsort(-logp, kind="stable")[:self.topk]
-        return [_Node(int(self.d2t_targets[d]), int(d), parent, depth, base + float(logp[d]), hidden_in) for d in best]
+        k = min(self.topk, len(logits))
+        best = np.argpartition(-logits, k - 1)[:k]
+        best = best[np.argsort(-logits[best], kind="stable")]
+        logp = _log_softmax(logits)[best]
+        return [_Node(int(self.d2t_targets[d]), int(d), parent, depth, base + float(lp), hidden_in)
+                for d, lp in zip(best, logp)]
 
     def _tree(self, logits: np.ndarray, hidden: np.ndarray, n: int, budget: int) -> Draft:
         nodes = self._children(logits, -1, 1, 0.0, hidden)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrt.bundle import MANIFEST, Manifest, load_bundle
-from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir, lookup
+from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir, default_drafter_spec, lookup
 from specrt.errors import SpecrtError
 from specrt.runtime.engine import Engine
 from specrt.runtime.providers import providers_for
@@ -52,6 +52,28 @@ def _mtp(bundle: Path, manifest: Manifest, providers, threads: int):
 # drafter name -> factory(bundle, manifest, providers, threads); dflash arrives with its issue
 DRAFTERS = {"none": lambda *args: None, "ngram": _ngram, "draft-model": _draft_model, "eagle3": _eagle3, "mtp": _mtp}
 LATER_DRAFTERS = ("dflash",)
+TREE_DRAFTERS = ("eagle3", "mtp")  # take ":tree" (EAGLE-2 dynamic tree) or ":chain" (the default)
+
+
+def check_drafter_name(name: str) -> None:
+    base, _, mode = name.partition(":")
+    if base not in DRAFTERS:
+        state = "not available yet" if base in LATER_DRAFTERS else "unknown"
+        raise SpecrtError(f"drafter {base!r} is {state} (available: {', '.join(DRAFTERS)}; "
+                          f"{' and '.join(TREE_DRAFTERS)} also as NAME:tree)")
+    if mode and (base not in TREE_DRAFTERS or mode not in ("tree", "chain")):
+        raise SpecrtError(f"drafter {name!r}: only {', '.join(TREE_DRAFTERS)} take :tree or :chain")
+
+
+def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads: int = 0):
+    """The drafter object for a name such as "ngram", "eagle3" or "eagle3:tree" (None for "none")."""
+    check_drafter_name(name)
+    base, _, mode = name.partition(":")
+    drafter = DRAFTERS[base](bundle, manifest, providers, threads)
+    if mode == "tree":
+        drafter.use_tree()
+        drafter.name = f"{base}:tree"
+    return drafter
 
 
 def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec: str | None, stages) -> None:
@@ -72,7 +94,7 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
         if path.exists():
             raise SpecrtError(f"{path} is not a specrt bundle (make one with: specrt convert {path} -o BUNDLE)")
         lookup(model)  # raises the catalog's unknown-model error
-    drafter_spec, suffix = None, ""
+    drafter_spec, suffix = default_drafter_spec(model), ""  # the catalog's own EAGLE-3 head, if it ships one
     if drafter == "draft-model":
         draft = CATALOG[model].draft_model
         if draft is None:
@@ -83,20 +105,41 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
                               f"add --precision fp32")
         drafter_spec, suffix = f"draft-model:{draft}", "-draft"
     bundle = cache_dir() / "bundles" / f"{model}-{precision}{suffix}"
-    if not (bundle / MANIFEST).is_file():
+    if not (bundle / MANIFEST).is_file() or _lacks_drafter(bundle, drafter_spec):
         _convert_catalog(model, bundle, precision, drafter_spec, stages)
     return bundle
 
 
+def _lacks_drafter(bundle: Path, spec: str | None) -> bool:
+    """A cached bundle converted before its catalog entry shipped this drafter (it is converted again)."""
+    if spec is None:
+        return False
+    try:
+        return load_bundle(bundle, check_hashes=False).drafter(spec.partition(":")[0]) is None
+    except SpecrtError:
+        return True
+
+
+def auto_drafter(manifest: Manifest) -> str | None:
+    """The drafter `auto` means for a bundle: its EAGLE-3 head, else its MTP module, else plain decoding."""
+    return next((kind for kind in ("eagle3", "mtp") if manifest.drafter(kind) is not None), None)
+
+
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
-         threads: int = 0, stages=None, batch_invariant: bool = False) -> Engine:
-    """batch_invariant: every target call feeds >= 2 rows, which makes int4 output independent of how tokens
-    are grouped into calls: what lossless speculation on an int4 graph needs (fp32 does not)."""
-    if drafter is not None and drafter not in DRAFTERS:
-        state = "not available yet" if drafter in LATER_DRAFTERS else "unknown"
-        raise SpecrtError(f"drafter {drafter!r} is {state} (available: {', '.join(DRAFTERS)})")
+         threads: int = 0, stages=None, batch_invariant: bool | None = None) -> Engine:
+    """drafter: a name (see DRAFTERS; eagle3/mtp also as NAME:tree), None or "none" for plain decoding, or
+    "auto" (the bundle's EAGLE-3 head, else its MTP module, else none).
+    batch_invariant: every target call feeds >= 2 rows, which makes int4 output independent of how tokens
+    are grouped into calls: what lossless speculation on an int4 graph needs (fp32 does not). None: on for an
+    int4 bundle with a drafter."""
+    if drafter not in (None, "auto"):
+        check_drafter_name(drafter)
     providers = providers_for(device)
     bundle = resolve_bundle(model, precision, stages, drafter)
     manifest = load_bundle(bundle, check_hashes=False)  # sizes on every load; `specrt info` checks sha256
-    drafter_obj = DRAFTERS[drafter or "none"](bundle, manifest, providers, threads)
+    if drafter == "auto":
+        drafter = auto_drafter(manifest)
+    drafter_obj = make_drafter(drafter or "none", bundle, manifest, providers, threads)
+    if batch_invariant is None:
+        batch_invariant = drafter_obj is not None and manifest.target.precision == "int4"
     return Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj, batch_invariant=batch_invariant)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from specrt.bundle import MANIFEST, load_bundle
 from specrt.errors import SpecrtError
-from specrt.runtime.api import DRAFTERS, resolve_bundle
+from specrt.runtime.api import check_drafter_name, make_drafter, resolve_bundle
 from specrt.runtime.engine import Engine
 from specrt.runtime.providers import providers_for
 from specrt.runtime.sampling import SamplingParams
@@ -66,7 +66,7 @@ def _load(model: str, precision: str, drafters: list[str], device: str, threads:
     engine = Engine(bundle, manifest, providers, threads=threads, batch_invariant=batch_invariant)
     objects = {"none": None}
     for name in wanted:
-        objects[name] = DRAFTERS[name](bundle, manifest, providers, threads)
+        objects[name] = make_drafter(name, bundle, manifest, providers, threads)
     return engine, objects, manifest.target.precision
 
 
@@ -77,9 +77,8 @@ def _generate(engine: Engine, prompt: str, params: SamplingParams, drafter):
 
 def run_bench(model: str, prompts: list[str], drafters: list[str], precisions: list[str], params: SamplingParams,
               device: str = "auto", threads: int = 0, stages=None, log=_log, batch_invariant: bool = False) -> dict:
-    unknown = [d for d in drafters if d not in DRAFTERS]
-    if unknown:
-        raise SpecrtError(f"drafter {unknown[0]!r} is not available (available: {', '.join(DRAFTERS)})")
+    for d in drafters:
+        check_drafter_name(d)
     results = []
     if is_bundle(model):
         precisions = precisions[:1]  # a bundle folder has one precision: its own

@@ -232,7 +232,8 @@ class Engine:
 
         if drafter is None:
             return PlainStepper(self, params)
-        return SpeculativeStepper(self, params, drafter, max_draft=self.max_draft, adaptive=self.adaptive)
+        max_draft = getattr(drafter, "max_draft", None) or self.max_draft  # a tree drafter asks for more nodes
+        return SpeculativeStepper(self, params, drafter, max_draft=max_draft, adaptive=self.adaptive)
 
     def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None):
         t0 = time.perf_counter()

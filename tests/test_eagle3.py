@@ -194,3 +194,16 @@ def test_half_precision_checkpoint_loads_and_runs(tmp_path):
         a = head(x, x, torch.arange(3)[None], empty, empty)[0]
         b = loaded(x, x, torch.arange(3)[None], empty, empty)[0]
     torch.testing.assert_close(a, b, atol=5e-2, rtol=5e-2)  # fp16 rounding of the weights only
+
+
+def test_auto_drafter_and_drafter_names(eagle_bundle, tmp_path):
+    import specrt
+    from specrt.errors import SpecrtError
+
+    assert specrt.load(str(eagle_bundle), device="cpu", drafter="auto").drafter.name == "eagle3"
+    tree = specrt.load(str(eagle_bundle), device="cpu", drafter="eagle3:tree").drafter
+    assert tree.name == "eagle3:tree" and tree.topk > 1 and tree.max_draft > 4
+    for name, message in (("ngram:tree", "only eagle3, mtp take"), ("eagle3:wide", "only eagle3, mtp take"),
+                          ("dflash", "not available yet"), ("magic", "unknown")):
+        with pytest.raises(SpecrtError, match=message):
+            specrt.load(str(eagle_bundle), device="cpu", drafter=name)

@@ -95,18 +95,32 @@ HEAD = Path(__file__).resolve().parent.parent / "drafters" / "eagle3" / "heads" 
 
 @pytest.fixture(scope="module")
 def eagle3_engine(tmp_path_factory):
-    """The fp32 default model with the EAGLE-3 head trained by `specrt train-drafter` (committed, fp16)."""
+    """The fp32 default model with the EAGLE-3 head trained by `specrt train-drafter` (committed, fp16), which
+    the catalog adds by default."""
+    from specrt.bundle import load_bundle
     from specrt.cli import main
 
     out = tmp_path_factory.mktemp("eagle3") / "fp32-eagle3"
-    assert main(["convert", "smollm2-135m-instruct", "-o", str(out), "--drafter", f"eagle3:{HEAD}"]) == 0
-    return specrt.load(str(out), device="cpu", drafter="eagle3")
+    assert main(["convert", "smollm2-135m-instruct", "-o", str(out)]) == 0
+    assert load_bundle(out).drafter("eagle3")["source"] == str(HEAD)
+    return specrt.load(str(out), device="cpu", drafter="auto")
 
 
-@pytest.mark.parametrize("adaptive", [False, True])
-def test_eagle3_greedy_equals_plain_on_10_prompts(eagle3_engine, adaptive):
+@pytest.mark.parametrize("mode", ["chain", "chain-adaptive", "tree", "tree-adaptive"])
+def test_eagle3_greedy_equals_plain_on_10_prompts(eagle3_engine, mode):
     engine = eagle3_engine
-    engine.adaptive = adaptive
+    assert engine.drafter.name == "eagle3"  # what drafter="auto" picked
+    engine.adaptive = mode.endswith("adaptive")
+    if mode.startswith("tree"):
+        engine.drafter.use_tree()
+    else:
+        engine.drafter.topk, engine.drafter.max_draft = 1, None
     mean = _compare_with_plain(engine, lambda prompt, plain: engine.drafter)
-    if not adaptive:  # 4 drafted per call: the trained head (held-back top-1 ~30%) gets tokens accepted
-        assert mean > 1.15
+    if not engine.adaptive:  # drafting every call: the trained head (held-back top-1 ~30%) gets tokens accepted
+        assert mean > (1.3 if mode == "tree" else 1.15)
+
+
+def test_int4_turns_batch_invariance_on_with_a_drafter(bundles):
+    assert specrt.load(str(bundles["int4"]), device="cpu", drafter="ngram").target.min_rows == 2
+    assert specrt.load(str(bundles["int4"]), device="cpu", drafter="auto").target.min_rows == 1  # no head: plain
+    assert specrt.load(str(bundles["fp32"]), device="cpu", drafter="ngram").target.min_rows == 1
