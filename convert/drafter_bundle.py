@@ -1,7 +1,7 @@
 """`specrt convert SOURCE --drafter KIND:ARG`: put a drafter's graph into the bundle beside the target.
 
 Kinds available: `eagle3:FOLDER` (an EAGLE-3 checkpoint, convert/eagle3_bundle.py), `mtp` (the MTP module in
-the target's own checkpoint, convert/mtp_bundle.py) and `draft-model` (an independent small LM with the
+the target's own checkpoint) or `mtp:FOLDER` (one trained for it, convert/mtp_bundle.py) and `draft-model` (an independent small LM with the
 target's tokenizer and its own KV cache), whose ARG is one of
 - `self-int4`: the int4 graph of the target's own weights (drafts for an fp32/fp16 target);
 - a specrt bundle folder: its target graph is copied in as the draft graph (no reconversion);
@@ -35,9 +35,7 @@ def parse_drafter_spec(spec: str) -> tuple[str, str]:
         raise SpecrtError(f"unknown drafter kind {kind!r} in --drafter {spec!r} (expected draft-model:PATH_OR_NAME, "
                           f"eagle3:FOLDER or mtp)")
     if kind == "mtp":
-        if arg:
-            raise SpecrtError(f"--drafter {spec!r}: mtp reads the module from the target's own checkpoint; pass --drafter mtp")
-        return kind, arg
+        return kind, arg  # no ARG: the target's own checkpoint; mtp:FOLDER: a module trained for it
     if not arg:
         raise SpecrtError(f"--drafter {spec!r} names no model (draft-model:PATH_OR_NAME or draft-model:self-int4)")
     return kind, arg
@@ -46,8 +44,8 @@ def parse_drafter_spec(spec: str) -> tuple[str, str]:
 def check_drafter_spec(spec: str, precision: str) -> None:
     """Refuse a bad --drafter before any work is done."""
     kind, arg = parse_drafter_spec(spec)
-    if kind == "eagle3" and not Path(arg).expanduser().is_dir():
-        raise SpecrtError(f"eagle3:{arg}: no such checkpoint folder")
+    if kind in ("eagle3", "mtp") and arg and not Path(arg).expanduser().is_dir():
+        raise SpecrtError(f"{kind}:{arg}: no such checkpoint folder")
     if arg == "self-int4" and precision == "int4":
         raise SpecrtError("draft-model:self-int4 drafts for an fp32 or fp16 target; this target is already int4")
 
@@ -74,7 +72,7 @@ def hidden_layers_for(spec: str | None, loaded) -> tuple[int, ...]:
     if kind == "mtp":
         from specrt.convert.mtp_bundle import hidden_layers_for as mtp_layers
 
-        return mtp_layers(loaded)
+        return mtp_layers(loaded, arg)
     if kind != "eagle3":
         return ()
     from specrt.convert.eagle3_bundle import hidden_layers_for as eagle3_layers
@@ -143,7 +141,7 @@ def add_drafter(spec: str, tmp: Path, loaded, precision: str, max_context: int, 
     if kind == "mtp":
         from specrt.convert.mtp_bundle import add_mtp
 
-        return add_mtp(spec, tmp, loaded, max_context, providers, stages)
+        return add_mtp(spec, arg, tmp, loaded, max_context, providers, stages)
     if arg == "self-int4":
         draft_loaded, draft_precision = loaded, "int4"
     else:

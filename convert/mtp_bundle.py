@@ -1,7 +1,8 @@
-"""`specrt convert TARGET --drafter mtp`: the target's own MTP module into the bundle.
+"""`specrt convert TARGET --drafter mtp[:FOLDER]`: the target's own MTP module (or one trained for it by
+`specrt train-drafter --kind mtp`, in FOLDER) into the bundle.
 
-The module is found in the target's checkpoint (DeepSeek-V3/GLM-4.5, Qwen3-Next or MiMo layout, see
-models/mtp.py), checked tensor by tensor, exported to mtp.onnx with its own KV cache (convert/mtp_graph.py)
+The module is found in the target's checkpoint or the folder (DeepSeek-V3/GLM-4.5, Qwen3-Next or MiMo
+layout, see models/mtp.py), checked tensor by tensor, exported to mtp.onnx with its own KV cache (convert/mtp_graph.py)
 and validated against its torch definition. The target graph then emits the residual stream after its last
 layer, which the module reads (the pipeline asks `hidden_layers_for` before building it).
 """
@@ -18,22 +19,34 @@ STEM = "mtp"
 MAX_DIFF = 1e-3
 
 
-def hidden_layers_for(loaded) -> tuple[int, ...]:
-    """The last layer's residual stream; checks first that the target's checkpoint holds a usable module."""
+def hidden_layers_for(loaded, folder: str = "") -> tuple[int, ...]:
+    """The last layer's residual stream; checks first that the module is there and fits the target."""
     from specrt.models.mtp import load_mtp_from_target
 
-    _check_source(loaded)
-    load_mtp_from_target(loaded.config, loaded.weights)
+    load_mtp_from_target(loaded.config, _weights(loaded, folder))
     return (loaded.config.num_layers - 1,)
 
 
-def _check_source(loaded) -> None:
-    if loaded.source.kind != "hf":
-        raise SourceError(f"--drafter mtp reads the MTP module from an HF safetensors folder; {loaded.source.path} "
-                          f"is a {loaded.source.kind} source")
+def _weights(loaded, folder: str) -> dict:
+    """Where the module is looked for: the target's own weights, or a module folder's (mtp:FOLDER, written by
+    `specrt train-drafter --kind mtp`), checked against the target it was trained for."""
+    from specrt.models.hf_loader import load_hf_weights, read_hf_config
+
+    if not folder:
+        if loaded.source.kind != "hf":
+            raise SourceError(f"--drafter mtp reads the MTP module from an HF safetensors folder; "
+                              f"{loaded.source.path} is a {loaded.source.kind} source (or give mtp:FOLDER)")
+        return loaded.weights
+    path = Path(folder).expanduser()
+    hf, cfg = read_hf_config(path), loaded.config
+    for key, ours in (("num_hidden_layers", cfg.num_layers), ("hidden_size", cfg.hidden_size), ("vocab_size", cfg.vocab_size)):
+        if key in hf and int(hf[key]) != ours:
+            raise SourceError(f"{path}: MTP module was made for a target with {key} {hf[key]}; this target has {ours}")
+    return {**{k: v for k, v in loaded.weights.items() if not k.startswith(("model.mtp", f"model.layers.{cfg.num_layers}."))},
+            **load_hf_weights(path)}
 
 
-def add_mtp(spec: str, tmp: Path, loaded, max_context: int, providers, stages) -> dict:
+def add_mtp(spec: str, folder: str, tmp: Path, loaded, max_context: int, providers, stages) -> dict:
     import onnx
     import onnxruntime as ort
 
@@ -42,9 +55,8 @@ def add_mtp(spec: str, tmp: Path, loaded, max_context: int, providers, stages) -
     from specrt.convert.target_graph import GraphOptions
     from specrt.models.mtp import load_mtp_from_target, model_from_tensors
 
-    _check_source(loaded)
     stages.start("build mtp graph")
-    cfg, tensors = load_mtp_from_target(loaded.config, loaded.weights)
+    cfg, tensors = load_mtp_from_target(loaded.config, _weights(loaded, folder))
     model = build_mtp_graph(cfg, tensors, GraphOptions(precision="fp32", max_context=max_context))
     onnx.save_model(model, str(tmp / f"{STEM}.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=f"{STEM}.onnx.data", size_threshold=1024)
@@ -63,7 +75,7 @@ def add_mtp(spec: str, tmp: Path, loaded, max_context: int, providers, stages) -
                         outputs=("logits", "hidden_out"), hidden_size=c.hidden_size)
     kv = KVLayout(layers=1, kv_heads=c.num_kv_heads, head_dim=c.head_dim, max_context=max_context, dtype="float32")
     return {
-        "kind": "mtp", "name": "mtp", "spec": spec, "source": str(loaded.source.path), "layout": cfg.layout.name,
+        "kind": "mtp", "name": "mtp", "spec": spec, "source": str(Path(folder).expanduser() if folder else loaded.source.path), "layout": cfg.layout.name,
         "model_config": c.to_dict(), "graph": dataclasses.asdict(graph), "kv": dataclasses.asdict(kv),
         "vocab_size": c.vocab_size, "draft_vocab_size": c.vocab_size,
         "aux_layers": [loaded.config.num_layers - 1], "target_hidden_size": c.hidden_size,

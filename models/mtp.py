@@ -71,10 +71,23 @@ class MtpConfig:
     layer: ModelConfig  # the target's config with one layer: the block's shape
     layout: Layout
     own_head: bool  # the module brings its lm_head (DeepSeek's shared_head.head)
+    target_layers: int = 0  # the target's layer count (the module reads the last one's residual stream)
 
     @property
     def feature_width(self) -> int:  # what it reads from the target per position: the last hidden state
         return self.layer.hidden_size
+
+    @property
+    def target_hidden_size(self) -> int:
+        return self.layer.hidden_size
+
+    @property
+    def aux_layers(self) -> tuple[int, ...]:
+        return (self.target_layers - 1,)
+
+    @property
+    def draft_vocab_size(self) -> int:
+        return self.layer.vocab_size
 
 
 class MtpModule(nn.Module):
@@ -91,6 +104,10 @@ class MtpModule(nn.Module):
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """The residual stream after the target's last layer [B, S, H] -> its final-normed hidden state."""
         return self.target_norm(features)
+
+    def target_ids(self) -> torch.Tensor:
+        """Target token id of every output id [V] (the whole vocabulary)."""
+        return torch.arange(self.cfg.layer.vocab_size)
 
     def forward(self, embeds, hidden, position_ids, past_k, past_v, attention_bias=None):
         """embeds [B, S, H] (target embeddings of x_{t+1}), hidden [B, S, H] (fused target state or the
@@ -137,7 +154,8 @@ def load_mtp_from_target(target: ModelConfig, weights: dict[str, np.ndarray]) ->
     if layout.name == "qwen3_next":  # only module 0; a later module's tensors are not this one's extras
         found = {k: v for k, v in found.items() if not k.startswith("layers.") or k.startswith("layers.0.")}
     layer = dataclasses.replace(target, num_layers=1)
-    cfg = MtpConfig(layer, layout, own_head=layout.name == "deepseek" and "shared_head.head.weight" in found)
+    cfg = MtpConfig(layer, layout, own_head=layout.name == "deepseek" and "shared_head.head.weight" in found,
+                    target_layers=target.num_layers)
     tensors: dict[str, np.ndarray] = {}
     for name, value in found.items():
         if name in layout.renames:
@@ -185,6 +203,31 @@ def model_from_tensors(cfg: MtpConfig, tensors: dict[str, np.ndarray]) -> tuple[
     state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in tensors.items() if k != "embed.weight"}
     model.load_state_dict(state, strict=True)
     return model, np.asarray(tensors["embed.weight"], dtype=np.float32)
+
+
+def save_mtp_checkpoint(folder, cfg: MtpConfig, tensors: dict[str, np.ndarray], half: bool = False) -> None:
+    """Write a module in the DeepSeek-V3 layout (model.layers.{N}.*, with shared_head.head), which vLLM's and
+    SGLang's MTP loaders read beside the target's weights and `specrt convert TARGET --drafter mtp:FOLDER`
+    reads from the folder: config.json (num_nextn_predict_layers, the target's layer count) + model.safetensors."""
+    import json
+    from pathlib import Path
+
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    layout = next(lay for lay in LAYOUTS if lay.name == "deepseek")
+    names = mtp_tensor_names(layout, dataclasses.replace(cfg.layer, num_layers=cfg.target_layers))
+    names["head.weight"] = f"model.layers.{cfg.target_layers}.shared_head.head.weight"
+    out = {}
+    for canonical, name in names.items():
+        value = np.asarray(tensors[canonical])
+        out[name] = np.ascontiguousarray(value.astype(np.float16) if half else value.astype(np.float32))
+    save_file(out, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["DeepSeekMTPModel"], "mtp_layout": "deepseek", "num_nextn_predict_layers": 1,
+        "num_hidden_layers": cfg.target_layers, "hidden_size": cfg.layer.hidden_size,
+        "vocab_size": cfg.layer.vocab_size}, indent=2))
 
 
 def mtp_tensor_names(layout: Layout, target: ModelConfig) -> dict[str, str]:

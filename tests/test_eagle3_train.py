@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -52,21 +54,25 @@ def test_interrupted_training_resumes_where_it_stopped(tmp_path):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def write_conversations(path, n: int = 30) -> None:
+    """A JSONL file of n two-turn conversations over the tiny tokenizer's words."""
+    words = "the cat and the dog in the house of the world is a man with a child".split()
+    rng = np.random.default_rng(0)
+    lines = [json.dumps({"messages": [{"role": "user", "content": " ".join(rng.choice(words, 12))},
+                                      {"role": "assistant", "content": " ".join(rng.choice(words, 40))}]})
+             for _ in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+
+
 def test_train_drafter_command_writes_a_checkpoint_convert_reads(tmp_path, capsys):
     """specrt train-drafter on a tiny HF model and a JSONL file, then convert --drafter eagle3 with the result."""
-    import json
 
     from specrt.bundle import load_bundle
     from specrt.cli import main
     from tests.tiny_models import save_tiny_bundle_source
 
     src = save_tiny_bundle_source("llama", tmp_path / "target")
-    words = "the cat and the dog in the house of the world is a man with a child".split()
-    rng = np.random.default_rng(0)
-    lines = [json.dumps({"messages": [{"role": "user", "content": " ".join(rng.choice(words, 12))},
-                                      {"role": "assistant", "content": " ".join(rng.choice(words, 40))}]})
-             for _ in range(30)]
-    (tmp_path / "data.jsonl").write_text("\n".join(lines) + "\n")
+    write_conversations(tmp_path / "data.jsonl")
     head = tmp_path / "head"
     code = main(["train-drafter", str(src), "--data", str(tmp_path / "data.jsonl"), "--out", str(head),
                  "--max-tokens", "1500", "--epochs", "2", "--seq-len", "64"])

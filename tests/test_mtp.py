@@ -170,3 +170,38 @@ def test_gguf_target_or_no_module_is_refused(tmp_path, capsys):
     code = main(["convert", str(src), "-o", str(tmp_path / "out"), "--drafter", "mtp"])
     assert code == 2 and "has no MTP module" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_train_drafter_mtp_for_a_target_without_one(tmp_path, capsys):
+    """specrt train-drafter --kind mtp: the loss falls, the module is written in the DeepSeek-V3 layout, reloads with
+    the trained weights, converts with --drafter mtp:FOLDER and drafts losslessly; a module made for another
+    target is refused."""
+    import specrt
+    from specrt.bundle import load_bundle
+    from specrt.cli import main
+    from specrt.runtime.sampling import SamplingParams
+    from tests.test_eagle3_train import write_conversations
+
+    src = save_tiny_bundle_source("llama", tmp_path / "target")
+    write_conversations(tmp_path / "data.jsonl")
+    out = tmp_path / "mtp"
+    code = main(["train-drafter", str(src), "--kind", "mtp", "--data", str(tmp_path / "data.jsonl"), "--out", str(out),
+                 "--max-tokens", "1500", "--epochs", "3", "--seq-len", "64"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads((out / "training_report.json").read_text())
+    assert np.mean(report["losses"][-3:]) < np.mean(report["losses"][:3])
+    target = config_from_hf(read_config(src))
+    cfg, tensors = load_mtp_from_target(target, {**load_hf_weights(src), **load_hf_weights(out)})
+    assert cfg.layout.name == "deepseek" and cfg.own_head
+    bundle = tmp_path / "bundle"
+    assert main(["convert", str(src), "-o", str(bundle), "--max-context", "64", "--drafter", f"mtp:{out}"]) == 0
+    assert load_bundle(bundle).drafter("mtp")["source"] == str(out)
+    engine = specrt.load(str(bundle), device="cpu", drafter="mtp")
+    params = SamplingParams(max_new_tokens=20, stop_token_ids=())
+    plain = engine.generate("the cat and the dog", params, drafter=None).wait()
+    assert engine.generate("the cat and the dog", params).wait().token_ids == plain.token_ids
+
+    hf = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**hf, "num_hidden_layers": 5}))
+    code = main(["convert", str(src), "-o", str(tmp_path / "other"), "--drafter", f"mtp:{out}"])
+    assert code == 2 and "made for a target with num_hidden_layers 5; this target has 3" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""`specrt train-drafter TARGET --kind eagle3`: data -> target features -> trained head -> checkpoint folder.
+"""`specrt train-drafter TARGET --kind eagle3|mtp`: data -> target features -> trained head -> checkpoint folder.
 
 Conversations (ShareGPT or a JSONL file) go through the target's chat template and tokenizer, are packed
 end to end and cut into sequences of `seq_len` tokens up to `max_tokens` in total, and the draft vocabulary is the `draft_vocab` most
@@ -51,18 +51,59 @@ def head_config(target_cfg, draft_vocab: int):
     return eagle3_config_from_hf(hf, target_cfg)
 
 
+def _eagle3_head(loaded, draft_ids: np.ndarray):
+    import torch
+
+    from specrt.models.eagle3 import Eagle3Draft
+
+    head = Eagle3Draft(head_config(loaded.config, len(draft_ids)))
+    with torch.no_grad():
+        head.d2t.copy_(torch.from_numpy(draft_ids - np.arange(len(draft_ids))))
+        head.midlayer.self_attn.o_proj.weight.mul_(0.1)  # start close to "pass the fused features through"
+    return head
+
+
+def _mtp_head(loaded):
+    """An MTP module for a target that has none: its block starts as a copy of the target's last layer, its
+    output norm as the target's final norm; the lm_head and the feature norm are the target's, frozen."""
+    import dataclasses
+
+    import torch
+
+    from specrt.models.mtp import LAYOUTS, MtpConfig, MtpModule
+
+    t = loaded.config
+    cfg = MtpConfig(dataclasses.replace(t, num_layers=1), LAYOUTS[0], own_head=True, target_layers=t.num_layers)
+    head = MtpModule(cfg)
+    w = loaded.weights
+    with torch.no_grad():
+        prefix = f"model.layers.{t.num_layers - 1}."
+        head.block.load_state_dict({k: torch.from_numpy(np.array(w[prefix + k], dtype=np.float32))
+                                    for k in head.block.state_dict()})
+        head.head.weight.copy_(torch.from_numpy(np.array(w.get("lm_head.weight", w["model.embed_tokens.weight"]), dtype=np.float32)))
+        head.target_norm.weight.copy_(torch.from_numpy(np.array(w["model.norm.weight"], dtype=np.float32)))
+        head.norm.weight.copy_(head.target_norm.weight)
+        head.proj.weight.mul_(0.5)
+    head.head.weight.requires_grad_(False)
+    head.target_norm.weight.requires_grad_(False)
+    return head
+
+
 def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int, epochs: float, seq_len: int = 256,
                   batch_size: int = 4, draft_vocab: int = 8192, lr: float = 1e-3, unroll: int = 3, log=print) -> dict:
+    """kind eagle3: a head over a reduced draft vocabulary, written in the vLLM/SGLang EAGLE-3 layout; kind mtp:
+    an MTP module over the whole vocabulary, written in the DeepSeek-V3 layout (convert --drafter mtp:OUT)."""
     import torch
 
     from specrt.convert import sources
     from specrt.convert.pipeline import _torch_model
     from specrt.datasets import load_conversations
     from specrt.drafters.eagle3.train import train
-    from specrt.models.eagle3 import Eagle3Draft, save_eagle3_checkpoint, state_dict_of
+    from specrt.models.eagle3 import save_eagle3_checkpoint, state_dict_of
+    from specrt.models.mtp import save_mtp_checkpoint
 
-    if kind != "eagle3":
-        raise SpecrtError(f"train-drafter --kind {kind} is not available yet (available: eagle3)")
+    if kind not in ("eagle3", "mtp"):
+        raise SpecrtError(f"train-drafter --kind {kind} is not available (available: eagle3, mtp)")
     out = Path(out).expanduser()
     loaded = sources.load(sources.resolve(target, log=log))
     conversations = load_conversations(None if data == "sharegpt" else data)
@@ -70,26 +111,24 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     if not seqs:
         raise SpecrtError(f"no training sequences (the data holds fewer than {seq_len} tokens)")
     counts = np.bincount(np.concatenate(seqs), minlength=loaded.config.vocab_size)
-    vocab = min(draft_vocab, loaded.config.vocab_size)
+    vocab = min(draft_vocab, loaded.config.vocab_size) if kind == "eagle3" else loaded.config.vocab_size
     draft_ids = np.sort(np.argsort(-counts, kind="stable")[:vocab])  # the most frequent target tokens
-    cfg = head_config(loaded.config, vocab)
     torch.manual_seed(0)
-    head = Eagle3Draft(cfg)
-    with torch.no_grad():
-        head.d2t.copy_(torch.from_numpy(draft_ids - np.arange(vocab)))
-        head.midlayer.self_attn.o_proj.weight.mul_(0.1)  # start close to "pass the fused features through"
-    # the last 5% of the stream is held back: a resumed run on more data never has trained on its held-back part
+    head = _eagle3_head(loaded, draft_ids) if kind == "eagle3" else _mtp_head(loaded)    # the last 5% of the stream is held back: a resumed run on more data never has trained on its held-back part
     held = seqs[-max(1, len(seqs) // 20):]
     train_seqs = seqs[:len(seqs) - len(held)] or seqs
     steps = max(1, int(epochs * len(train_seqs) / batch_size))
-    log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); draft vocabulary "
+    log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); {kind} vocabulary "
         f"{vocab} covers {counts[draft_ids].sum() / counts.sum():.1%} of the data; {steps} steps")
     target_model = _torch_model(loaded.config, loaded.weights)
     t0 = time.time()
     losses = train(target_model, head, train_seqs, steps, out / "train", lr=lr, unroll=unroll,
                    batch_size=batch_size, log=log)
     agree = held_back_agreement(target_model, head, held, unroll)
-    save_eagle3_checkpoint(out, cfg, state_dict_of(head), half=True)
+    if kind == "eagle3":
+        save_eagle3_checkpoint(out, head.cfg, state_dict_of(head), half=True)
+    else:
+        save_mtp_checkpoint(out, head.cfg, state_dict_of(head), half=True)
     report = {"target": target, "sequences": len(train_seqs), "tokens": int(sum(len(s) for s in train_seqs)),
               "steps": steps, "seconds": round(time.time() - t0, 1), "held_back_top1_by_step": agree,
               "losses": losses}
