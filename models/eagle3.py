@@ -129,7 +129,7 @@ class Eagle3Draft(nn.Module):
 
     def target_ids(self) -> torch.Tensor:
         """Target token id of every draft id [V_draft]."""
-        return torch.arange(self.cfg.draft_vocab_size) + self.d2t
+        return torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device) + self.d2t
 
 
 def expected_shapes(cfg: Eagle3Config) -> dict[str, tuple[int, ...]]:

@@ -107,7 +107,7 @@ class MtpModule(nn.Module):
 
     def target_ids(self) -> torch.Tensor:
         """Target token id of every output id [V] (the whole vocabulary)."""
-        return torch.arange(self.cfg.layer.vocab_size)
+        return torch.arange(self.cfg.layer.vocab_size, device=self.head.weight.device)
 
     def forward(self, embeds, hidden, position_ids, past_k, past_v, attention_bias=None):
         """embeds [B, S, H] (target embeddings of x_{t+1}), hidden [B, S, H] (fused target state or the

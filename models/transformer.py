@@ -148,14 +148,14 @@ def causal_mask(cfg: ModelConfig, layer: int, position_ids, past_len: int, dtype
     token itself included (HF's convention). Past slot j holds position j; new tokens hold position_ids.
     """
     b, s = position_ids.shape
-    total = past_len + s
-    q_slot = torch.arange(past_len, total)[:, None]  # [S, 1]
-    k_slot = torch.arange(total)[None, :]  # [1, T]
+    total, dev = past_len + s, position_ids.device
+    q_slot = torch.arange(past_len, total, device=dev)[:, None]  # [S, 1]
+    k_slot = torch.arange(total, device=dev)[None, :]  # [1, T]
     allowed = (k_slot <= q_slot).expand(b, s, total)
     if cfg.is_sliding(layer):
-        k_pos = torch.cat((torch.arange(past_len).expand(b, past_len), position_ids), dim=1)  # [B, T]
+        k_pos = torch.cat((torch.arange(past_len, device=dev).expand(b, past_len), position_ids), dim=1)  # [B, T]
         allowed = allowed & (position_ids[:, :, None] - k_pos[:, None, :] < cfg.sliding_window)
-    mask = torch.zeros(b, s, total, dtype=dtype).masked_fill(~allowed, float("-inf"))
+    mask = torch.zeros(b, s, total, dtype=dtype, device=dev).masked_fill(~allowed, float("-inf"))
     return mask[:, None]
 
 
@@ -172,7 +172,9 @@ class CausalLM(nn.Module):
 
     def empty_cache(self, batch: int = 1, dtype=torch.float32):
         shape = (batch, self.cfg.num_kv_heads, 0, self.cfg.head_dim)
-        return [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in range(self.cfg.num_layers)]
+        dev = self.lm_head.weight.device
+        return [(torch.zeros(shape, dtype=dtype, device=dev), torch.zeros(shape, dtype=dtype, device=dev))
+                for _ in range(self.cfg.num_layers)]
 
     def forward(self, input_ids, position_ids=None, past=None, attention_bias=None, hidden_layers=()):
         """input_ids [B, S]; position_ids [B, S] (default: past_len + arange(S));
@@ -184,7 +186,7 @@ class CausalLM(nn.Module):
         past = past if past is not None else self.empty_cache(b)
         past_len = past[0][0].shape[2]
         if position_ids is None:
-            position_ids = (torch.arange(s) + past_len).expand(b, s)
+            position_ids = (torch.arange(s, device=input_ids.device) + past_len).expand(b, s)
         x = self.model.embed_tokens(input_ids)
         if self.cfg.embed_scale != 1.0:
             x = x * torch.tensor(self.cfg.embed_scale, dtype=x.dtype)

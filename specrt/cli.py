@@ -299,14 +299,21 @@ def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisi
 @click.option("--draft-vocab", type=int, default=8192, show_default=True, help="size of the head's vocabulary")
 @click.option("--lr", type=float, default=1e-3, show_default=True)
 @click.option("--seq-len", type=int, default=256, show_default=True, help="tokens per training sequence")
-def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, lr, seq_len):
+@click.option("--device", default="cpu", show_default=True, help="torch device to train on (cpu, cuda, cuda:1, ...)")
+def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, lr, seq_len, device):
     """Train a drafter for TARGET on its own hidden states (resumes from OUT/train after an interrupt)."""
     from specrt.drafters.eagle3.recipe import train_drafter
 
     if max_tokens < 1 or epochs <= 0 or seq_len < 8:
         raise SpecrtError("--max-tokens and --epochs must be positive, --seq-len at least 8")
+    import torch
+
+    try:
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError) as exc:
+        raise SpecrtError(f"--device {device}: not usable here ({str(exc).splitlines()[0]})") from None
     train_drafter(target, kind, data, out, max_tokens, epochs, seq_len=seq_len, draft_vocab=draft_vocab, lr=lr,
-                  log=lambda m: click.echo(m, err=True))
+                  log=lambda m: click.echo(m, err=True), device=device)
     click.echo(f"drafter written: {out} (use: specrt convert {target} --drafter {kind}:{out} -o BUNDLE)")
 
 

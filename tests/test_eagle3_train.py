@@ -97,3 +97,12 @@ def test_conversation_files_are_checked(tmp_path):
         load_conversations(f)
     with pytest.raises(SpecrtError, match="no such conversations file"):
         load_conversations(tmp_path / "missing.jsonl")
+
+
+def test_unusable_training_device_is_refused(tmp_path, capsys):
+    from specrt.cli import main
+
+    code = main(["train-drafter", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--device", "cuda:7"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--device cuda:7: not usable here" in err and err.strip().count("\n") == 0
+    assert not (tmp_path / "o").exists()

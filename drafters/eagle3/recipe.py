@@ -90,7 +90,8 @@ def _mtp_head(loaded):
 
 
 def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int, epochs: float, seq_len: int = 256,
-                  batch_size: int = 4, draft_vocab: int = 8192, lr: float = 1e-3, unroll: int = 3, log=print) -> dict:
+                  batch_size: int = 4, draft_vocab: int = 8192, lr: float = 1e-3, unroll: int = 3, log=print,
+                  device: str = "cpu") -> dict:
     """kind eagle3: a head over a reduced draft vocabulary, written in the vLLM/SGLang EAGLE-3 layout; kind mtp:
     an MTP module over the whole vocabulary, written in the DeepSeek-V3 layout (convert --drafter mtp:OUT)."""
     import torch
@@ -123,7 +124,7 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     target_model = _torch_model(loaded.config, loaded.weights)
     t0 = time.time()
     losses = train(target_model, head, train_seqs, steps, out / "train", lr=lr, unroll=unroll,
-                   batch_size=batch_size, log=log)
+                   batch_size=batch_size, log=log, device=device)
     agree = held_back_agreement(target_model, head, held, unroll)
     if kind == "eagle3":
         save_eagle3_checkpoint(out, head.cfg, state_dict_of(head), half=True)
@@ -146,6 +147,7 @@ def held_back_agreement(target_model, head, held, unroll: int) -> list[float]:
     sums = np.zeros(unroll)
     with torch.no_grad():
         for seq in held:
-            _, agree = unrolled_loss(head, make_batch(target_model, head, torch.from_numpy(seq[None])), unroll)
+            ids = torch.from_numpy(seq[None]).to(head.target_ids().device)
+            _, agree = unrolled_loss(head, make_batch(target_model, head, ids), unroll)
             sums[:len(agree)] += agree
     return (sums / len(held)).tolist()

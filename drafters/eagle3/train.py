@@ -49,14 +49,15 @@ def unrolled_loss(head: Eagle3Draft, batch: TrainBatch, unroll: int = 3) -> tupl
     """Mean KL over the unrolled steps; also each step's top-1 agreement with the target."""
     b, s, _ = batch.embeds.shape
     c = head.cfg.layer
-    empty = torch.zeros(b, c.num_kv_heads, 0, c.head_dim)
+    dev = batch.embeds.device
+    empty = torch.zeros(b, c.num_kv_heads, 0, c.head_dim, device=dev)
     hidden = head.fuse(batch.features)
     total, agree = 0.0, []
     for j in range(unroll):
         n = s - j  # positions that still have a label j steps ahead
         if n < 1:
             break
-        pos = torch.arange(n).expand(b, n)
+        pos = torch.arange(n, device=dev).expand(b, n)
         logits, out, _, _ = head(batch.embeds[:, j:j + n], hidden[:, :n], pos, empty, empty)
         labels = batch.target_probs[:, j:j + n]
         # KL(p || q): the soft cross-entropy minus the target's entropy, so 0 means the head matches the target
@@ -71,12 +72,12 @@ def save_checkpoint(folder: Path, head: Eagle3Draft, opt: torch.optim.Optimizer,
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    state = {f"model.{k}": v.detach().contiguous() for k, v in head.state_dict().items()}
+    state = {f"model.{k}": v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
     for i, p in enumerate(head.parameters()):
         s = opt.state.get(p, {})
         for key in ("exp_avg", "exp_avg_sq"):
             if key in s:
-                state[f"adam.{i}.{key}"] = s[key].contiguous()
+                state[f"adam.{i}.{key}"] = s[key].cpu().contiguous()
     tmp = folder / ".train_state.safetensors.partial"
     save_file(state, str(tmp))
     tmp.replace(folder / "train_state.safetensors")
@@ -94,14 +95,17 @@ def load_checkpoint(folder: Path, head: Eagle3Draft, opt: torch.optim.Optimizer)
     counters = json.loads((folder / "train_state.json").read_text())
     for i, p in enumerate(head.parameters()):
         if f"adam.{i}.exp_avg" in state:
-            opt.state[p] = {"step": torch.tensor(float(counters["step"])), "exp_avg": state[f"adam.{i}.exp_avg"],
-                            "exp_avg_sq": state[f"adam.{i}.exp_avg_sq"]}
+            opt.state[p] = {"step": torch.tensor(float(counters["step"])), "exp_avg": state[f"adam.{i}.exp_avg"].to(p.device),
+                            "exp_avg_sq": state[f"adam.{i}.exp_avg_sq"].to(p.device)}
     return counters
 
 
 def train(target, head: Eagle3Draft, sequences: list[np.ndarray], steps: int, folder: Path, lr: float = 1e-3,
-          unroll: int = 3, batch_size: int = 4, log=print, save_every: int = 50) -> list[float]:
-    """Train for `steps` optimizer steps in total (resuming from folder's checkpoint); returns the losses run."""
+          unroll: int = 3, batch_size: int = 4, log=print, save_every: int = 50, device: str = "cpu") -> list[float]:
+    """Train for `steps` optimizer steps in total (resuming from folder's checkpoint) on `device` (target and
+    head are moved there); returns the losses run."""
+    target.to(device)
+    head.to(device)
     for p in target.parameters():
         p.requires_grad_(False)
     opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
@@ -112,7 +116,7 @@ def train(target, head: Eagle3Draft, sequences: list[np.ndarray], steps: int, fo
         rng = np.random.default_rng(counters["step"])  # batch k is the same whether or not training resumed
         picks = rng.choice(len(sequences), size=min(batch_size, len(sequences)), replace=False)
         width = min(len(sequences[i]) for i in picks)
-        ids = torch.from_numpy(np.stack([sequences[i][:width] for i in picks]).astype(np.int64))
+        ids = torch.from_numpy(np.stack([sequences[i][:width] for i in picks]).astype(np.int64)).to(device)
         loss, agree = unrolled_loss(head, make_batch(target, head, ids), unroll)
         for group in opt.param_groups:  # linear decay to a tenth of lr over the run (a function of the step: resumes exactly)
             group["lr"] = lr * (1.0 - 0.9 * counters["step"] / steps)
