@@ -137,11 +137,11 @@ def add_drafter(spec: str, tmp: Path, loaded, precision: str, max_context: int, 
     if kind == "eagle3":
         from specrt.convert.eagle3_bundle import add_eagle3
 
-        return add_eagle3(spec, arg, tmp, loaded, max_context, providers, stages)
+        return add_eagle3(spec, arg, tmp, loaded, precision, max_context, providers, stages)
     if kind == "mtp":
         from specrt.convert.mtp_bundle import add_mtp
 
-        return add_mtp(spec, arg, tmp, loaded, max_context, providers, stages)
+        return add_mtp(spec, arg, tmp, loaded, precision, max_context, providers, stages)
     if arg == "self-int4":
         draft_loaded, draft_precision = loaded, "int4"
     else:

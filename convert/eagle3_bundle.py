@@ -1,8 +1,8 @@
 """`specrt convert TARGET --drafter eagle3:PATH`: an EAGLE-3 checkpoint (vLLM/SGLang layout) into the bundle.
 
 The checkpoint is checked against the target (hidden size, vocabulary, layer ids, tensor names and shapes,
-d2t range), exported to eagle3.onnx with its own KV cache (convert/eagle3_graph.py), validated against the torch
-head, and its d2t map written beside it as eagle3.d2t.safetensors. The target graph then emits the hidden
+d2t range), exported to eagle3.onnx with its own KV cache (convert/eagle3_graph.py; int4 beside an int4 target,
+else fp32), validated against the torch head, and its d2t map written beside it as eagle3.d2t.safetensors. The target graph then emits the hidden
 states of the head's three layers (the pipeline asks `hidden_layers_for` before building it).
 """
 
@@ -14,10 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt.bundle import KVLayout, TargetGraph
-from specrt.errors import ValidationError
-
 STEM = "eagle3"
-MAX_DIFF = 1e-3
 
 
 def hidden_layers_for(arg: str, target_cfg) -> tuple[int, ...]:
@@ -28,33 +25,24 @@ def hidden_layers_for(arg: str, target_cfg) -> tuple[int, ...]:
     return cfg.aux_layers
 
 
-def add_eagle3(spec: str, arg: str, tmp: Path, loaded, max_context: int, providers, stages) -> dict:
-    import onnx
-    import onnxruntime as ort
+def add_eagle3(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages) -> dict:
     from safetensors.numpy import save_file
 
-    from specrt.convert.eagle3_graph import build_eagle3_graph
-    from specrt.convert.head_graph import compare_with_torch
+    from specrt.convert.eagle3_graph import _Eagle3Builder, _graph_weights
+    from specrt.convert.head_graph import export_head, head_precision
     from specrt.convert.target_graph import GraphOptions
     from specrt.models.eagle3 import load_eagle3_checkpoint, model_from_tensors
 
-    stages.start("build eagle3 graph")
     cfg, tensors = load_eagle3_checkpoint(Path(arg).expanduser(), loaded.config)
     embed = loaded.weights["model.embed_tokens.weight"].astype(np.float32)
-    model = build_eagle3_graph(cfg, tensors, embed, GraphOptions(precision="fp32", max_context=max_context))
-    onnx.save_model(model, str(tmp / f"{STEM}.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=f"{STEM}.onnx.data", size_threshold=1024)
+    opts = GraphOptions(precision=head_precision(precision), max_context=max_context)
+    builder = _Eagle3Builder(cfg, _graph_weights(tensors, embed), opts)
+    inputs, diff = export_head(builder, model_from_tensors(cfg, tensors), embed,
+                               lambda name: name.replace("model.layers.0.", "midlayer."), tmp, STEM, providers,
+                               stages, "EAGLE-3")
     save_file({"d2t": np.ascontiguousarray(tensors["d2t"].astype(np.int64))}, str(tmp / f"{STEM}.d2t.safetensors"))
-    stages.done()
-    stages.start("validate eagle3")
-    session = ort.InferenceSession(str(tmp / f"{STEM}.onnx"), providers=list(providers))
-    diff = compare_with_torch(session, model_from_tensors(cfg, tensors), embed)
-    if diff > MAX_DIFF:
-        raise ValidationError(f"EAGLE-3 graph differs from its torch definition by {diff:.2e} (limit {MAX_DIFF})")
-    stages.done()
     c = cfg.layer
-    graph = TargetGraph(file=f"{STEM}.onnx", data_file=f"{STEM}.onnx.data", precision="fp32",
-                        inputs=tuple(i.name for i in session.get_inputs() if not i.name.startswith("past_")),
+    graph = TargetGraph(file=f"{STEM}.onnx", data_file=f"{STEM}.onnx.data", precision=opts.precision, inputs=inputs,
                         outputs=("logits", "hidden_out"), hidden_size=c.hidden_size)
     kv = KVLayout(layers=1, kv_heads=c.num_kv_heads, head_dim=c.head_dim, max_context=max_context, dtype="float32")
     return {

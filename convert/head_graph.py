@@ -70,3 +70,51 @@ def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4
         worst = max(worst, float(np.abs(logits - t_logits.numpy()).max()), float(np.abs(h_out - t_h.numpy()).max()))
         hidden = h_out[:, -1:]
     return worst
+
+
+# largest |logit or hidden difference| a head graph may show against torch: fp32 is exact up to rounding; int4
+# matches a torch head running the same int4 weights but computes with int8 activations (MatMulNBits accuracy
+# level 4), which moves logits by a few tenths on the real head; a broken graph moves them by whole units.
+MAX_DIFF = {"fp32": 1e-3, "int4": 1.0}
+
+
+def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, providers, stages, label: str):
+    """Build the graph (builder), save `<stem>.onnx` + data, validate it against the torch module (with the
+    builder's int4 weights dequantized into it, renamed to the module's names by `rename`). Returns the ORT
+    input names (without the cache) and the measured difference; ValidationError past MAX_DIFF."""
+    import copy
+
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    from specrt.convert.quantize import dequantize_int4
+    from specrt.errors import ValidationError
+
+    precision = builder.opts.precision
+    stages.start(f"build {stem} graph")
+    model = builder.build()
+    onnx.save_model(model, str(tmp / f"{stem}.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=f"{stem}.onnx.data", size_threshold=1024)
+    del model
+    stages.done()
+    stages.start(f"validate {stem}")
+    reference = module
+    if builder.quantized:
+        reference = copy.deepcopy(module)
+        state = reference.state_dict()
+        for name, weight in builder.quantized.items():
+            state[rename(name)] = torch.from_numpy(dequantize_int4(weight))
+        reference.load_state_dict(state)
+    session = ort.InferenceSession(str(tmp / f"{stem}.onnx"), providers=list(providers))
+    diff = compare_with_torch(session, reference, embed)
+    if diff > MAX_DIFF[precision]:
+        raise ValidationError(f"{label} graph ({precision}) differs from its torch definition by {diff:.2e} "
+                              f"(limit {MAX_DIFF[precision]})")
+    stages.done()
+    return tuple(i.name for i in session.get_inputs() if not i.name.startswith("past_")), diff
+
+
+def head_precision(target_precision: str) -> str:
+    """A head runs in int4 beside an int4 target (about 3x cheaper per call on a CPU), else in fp32."""
+    return "int4" if target_precision == "int4" else "fp32"

@@ -13,10 +13,9 @@ import dataclasses
 from pathlib import Path
 
 from specrt.bundle import KVLayout, TargetGraph
-from specrt.errors import SourceError, ValidationError
+from specrt.errors import SourceError
 
 STEM = "mtp"
-MAX_DIFF = 1e-3
 
 
 def hidden_layers_for(loaded, folder: str = "") -> tuple[int, ...]:
@@ -46,38 +45,32 @@ def _weights(loaded, folder: str) -> dict:
             **load_hf_weights(path)}
 
 
-def add_mtp(spec: str, folder: str, tmp: Path, loaded, max_context: int, providers, stages) -> dict:
-    import onnx
-    import onnxruntime as ort
-
-    from specrt.convert.head_graph import compare_with_torch
-    from specrt.convert.mtp_graph import build_mtp_graph
+def add_mtp(spec: str, folder: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages) -> dict:
+    from specrt.convert.head_graph import export_head, head_precision
+    from specrt.convert.mtp_graph import _graph_weights, _MtpBuilder
     from specrt.convert.target_graph import GraphOptions
     from specrt.models.mtp import load_mtp_from_target, model_from_tensors
 
-    stages.start("build mtp graph")
     cfg, tensors = load_mtp_from_target(loaded.config, _weights(loaded, folder))
-    model = build_mtp_graph(cfg, tensors, GraphOptions(precision="fp32", max_context=max_context))
-    onnx.save_model(model, str(tmp / f"{STEM}.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=f"{STEM}.onnx.data", size_threshold=1024)
-    del model
-    stages.done()
-    stages.start("validate mtp")
-    session = ort.InferenceSession(str(tmp / f"{STEM}.onnx"), providers=list(providers))
+    opts = GraphOptions(precision=head_precision(precision), max_context=max_context)
     torch_module, embed = model_from_tensors(cfg, tensors)
-    diff = compare_with_torch(session, torch_module, embed)
-    if diff > MAX_DIFF:
-        raise ValidationError(f"MTP graph differs from its torch definition by {diff:.2e} (limit {MAX_DIFF})")
-    stages.done()
+    inputs, diff = export_head(_MtpBuilder(cfg, _graph_weights(tensors), opts), torch_module, embed, _torch_name, tmp,
+                               STEM, providers, stages, "MTP")
     c = cfg.layer
-    graph = TargetGraph(file=f"{STEM}.onnx", data_file=f"{STEM}.onnx.data", precision="fp32",
-                        inputs=tuple(i.name for i in session.get_inputs() if not i.name.startswith("past_")),
+    graph = TargetGraph(file=f"{STEM}.onnx", data_file=f"{STEM}.onnx.data", precision=opts.precision, inputs=inputs,
                         outputs=("logits", "hidden_out"), hidden_size=c.hidden_size)
     kv = KVLayout(layers=1, kv_heads=c.num_kv_heads, head_dim=c.head_dim, max_context=max_context, dtype="float32")
     return {
-        "kind": "mtp", "name": "mtp", "spec": spec, "source": str(Path(folder).expanduser() if folder else loaded.source.path), "layout": cfg.layout.name,
-        "model_config": c.to_dict(), "graph": dataclasses.asdict(graph), "kv": dataclasses.asdict(kv),
-        "vocab_size": c.vocab_size, "draft_vocab_size": c.vocab_size,
+        "kind": "mtp", "name": "mtp", "spec": spec, "source": str(Path(folder).expanduser() if folder else loaded.source.path),
+        "layout": cfg.layout.name, "model_config": c.to_dict(), "graph": dataclasses.asdict(graph),
+        "kv": dataclasses.asdict(kv), "vocab_size": c.vocab_size, "draft_vocab_size": c.vocab_size,
         "aux_layers": [loaded.config.num_layers - 1], "target_hidden_size": c.hidden_size,
         "validation": {"max_abs_diff": diff},
     }
+
+
+def _torch_name(graph_name: str) -> str:
+    """A graph builder weight name -> the torch module's (models/mtp.py)."""
+    if graph_name.startswith("model.layers.0."):
+        return "block." + graph_name[len("model.layers.0."):]
+    return {"lm_head.weight": "head.weight"}.get(graph_name, graph_name)

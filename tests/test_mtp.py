@@ -205,3 +205,24 @@ def test_train_drafter_mtp_for_a_target_without_one(tmp_path, capsys):
     (out / "config.json").write_text(json.dumps({**hf, "num_hidden_layers": 5}))
     code = main(["convert", str(src), "-o", str(tmp_path / "other"), "--drafter", f"mtp:{out}"])
     assert code == 2 and "made for a target with num_hidden_layers 5; this target has 3" in capsys.readouterr().err
+
+
+def test_int4_target_gets_an_int4_module_that_drafts_losslessly(tmp_path):
+    """Beside an int4 target the module is int4 too (validated against torch running the same int4 weights);
+    with a drafter, int4 calls are batch-invariant by default, so greedy output equals plain decoding."""
+    import specrt
+    from specrt.bundle import load_bundle
+    from specrt.cli import main
+    from specrt.runtime.sampling import SamplingParams
+
+    src = make_target(tmp_path / "src", "mimo", seed=3)
+    out = tmp_path / "int4"
+    assert main(["convert", str(src), "-o", str(out), "--precision", "int4", "--max-context", "96", "--drafter", "mtp"]) == 0
+    entry = load_bundle(out).drafter("mtp")
+    assert entry["graph"]["precision"] == "int4" and entry["validation"]["max_abs_diff"] < 1.0
+    engine = specrt.load(str(out), device="cpu", drafter="mtp")
+    assert engine.target.min_rows == 2
+    params = SamplingParams(max_new_tokens=24, stop_token_ids=())
+    for prompt in ("the cat and the dog", "a man in the house"):
+        plain = engine.generate(prompt, params, drafter=None).wait()
+        assert engine.generate(prompt, params).wait().token_ids == plain.token_ids
