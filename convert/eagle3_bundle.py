@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specrt.bundle import KVLayout, TargetGraph
+from specrt.bundle import KVLayout, TargetGraph, checkpoint_sha256
 STEM = "eagle3"
 
 
@@ -47,6 +47,7 @@ def add_eagle3(spec: str, arg: str, tmp: Path, loaded, precision: str, max_conte
     kv = KVLayout(layers=1, kv_heads=c.num_kv_heads, head_dim=c.head_dim, max_context=max_context, dtype="float32")
     return {
         "kind": "eagle3", "name": "eagle3", "spec": spec, "source": str(Path(arg).expanduser()),
+        "source_sha256": checkpoint_sha256(Path(arg).expanduser()),  # what a cached catalog bundle compares
         "model_config": c.to_dict(), "graph": dataclasses.asdict(graph), "kv": dataclasses.asdict(kv),
         "vocab_size": cfg.vocab_size, "draft_vocab_size": cfg.draft_vocab_size, "aux_layers": list(cfg.aux_layers),
         "target_hidden_size": cfg.target_hidden_size, "extra_files": [f"{STEM}.d2t.safetensors"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrt.bundle import MANIFEST, Manifest, load_bundle
+from specrt.bundle import MANIFEST, Manifest, checkpoint_sha256, load_bundle
 from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir, default_drafter_spec, lookup
 from specrt.errors import SpecrtError
 from specrt.runtime.engine import Engine
@@ -105,19 +105,21 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
                               f"add --precision fp32")
         drafter_spec, suffix = f"draft-model:{draft}", "-draft"
     bundle = cache_dir() / "bundles" / f"{model}-{precision}{suffix}"
-    if not (bundle / MANIFEST).is_file() or _lacks_drafter(bundle, drafter_spec):
+    if not (bundle / MANIFEST).is_file() or _stale_head(bundle, drafter_spec):
         _convert_catalog(model, bundle, precision, drafter_spec, stages)
     return bundle
 
 
-def _lacks_drafter(bundle: Path, spec: str | None) -> bool:
-    """A cached bundle converted before its catalog entry shipped this drafter (it is converted again)."""
-    if spec is None:
+def _stale_head(bundle: Path, spec: str | None) -> bool:
+    """A cached bundle converted before its catalog entry shipped this EAGLE-3 head, or with an older one (it is
+    converted again)."""
+    if spec is None or not spec.startswith("eagle3:"):
         return False
     try:
-        return load_bundle(bundle, check_hashes=False).drafter(spec.partition(":")[0]) is None
+        entry = load_bundle(bundle, check_hashes=False).drafter("eagle3")
     except SpecrtError:
         return True
+    return entry is None or entry.get("source_sha256") != checkpoint_sha256(Path(spec[len("eagle3:"):]))
 
 
 def auto_drafter(manifest: Manifest) -> str | None:

@@ -109,6 +109,15 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def checkpoint_sha256(folder: Path) -> str:
+    """One hash over a checkpoint folder's config.json and safetensors files (a cached bundle compares it with
+    the head shipped now, to notice a newer one)."""
+    h = hashlib.sha256()
+    for f in [Path(folder) / "config.json", *sorted(Path(folder).glob("*.safetensors"))]:
+        h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
+    return h.hexdigest()
+
+
 def file_entry(path: Path) -> FileEntry:
     return FileEntry(size=path.stat().st_size, sha256=sha256_file(path))
 

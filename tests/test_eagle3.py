@@ -207,3 +207,17 @@ def test_auto_drafter_and_drafter_names(eagle_bundle, tmp_path):
                           ("dflash", "not available yet"), ("magic", "unknown")):
         with pytest.raises(SpecrtError, match=message):
             specrt.load(str(eagle_bundle), device="cpu", drafter=name)
+
+
+def test_cached_bundle_with_an_older_head_is_noticed(eagle_bundle, tmp_path):
+    """A catalog bundle is converted again when the head shipped now differs from the one it was built with."""
+    import shutil
+
+    from specrt.runtime.api import _stale_head
+
+    head = tmp_path / "head"
+    shutil.copytree(eagle_bundle.parent / "head", head)
+    assert not _stale_head(eagle_bundle, f"eagle3:{head}") and not _stale_head(eagle_bundle, None)
+    head_now = random_head(5)  # a newer head
+    save_eagle3_checkpoint(head, head_now.cfg, state_dict_of(head_now))
+    assert _stale_head(eagle_bundle, f"eagle3:{head}")
