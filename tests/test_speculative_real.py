@@ -124,3 +124,29 @@ def test_int4_turns_batch_invariance_on_with_a_drafter(bundles):
     assert specrt.load(str(bundles["int4"]), device="cpu", drafter="ngram").target.min_rows == 2
     assert specrt.load(str(bundles["int4"]), device="cpu", drafter="auto").target.min_rows == 1  # no head: plain
     assert specrt.load(str(bundles["fp32"]), device="cpu", drafter="ngram").target.min_rows == 1
+
+
+def test_default_int4_bundle_drafts_with_its_head_by_default(tmp_path):
+    """What `specrt chat` / `specrt generate` run on a fresh machine: the int4 catalog bundle with the shipped
+    EAGLE-3 head (int4 too), drafter auto -> eagle3, batch-invariant on; greedy output equals plain decoding
+    in the same mode, through the CLI."""
+    import json
+    import subprocess
+    import sys
+
+    from specrt.bundle import load_bundle
+    from specrt.cli import main
+
+    out = tmp_path / "int4-eagle3"
+    assert main(["convert", "smollm2-135m-instruct", "-o", str(out), "--precision", "int4"]) == 0
+    assert load_bundle(out).drafter("eagle3")["graph"]["precision"] == "int4"
+
+    def generate(*extra):
+        proc = subprocess.run([sys.executable, "-m", "specrt.cli", "generate", str(out), "--prompt", PROMPTS[1],
+                               "--max-new-tokens", "64", "--json", "--device", "cpu", *extra],
+                              capture_output=True, text=True, check=True)
+        return json.loads(proc.stdout)
+
+    default, plain = generate(), generate("--drafter", "none", "--batch-invariant")
+    assert default["stats"]["drafter"] == "eagle3" and plain["stats"]["drafter"] == "none"
+    assert default["token_ids"] == plain["token_ids"]
