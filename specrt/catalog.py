@@ -78,7 +78,8 @@ def eagle3_head_dir(name: str) -> Path | None:
     if entry is None or entry.eagle3_head is None:
         return None
     spec = importlib.util.find_spec("specrt.drafters.eagle3")
-    return Path(list(spec.submodule_search_locations)[0]) / "heads" / entry.eagle3_head
+    folder = Path(list(spec.submodule_search_locations)[0]) / "heads" / entry.eagle3_head
+    return folder if (folder / "config.json").is_file() else None  # an install without package data: no head
 
 
 def default_drafter_spec(name: str) -> str | None:
