@@ -3,7 +3,8 @@
 Per precision one engine is loaded; for every prompt each system (plain decoding first in the list, the
 drafters after) generates once from a reset cache, in an order rotated by one per prompt so that a slow
 stretch of this shared machine does not land on one system. Reported per system: tokens/s (median over
-prompts, decode phase), mean accepted tokens per target call (all prompts pooled), speedup (median of the
+prompts, decode phase), mean accepted tokens per target call and acceptance by draft depth (all prompts
+pooled), speedup (median of the
 per-prompt ratio to plain decoding in the same run), and at temperature 0 how many outputs equal plain
 decoding's token for token. Timing is for people to read; no test asserts on it.
 """
@@ -31,9 +32,17 @@ class SystemRuns:
     produced: int = 0  # tokens the decode-phase target calls produced
     calls: int = 0
     outputs: list[list[int]] = field(default_factory=list)
+    drafted: list[int] = field(default_factory=list)  # by draft depth, pooled over prompts
+    accepted: list[float] = field(default_factory=list)
 
     def add(self, result) -> None:
         s = result.stats
+        for d, (share, n) in enumerate(zip(s.acceptance_by_position, s.drafted_by_position)):
+            if d == len(self.drafted):
+                self.drafted.append(0)
+                self.accepted.append(0.0)
+            self.drafted[d] += n
+            self.accepted[d] += share * n
         self.tokens_per_second.append(s.tokens_per_second)
         self.produced += round(s.mean_accepted * s.target_calls)
         self.calls += s.target_calls
@@ -109,7 +118,8 @@ def _summarize(runs: dict[str, SystemRuns], greedy: bool) -> list[dict]:
                "tokens_per_second": statistics.median(r.tokens_per_second),
                "mean_accepted": r.produced / r.calls if r.calls else 0.0,
                "speedup": statistics.median(ratios) if ratios else 0.0,
-               "min_speedup": min(ratios) if ratios else 0.0}
+               "min_speedup": min(ratios) if ratios else 0.0,
+               "acceptance_by_position": [round(a / n, 4) for a, n in zip(r.accepted, r.drafted) if n]}
         if greedy:
             row["identical_to_plain"] = sum(a == b for a, b in zip(r.outputs, plain.outputs))
         rows.append(row)

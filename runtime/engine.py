@@ -47,6 +47,7 @@ class GenerationStats:
     prefill_seconds: float
     drafter: str = "none"
     acceptance_by_position: list = field(default_factory=list)  # share of drafts accepted at depth 1, 2, ...
+    drafted_by_position: list = field(default_factory=list)  # how many drafts reached depth 1, 2, ...
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0  # target calls after prefill (verification, or plain decode steps)
 
@@ -284,6 +285,7 @@ class Engine:
             prefill_seconds=t_first - t0, drafter=stepper.name,
             acceptance_by_position=[a / d for a, d in zip(stepper.stats.accepted_by_position,
                                                           stepper.stats.drafted_by_position)],
+            drafted_by_position=list(stepper.stats.drafted_by_position),
             draft_seconds=stepper.stats.draft_seconds, verify_seconds=stepper.stats.verify_seconds,
         )
         gen.result = GenerationResult(stops.text, out, finish, stats)

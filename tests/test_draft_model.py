@@ -152,6 +152,9 @@ def test_bench_writes_the_documented_json(bundle, tmp_path, capsys):
         assert r["tokens_per_second"] > 0 and r["mean_accepted"] >= 1.0 and r["speedup"] > 0
         assert r["identical_to_plain"] == 3  # greedy: every drafter reproduces plain decoding
     assert report["results"][0]["speedup"] == 1.0 and report["results"][0]["mean_accepted"] == 1.0
+    assert report["results"][0]["acceptance_by_position"] == []  # plain decoding drafts nothing
+    depth = report["results"][2]["acceptance_by_position"]
+    assert 1 <= len(depth) <= 4 and all(0.0 <= a <= 1.0 for a in depth)
     assert "draft-model" in text and "speedup" in text
 
 
