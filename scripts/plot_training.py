@@ -13,6 +13,18 @@ import re
 import numpy as np
 
 LINE = re.compile(r"^step (\d+)/\d+ loss ([\d.]+) top-1 by step \[([^\]]*)\]")
+HELD = re.compile(r"^step (\d+): held-back top-1 by draft step \[([^\]]*)\]")  # logged at each checkpoint
+
+
+def read_held_back(paths: list[str]) -> list[str]:
+    """Held-back agreement lines as --held-back arguments (STEP:A1,A2,A3)."""
+    out = []
+    for path in paths:
+        for line in open(path, encoding="utf-8"):
+            m = HELD.match(line.strip())
+            if m:
+                out.append(f"{m.group(1)}:{m.group(2).replace(' ', '')}")
+    return out
 
 
 def read_logs(paths: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -54,7 +66,7 @@ def main() -> None:
     ax1.legend()
     for d in range(agree.shape[1]):
         ax2.plot(steps[n - 1:], running_mean(agree[:, d], n), color=f"C{d}", label=f"draft step {d + 1} (train batches)")
-    for item in args.held_back:
+    for item in args.held_back + read_held_back(args.logs):
         at, values = item.split(":")
         for d, v in enumerate(float(x) for x in values.split(",")):
             ax2.scatter([int(at)], [v], color=f"C{d}", marker="x", s=60, zorder=3)

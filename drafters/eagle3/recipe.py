@@ -124,7 +124,9 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     target_model = _torch_model(loaded.config, loaded.weights)
     t0 = time.time()
     losses = train(target_model, head, train_seqs, steps, out / "train", lr=lr, unroll=unroll,
-                   batch_size=batch_size, log=log, device=device)
+                   batch_size=batch_size, log=log, device=device,
+                   on_checkpoint=lambda step: log(f"step {step}: held-back top-1 by draft step "
+                                                  f"{[round(a, 3) for a in held_back_agreement(target_model, head, held[:16], unroll)]}"))
     agree = held_back_agreement(target_model, head, held, unroll)
     if kind == "eagle3":
         save_eagle3_checkpoint(out, head.cfg, state_dict_of(head), half=True)

@@ -101,9 +101,11 @@ def load_checkpoint(folder: Path, head: Eagle3Draft, opt: torch.optim.Optimizer)
 
 
 def train(target, head: Eagle3Draft, sequences: list[np.ndarray], steps: int, folder: Path, lr: float = 1e-3,
-          unroll: int = 3, batch_size: int = 4, log=print, save_every: int = 50, device: str = "cpu") -> list[float]:
+          unroll: int = 3, batch_size: int = 4, log=print, save_every: int = 50, device: str = "cpu",
+          on_checkpoint=None) -> list[float]:
     """Train for `steps` optimizer steps in total (resuming from folder's checkpoint) on `device` (target and
-    head are moved there); returns the losses run."""
+    head are moved there); returns the losses run. on_checkpoint(step) runs after each checkpoint (the recipe
+    reports held-back agreement there)."""
     target.to(device)
     head.to(device)
     for p in target.parameters():
@@ -128,5 +130,8 @@ def train(target, head: Eagle3Draft, sequences: list[np.ndarray], steps: int, fo
         log(f"step {counters['step']}/{steps} loss {losses[-1]:.4f} top-1 by step {[round(a, 3) for a in agree]}")
         if counters["step"] % save_every == 0 or counters["step"] == steps:
             save_checkpoint(folder, head, opt, counters)
+            if on_checkpoint is not None:
+                on_checkpoint(counters["step"])
+                head.train()
     head.eval()
     return losses
