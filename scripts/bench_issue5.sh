@@ -7,7 +7,9 @@ set -euo pipefail
 LIMIT=${LIMIT:-20}
 for ds in mt-bench humaneval gsm8k; do
   specrt bench smollm2-135m-instruct --dataset "$ds" --limit "$LIMIT" --max-new-tokens 128 \
-    --precision fp32 --precision int4 --drafter eagle3 --drafter eagle3:tree --json "docs/bench/issue5-$ds.json"
+    --precision fp32 --precision int4 --drafter eagle3 --drafter eagle3:tree --json "docs/bench/issue5-$ds.json" \
+    --markdown "docs/bench/issue5-$ds.md"
 done
 specrt bench smollm2-135m-instruct --dataset mt-bench --limit "$LIMIT" --max-new-tokens 128 --precision int4 \
-  --drafter eagle3 --drafter eagle3:tree --batch-invariant --json docs/bench/issue5-mt-bench-int4-invariant.json
+  --drafter eagle3 --drafter eagle3:tree --batch-invariant --json docs/bench/issue5-mt-bench-int4-invariant.json \
+  --markdown docs/bench/issue5-mt-bench-int4-invariant.md

@@ -261,8 +261,10 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write the results here")
 @click.option("--markdown", "markdown_out", type=click.Path(path_type=Path), default=None,
               help="write the results as a Markdown table (with the command) here")
+@click.option("--plot", "plot_out", type=click.Path(path_type=Path), default=None,
+              help="write a PNG: tokens/s per system, acceptance by draft depth (needs matplotlib)")
 def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisions, temperature, device,
-          batch_invariant, json_out, markdown_out):
+          batch_invariant, json_out, markdown_out, plot_out):
     """Plain decoding vs each --drafter on the same prompts, interleaved; prints a table."""
     import json as jsonlib
 
@@ -297,6 +299,11 @@ def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisi
         tmp.write_text(format_markdown(report, "specrt " + " ".join(shlex.quote(a) for a in sys.argv[1:])))
         os.replace(tmp, markdown_out)
         click.echo(f"table written: {markdown_out}")
+    if plot_out:
+        from specrt.runtime.bench_plot import plot_report
+
+        plot_report(report, plot_out)
+        click.echo(f"plot written: {plot_out}")
 
 
 @cli.command("train-drafter")

@@ -143,7 +143,7 @@ def test_bench_writes_the_documented_json(bundle, tmp_path, capsys):
     out = tmp_path / "r.json"
     code, text, err = run(["bench", str(bundle), "--prompts", str(prompts), "--max-new-tokens", "16",
                            "--drafter", "ngram", "--drafter", "draft-model", "--json", str(out),
-                           "--markdown", str(tmp_path / "r.md")], capsys)
+                           "--markdown", str(tmp_path / "r.md"), "--plot", str(tmp_path / "r.png")], capsys)
     assert code == 0, err
     report = json.loads(out.read_text())
     assert report["machine"]["cores"] >= 1 and report["machine"]["providers"] == ["CPUExecutionProvider"]
@@ -151,6 +151,8 @@ def test_bench_writes_the_documented_json(bundle, tmp_path, capsys):
     rows = [line for line in table if line.startswith("| ") and not line.startswith("| drafter")]
     assert [row.split(" | ")[0][2:] for row in rows] == ["none", "ngram", "draft-model"]
     assert all(row.endswith(" 3/3 |") for row in rows)
+    png = (tmp_path / "r.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert report["model"] == str(bundle) and report["prompts"] == 3 and report["max_new_tokens"] == 16
     assert [r["drafter"] for r in report["results"]] == ["none", "ngram", "draft-model"]
     for r in report["results"]:
