@@ -8,7 +8,7 @@ LIMIT=${LIMIT:-20}
 for ds in mt-bench humaneval gsm8k; do
   specrt bench smollm2-135m-instruct --dataset "$ds" --limit "$LIMIT" --max-new-tokens 128 \
     --precision fp32 --precision int4 --drafter eagle3 --drafter eagle3:tree --json "docs/bench/issue5-$ds.json" \
-    --markdown "docs/bench/issue5-$ds.md"
+    --markdown "docs/bench/issue5-$ds.md" --plot "docs/bench/issue5-$ds.png"
 done
 specrt bench smollm2-135m-instruct --dataset mt-bench --limit "$LIMIT" --max-new-tokens 128 --precision int4 \
   --drafter eagle3 --drafter eagle3:tree --batch-invariant --json docs/bench/issue5-mt-bench-int4-invariant.json \

@@ -1,11 +1,12 @@
 """`specrt train-drafter TARGET --kind eagle3|mtp`: data -> target features -> trained head -> checkpoint folder.
 
 Conversations (ShareGPT or a JSONL file) go through the target's chat template and tokenizer, are packed
-end to end and cut into sequences of `seq_len` tokens up to `max_tokens` in total, and the draft vocabulary is the `draft_vocab` most
-frequent target tokens in that data (EAGLE-3's reduced vocabulary; d2t maps it back). The head copies the
-target's layer shape and reads EAGLE's default layers (2, N // 2, N - 3). Training (drafters/eagle3/train.py)
-checkpoints into OUT/train and resumes from there; the result is written to OUT in the vLLM/SGLang layout,
-which `specrt convert TARGET --drafter eagle3:OUT` reads.
+end to end and cut into sequences of `seq_len` tokens up to `max_tokens` in total; the last 5% is held back.
+EAGLE-3: the draft vocabulary is the `draft_vocab` most frequent target tokens in that data (EAGLE-3's reduced
+vocabulary; d2t maps it back), the head copies the target's layer shape and reads EAGLE's default layers
+(2, N // 2, N - 3); the result is written in the vLLM/SGLang layout (`--drafter eagle3:OUT`). MTP: a module
+over the whole vocabulary reading the last layer, written in the DeepSeek-V3 layout (`--drafter mtp:OUT`).
+Training (drafters/eagle3/train.py, shared) checkpoints into OUT/train and resumes from there.
 """
 
 from __future__ import annotations
@@ -115,7 +116,8 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     vocab = min(draft_vocab, loaded.config.vocab_size) if kind == "eagle3" else loaded.config.vocab_size
     draft_ids = np.sort(np.argsort(-counts, kind="stable")[:vocab])  # the most frequent target tokens
     torch.manual_seed(0)
-    head = _eagle3_head(loaded, draft_ids) if kind == "eagle3" else _mtp_head(loaded)    # the last 5% of the stream is held back: a resumed run on more data never has trained on its held-back part
+    head = _eagle3_head(loaded, draft_ids) if kind == "eagle3" else _mtp_head(loaded)
+    # the last 5% of the stream is held back: a resumed run on more data never has trained on its held-back part
     held = seqs[-max(1, len(seqs) // 20):]
     train_seqs = seqs[:len(seqs) - len(held)] or seqs
     steps = max(1, int(epochs * len(train_seqs) / batch_size))
