@@ -69,6 +69,10 @@ def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads
     """The drafter object for a name such as "ngram", "eagle3" or "eagle3:tree" (None for "none")."""
     check_drafter_name(name)
     base, _, mode = name.partition(":")
+    if mode == "tree" and manifest.target.precision == "int4":
+        raise SpecrtError(f"{name}: tree drafts on an int4 graph are not exact (tree attention sums in another order, "
+                          f"and int8 activations turn that rounding into different tokens); use {base} (a chain) "
+                          f"or an fp32 bundle")
     drafter = DRAFTERS[base](bundle, manifest, providers, threads)
     if mode == "tree":
         drafter.use_tree()

@@ -75,7 +75,10 @@ def _load(model: str, precision: str, drafters: list[str], device: str, threads:
     engine = Engine(bundle, manifest, providers, threads=threads, batch_invariant=batch_invariant)
     objects = {"none": None}
     for name in wanted:
-        objects[name] = make_drafter(name, bundle, manifest, providers, threads)
+        try:
+            objects[name] = make_drafter(name, bundle, manifest, providers, threads)
+        except SpecrtError as exc:  # e.g. a tree on an int4 graph: noted, not silently dropped
+            _log(f"skipping {name} at {manifest.target.precision}: {exc}")
     return engine, objects, manifest.target.precision
 
 

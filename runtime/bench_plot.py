@@ -34,6 +34,8 @@ def plot_report(report: dict, out: Path) -> None:
         acc = r.get("acceptance_by_position") or []
         if acc:
             depth.plot(range(1, len(acc) + 1), acc, marker="o", label=f"{r['drafter']} {r['precision']}")
+    deepest = max((len(r.get("acceptance_by_position") or []) for r in rows), default=0)
+    depth.set_xticks(range(1, deepest + 1))
     depth.set_xlabel("draft depth")
     depth.set_ylabel("accepted / drafted at that depth")
     depth.set_ylim(0, 1)

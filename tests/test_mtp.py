@@ -222,6 +222,10 @@ def test_int4_target_gets_an_int4_module_that_drafts_losslessly(tmp_path):
     assert entry["graph"]["precision"] == "int4" and entry["validation"]["max_abs_diff"] < 1.0
     engine = specrt.load(str(out), device="cpu", drafter="mtp")
     assert engine.target.min_rows == 2
+    from specrt.errors import SpecrtError
+
+    with pytest.raises(SpecrtError, match="tree drafts on an int4 graph are not exact"):
+        specrt.load(str(out), device="cpu", drafter="mtp:tree")
     params = SamplingParams(max_new_tokens=24, stop_token_ids=())
     for prompt in ("the cat and the dog", "a man in the house"):
         plain = engine.generate(prompt, params, drafter=None).wait()
