@@ -91,8 +91,9 @@ def test_streaming_keeps_emoji_and_cjk_whole(fp32_engine):
 def test_chat_in_a_pseudo_terminal(bundles):
     import pexpect
 
-    child = pexpect.spawn(sys.executable, ["-m", "specrt.cli", "chat", str(bundles["int4"]), "--device", "cpu"],
-                          encoding="utf-8", timeout=120)
+    # a long answer budget: at ~150 tok/s a 256-token story can end before Ctrl-C arrives
+    child = pexpect.spawn(sys.executable, ["-m", "specrt.cli", "chat", str(bundles["int4"]), "--device", "cpu",
+                                           "--max-new-tokens", "1500"], encoding="utf-8", timeout=120)
     child.expect(">>> ")
     child.sendline("What is the capital of France?")
     child.expect(r"\[\d+ tokens, [\d.]+ tok/s")
