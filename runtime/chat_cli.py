@@ -42,6 +42,10 @@ def _stats(result) -> str:
 
 def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
     interactive = sys.stdin.isatty()
+    if interactive:  # Ctrl-C stops an answer even when started from a job that ignores SIGINT (a background &)
+        import signal
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     session = engine.chat(system)
     name = engine.manifest.model_name
     print(f"specrt chat: {name} ({engine.manifest.target.precision}, {', '.join(engine.providers[:1])}). {HELP}",
