@@ -1,12 +1,13 @@
-"""`specrt bench`: plain decoding and each drafter on the same prompts, interleaved, side by side.
+"""`specrt bench`: plain decoding, each drafter and (with --compare) other systems on the same prompts, side by side.
 
-Per precision one engine is loaded; for every prompt each system (plain decoding first in the list, the
-drafters after) generates once from a reset cache, in an order rotated by one per prompt so that a slow
-stretch of this shared machine does not land on one system. Reported per system: tokens/s (median over
-prompts, decode phase), mean accepted tokens per target call and acceptance by draft depth (all prompts
-pooled), speedup (median of the
-per-prompt ratio to plain decoding in the same run), and at temperature 0 how many outputs equal plain
-decoding's token for token. Timing is for people to read; no test asserts on it.
+Per precision one engine is loaded; for every prompt each contestant (specrt's plain decoding first, its drafters,
+then the compared systems' variants) generates once from a reset cache, in an order rotated by one per prompt
+(A B C, B C A, ...) so that a slow stretch of this shared machine does not land on one system. Every system gets
+the same prompt token ids (specrt's chat template) and the same number of new tokens, greedy. Reported per row
+and dataset: tokens/s (median over prompts, decode phase, and its range), mean accepted tokens per target call
+and acceptance by draft depth (specrt's drafters, all prompts pooled), speedup (median of the per-prompt ratio
+to specrt's plain decoding at that precision in the same run, and its range), and at temperature 0 how many
+outputs equal specrt's plain decoding token for token. Timing is for people to read; no test asserts on it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ import dataclasses
 import statistics
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from specrt.bundle import MANIFEST, load_bundle
 from specrt.errors import SpecrtError
 from specrt.runtime.api import check_drafter_name, make_drafter, resolve_bundle
+from specrt.runtime.bench_contestants import SpecrtContestant, start_external
+from specrt.runtime.compare.environment import SystemUnavailable
 from specrt.runtime.engine import Engine
 from specrt.runtime.providers import providers_for
 from specrt.runtime.sampling import SamplingParams
@@ -26,32 +30,36 @@ from specrt.runtime.sampling import SamplingParams
 
 @dataclass
 class SystemRuns:
+    system: str
     drafter: str
     precision: str
+    version: str = ""
+    batch_invariant: bool | None = None  # specrt rows: every target call fed >= 2 rows
     tokens_per_second: list[float] = field(default_factory=list)
-    produced: int = 0  # tokens the decode-phase target calls produced
+    produced: int = 0  # tokens the decode-phase target calls produced (specrt only)
     calls: int = 0
     outputs: list[list[int]] = field(default_factory=list)
     drafted: list[int] = field(default_factory=list)  # by draft depth, pooled over prompts
     accepted: list[float] = field(default_factory=list)
+    error: str | None = None
 
-    def add(self, result) -> None:
-        s = result.stats
+    def add(self, sample) -> None:
+        self.tokens_per_second.append(sample.tokens_per_second)
+        self.outputs.append(sample.token_ids)
+        s = sample.stats
+        if s is None:  # another system: no acceptance statistics
+            return
         for d, (share, n) in enumerate(zip(s.acceptance_by_position, s.drafted_by_position)):
             if d == len(self.drafted):
                 self.drafted.append(0)
                 self.accepted.append(0.0)
             self.drafted[d] += n
             self.accepted[d] += share * n
-        self.tokens_per_second.append(s.tokens_per_second)
         self.produced += round(s.mean_accepted * s.target_calls)
         self.calls += s.target_calls
-        self.outputs.append(result.token_ids)
 
 
 def is_bundle(model: str) -> bool:
-    from pathlib import Path
-
     return (Path(model).expanduser() / MANIFEST).is_file()
 
 
@@ -59,7 +67,7 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _load(model: str, precision: str, drafters: list[str], device: str, threads: int, stages, batch_invariant: bool):
+def _load(model: str, precision: str, drafters: list[str], device: str, threads: int, stages):
     """Engine and drafter objects for one precision; drafters the bundle cannot serve are skipped with a note."""
     providers = providers_for(device)
     wanted = [d for d in drafters if d != "none"]
@@ -72,45 +80,102 @@ def _load(model: str, precision: str, drafters: list[str], device: str, threads:
         wanted.remove("draft-model")
         bundle = resolve_bundle(model, precision, stages)
     manifest = load_bundle(bundle, check_hashes=False)
-    engine = Engine(bundle, manifest, providers, threads=threads, batch_invariant=batch_invariant)
+    engine = Engine(bundle, manifest, providers, threads=threads)
     objects = {"none": None}
     for name in wanted:
         try:
             objects[name] = make_drafter(name, bundle, manifest, providers, threads)
         except SpecrtError as exc:  # e.g. a tree on an int4 graph: noted, not silently dropped
             _log(f"skipping {name} at {manifest.target.precision}: {exc}")
-    return engine, objects, manifest.target.precision
+    return engine, objects, manifest, bundle
 
 
-def _generate(engine: Engine, prompt: str, params: SamplingParams, drafter):
-    engine.reset()  # every system prefills the whole prompt: no prefix reuse across systems
-    return engine.generate(prompt, params, drafter=drafter).wait()
+def rotation(items: list, i: int) -> list:
+    """The order of prompt i: the list rotated left by i (A B C, B C A, C A B, ...)."""
+    k = i % len(items) if items else 0
+    return items[k:] + items[:k]
 
 
-def run_bench(model: str, prompts: list[str], drafters: list[str], precisions: list[str], params: SamplingParams,
-              device: str = "auto", threads: int = 0, stages=None, log=_log, batch_invariant: bool = False) -> dict:
+def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str], precisions: list[str],
+              params: SamplingParams, device: str = "auto", threads: int = 0, stages=None, log=_log,
+              batch_invariant: bool | None = None, compare: list[str] = (), systems: dict | None = None) -> dict:
+    """prompt_sets: dataset name -> prompts. compare: names in `systems` (default: compare.systems.SYSTEMS).
+    batch_invariant: None runs each specrt row as specrt.load would (int4 drafters batch-invariant, plain decoding
+    not); True or False forces it for every specrt row."""
+    from specrt.runtime.compare.systems import SYSTEMS
+
+    systems = SYSTEMS if systems is None else systems
     for d in drafters:
         check_drafter_name(d)
+    for name in compare:
+        if name not in systems:
+            raise SpecrtError(f"unknown system {name!r} for --compare (known: {', '.join(systems)})")
+    if compare and not params.greedy:
+        raise SpecrtError("--compare measures greedy decoding: use --temperature 0")
+    pythons, install_errors = _install(compare, systems, log)
     results = []
     if is_bundle(model):
         precisions = precisions[:1]  # a bundle folder has one precision: its own
-    for precision in precisions:
-        engine, objects, precision = _load(model, precision, drafters, device, threads, stages, batch_invariant)
-        runs = {name: SystemRuns(name, precision) for name in objects}
-        names = list(objects)
-        for name in names:  # warm-up: first-call costs (allocation, thread start) stay out of the numbers
-            _generate(engine, prompts[0], SamplingParams(max_new_tokens=8, temperature=params.temperature), objects[name])
-        for i, prompt in enumerate(prompts):
-            order = names[i % len(names):] + names[:i % len(names)]
-            for name in order:
-                seeded = dataclasses.replace(params, seed=(params.seed or 0) + i)
-                runs[name].add(_generate(engine, prompt, seeded, objects[name]))
-            line = "  ".join(f"{n} {runs[n].tokens_per_second[-1]:.1f}" for n in names)
-            log(f"[{precision} {i + 1}/{len(prompts)}] tok/s: {line}")
-        results += _summarize(runs, params.greedy)
-    return {"model": model, "prompts": len(prompts), "max_new_tokens": params.max_new_tokens,
+    groups = list(precisions)
+    for precision in groups:
+        engine, objects, manifest, bundle = _load(model, precision, drafters, device, threads, stages)
+        precision = manifest.target.precision
+        contestants = [SpecrtContestant(engine, name, obj, precision, batch_invariant) for name, obj in objects.items()]
+        externals, error_rows = start_external(compare, systems, pythons, install_errors, precision, groups,
+                                               manifest, bundle, engine, threads, log)
+        try:
+            contestants += externals
+            for dataset, prompts in prompt_sets.items():
+                results += _run_dataset(dataset, prompts, contestants, engine, params, log)
+        finally:
+            for c in externals:
+                c.close()
+        results += error_rows
+    return {"model": model, "datasets": {k: len(v) for k, v in prompt_sets.items()},
+            "prompts": sum(len(v) for v in prompt_sets.values()), "max_new_tokens": params.max_new_tokens,
             "temperature": params.temperature, "batch_invariant": batch_invariant,
             "machine": machine_info(providers_for(device)), "results": results}
+
+
+def _install(compare, systems, log) -> tuple[dict, dict]:
+    pythons, errors = {}, {}
+    for name in compare:
+        try:
+            pythons[name] = systems[name].python(log)
+        except SystemUnavailable as exc:
+            log(f"{name}: {exc}")
+            errors[name] = str(exc)
+    return pythons, errors
+
+
+def _run_dataset(dataset, prompts, contestants, engine, params, log) -> list[dict]:
+    runs = {c.key: SystemRuns(c.system, c.drafter, c.precision, c.version, getattr(c, "batch_invariant", None))
+            for c in contestants}
+    warm = SamplingParams(max_new_tokens=8, temperature=params.temperature)
+    for c in contestants:  # warm-up: first-call costs (allocation, thread start) stay out of the numbers
+        _attempt(c, runs[c.key], prompts[0], engine.prompt_ids(prompts[0]), warm, record=False, log=log)
+    for i, prompt in enumerate(prompts):
+        ids = engine.prompt_ids(prompt)
+        seeded = dataclasses.replace(params, seed=(params.seed or 0) + i)
+        for c in rotation(contestants, i):
+            _attempt(c, runs[c.key], prompt, ids, seeded, record=True, log=log)
+        line = "  ".join(f"{c.label} {runs[c.key].tokens_per_second[-1]:.1f}" for c in contestants
+                         if runs[c.key].error is None)
+        log(f"[{dataset} {contestants[0].precision} {i + 1}/{len(prompts)}] tok/s: {line}")
+    return summarize(runs, params.greedy, dataset)
+
+
+def _attempt(contestant, runs: SystemRuns, prompt, ids, params, record: bool, log) -> None:
+    if runs.error is not None:
+        return
+    try:
+        sample = contestant.generate(prompt, ids, params)
+    except SystemUnavailable as exc:  # another system failed mid-run: its row says so, the others go on
+        runs.error = str(exc)
+        log(f"{contestant.label}: {exc}")
+        return
+    if record:
+        runs.add(sample)
 
 
 def machine_info(providers) -> dict:
@@ -132,57 +197,31 @@ def machine_info(providers) -> dict:
             "specrt": __version__, "python": platform.python_version()}
 
 
-def _summarize(runs: dict[str, SystemRuns], greedy: bool) -> list[dict]:
-    plain = runs["none"]
+def summarize(runs: dict, greedy: bool, dataset: str) -> list[dict]:
+    """One row per system: medians and ranges; speedups relative to specrt's plain decoding, prompt by prompt."""
+    plain = runs[("specrt", "none")]
     rows = []
-    for name, r in runs.items():
+    for r in runs.values():
+        row = {"system": r.system, "drafter": r.drafter, "precision": r.precision, "dataset": dataset,
+               "prompts": len(r.tokens_per_second)}
+        if r.system != "specrt":
+            row["version"] = r.version
+        else:
+            row["batch_invariant"] = r.batch_invariant
+        if r.error is not None:
+            rows.append({**row, "error": r.error})
+            continue
         ratios = [a / b for a, b in zip(r.tokens_per_second, plain.tokens_per_second) if b > 0]
-        row = {"system": "specrt", "drafter": name, "precision": r.precision,
-               "tokens_per_second": statistics.median(r.tokens_per_second),
-               "mean_accepted": r.produced / r.calls if r.calls else 0.0,
-               "speedup": statistics.median(ratios) if ratios else 0.0,
-               "min_speedup": min(ratios) if ratios else 0.0,
-               "acceptance_by_position": [round(a / n, 4) for a, n in zip(r.accepted, r.drafted) if n]}
+        row.update({
+            "tokens_per_second": statistics.median(r.tokens_per_second),
+            "tokens_per_second_range": [min(r.tokens_per_second), max(r.tokens_per_second)],
+            "tokens_per_second_by_prompt": [round(t, 3) for t in r.tokens_per_second],
+            "mean_accepted": (r.produced / r.calls if r.calls else 0.0) if r.system == "specrt" else None,
+            "speedup": statistics.median(ratios) if ratios else 0.0,
+            "min_speedup": min(ratios) if ratios else 0.0,
+            "max_speedup": max(ratios) if ratios else 0.0,
+            "acceptance_by_position": [round(a / n, 4) for a, n in zip(r.accepted, r.drafted) if n]})
         if greedy:
             row["identical_to_plain"] = sum(a == b for a, b in zip(r.outputs, plain.outputs))
         rows.append(row)
     return rows
-
-
-def format_markdown(report: dict, command: str = "") -> str:
-    """The results as a Markdown table (for docs), with the command and the machine above it."""
-    m = report.get("machine", {})
-    lines = []
-    if command:
-        lines += [f"`{command}`", ""]
-    lines += [f"{report['model']}, {report.get('dataset', 'prompts file')}: {report['prompts']} prompts x "
-              f"{report['max_new_tokens']} new tokens, temperature {report['temperature']}"
-              + (", batch-invariant" if report.get("batch_invariant") else "")
-              + (f"; {m.get('cpu')}, {m.get('cores')} cores, onnxruntime {m.get('onnxruntime')}" if m else ""), ""]
-    greedy = report["temperature"] == 0
-    lines.append("| drafter | precision | tok/s | mean accepted | speedup | min | acceptance by depth |"
-                 + (" identical |" if greedy else ""))
-    lines.append("|---|---|---|---|---|---|---|" + ("---|" if greedy else ""))
-    for r in report["results"]:
-        depth = " / ".join(f"{a:.2f}" for a in r.get("acceptance_by_position", []))
-        line = (f"| {r['drafter']} | {r['precision']} | {r['tokens_per_second']:.1f} | {r['mean_accepted']:.2f} | "
-                f"{r['speedup']:.2f}x | {r['min_speedup']:.2f}x | {depth} |")
-        if greedy:
-            line += f" {r['identical_to_plain']}/{report['prompts']} |"
-        lines.append(line)
-    return "\n".join(lines) + "\n"
-
-
-def format_table(report: dict) -> str:
-    head = f"{'drafter':<12} {'precision':<9} {'tok/s':>8} {'mean acc':>9} {'speedup':>8} {'min':>6}"
-    greedy = report["temperature"] == 0
-    head += "  identical" if greedy else ""
-    lines = [f"{report['model']}: {report['prompts']} prompts x {report['max_new_tokens']} new tokens, "
-             f"temperature {report['temperature']}", head]
-    for r in report["results"]:
-        line = (f"{r['drafter']:<12} {r['precision']:<9} {r['tokens_per_second']:>8.1f} {r['mean_accepted']:>9.2f} "
-                f"{r['speedup']:>7.2f}x {r['min_speedup']:>5.2f}x")
-        if greedy:
-            line += f"  {r['identical_to_plain']}/{report['prompts']}"
-        lines.append(line)
-    return "\n".join(lines)

@@ -1,12 +1,17 @@
-"""`specrt bench --plot OUT.png`: tokens/s per system and precision (bars, with the speedup over plain decoding
-written on each) and, for every drafter, the acceptance rate by draft depth. Needs matplotlib (the `bench` or
-`dev` extra); it is imported only here."""
+"""`specrt bench --plot OUT.png`: tokens/s per system and dataset (grouped bars, the speedup over specrt's plain
+decoding written on each) and, for specrt's drafters, the acceptance rate by draft depth. Needs matplotlib (the
+`bench` or `dev` extra); it is imported only here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from specrt.errors import SpecrtError
+
+
+def _label(r: dict) -> str:
+    system = "" if r["system"] == "specrt" else r["system"] + "\n"
+    return f"{system}{'plain' if r['drafter'] == 'none' else r['drafter']}\n{r['precision']}"
 
 
 def plot_report(report: dict, out: Path) -> None:
@@ -17,30 +22,40 @@ def plot_report(report: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = report["results"]
-    fig, (bars, depth) = plt.subplots(1, 2, figsize=(11, 4))
-    labels = [f"{r['drafter']}\n{r['precision']}" for r in rows]
-    speeds = [r["tokens_per_second"] for r in rows]
-    colors = [f"C{['fp32', 'fp16', 'int4'].index(r['precision']) if r['precision'] in ('fp32', 'fp16', 'int4') else 3}"
-              for r in rows]
-    bars.bar(range(len(rows)), speeds, color=colors)
-    for i, r in enumerate(rows):
-        bars.text(i, speeds[i], f"{r['speedup']:.2f}x", ha="center", va="bottom", fontsize=8)
-    bars.set_xticks(range(len(rows)), labels, fontsize=8)
+    rows = [r for r in report["results"] if "error" not in r]
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    systems = list(dict.fromkeys((r["system"], r["drafter"], r["precision"]) for r in rows))
+    fig, (bars, depth) = plt.subplots(1, 2, figsize=(max(11, 1.1 * len(systems) + 5), 4.5),
+                                      gridspec_kw={"width_ratios": [max(2, len(systems) / 3), 1]})
+    width = 0.8 / max(1, len(datasets))
+    for j, dataset in enumerate(datasets):
+        by_key = {(r["system"], r["drafter"], r["precision"]): r for r in rows if r["dataset"] == dataset}
+        xs = [i + (j - (len(datasets) - 1) / 2) * width for i in range(len(systems))]
+        speeds = [by_key[k]["tokens_per_second"] if k in by_key else 0.0 for k in systems]
+        bars.bar(xs, speeds, width=width, label=dataset, color=f"C{j}")
+        for x, k, v in zip(xs, systems, speeds):
+            if k in by_key:
+                bars.text(x, v, f"{by_key[k]['speedup']:.2f}x", ha="center", va="bottom", fontsize=6, rotation=90)
+    bars.set_xticks(range(len(systems)), [_label({"system": s, "drafter": d, "precision": p}) for s, d, p in systems],
+                    fontsize=7)
     bars.set_ylabel("tokens/s (median over prompts)")
-    bars.set_title(f"{report.get('dataset', 'prompts')}: {report['prompts']} prompts x {report['max_new_tokens']} tokens",
+    bars.set_title(f"{report['max_new_tokens']} new tokens per prompt; speedup vs specrt plain at that precision",
                    fontsize=9)
+    if datasets:
+        bars.legend(fontsize=8)
+    drew = False
     for r in rows:
         acc = r.get("acceptance_by_position") or []
-        if acc:
-            depth.plot(range(1, len(acc) + 1), acc, marker="o", label=f"{r['drafter']} {r['precision']}")
+        if acc and r["system"] == "specrt":
+            depth.plot(range(1, len(acc) + 1), acc, marker="o", label=f"{r['drafter']} {r['precision']} {r['dataset']}")
+            drew = True
     deepest = max((len(r.get("acceptance_by_position") or []) for r in rows), default=0)
     depth.set_xticks(range(1, deepest + 1))
     depth.set_xlabel("draft depth")
     depth.set_ylabel("accepted / drafted at that depth")
     depth.set_ylim(0, 1)
-    if any(r.get("acceptance_by_position") for r in rows):
-        depth.legend(fontsize=8)
+    if drew:
+        depth.legend(fontsize=6)
     m = report.get("machine") or {}
     fig.suptitle(f"specrt bench {report['model']}" + (f" ({m.get('cpu')}, {m.get('cores')} cores)" if m else ""),
                  fontsize=10)

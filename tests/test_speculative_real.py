@@ -74,7 +74,7 @@ def test_bench_on_mt_bench_prompts(bundles, tmp_path, capsys):
                  "--drafter", "ngram", "--drafter", "draft-model", "--json", str(out)])
     assert code == 0, capsys.readouterr().err
     report = json.loads(out.read_text())
-    assert report["prompts"] == 2 and report["dataset"] == "mt-bench"
+    assert report["prompts"] == 2 and report["datasets"] == {"mt-bench": 2}
     rows = {r["drafter"]: r for r in report["results"]}
     assert set(rows) == {"none", "ngram", "draft-model"}
     assert all(r["identical_to_plain"] == 2 for r in rows.values())

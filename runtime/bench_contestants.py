@@ -1,0 +1,101 @@
+"""What `specrt bench` runs prompt by prompt: specrt itself (an engine and a drafter) or one variant of another
+system in its worker process. Both answer generate(prompt, ids, params) with a Sample."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specrt.runtime.compare.environment import SystemUnavailable, system_dir
+from specrt.runtime.compare.worker_client import WorkerProcess
+
+
+@dataclass
+class Sample:
+    token_ids: list[int]
+    tokens_per_second: float  # decode phase
+    stats: object = None  # specrt's GenerationStats; None for another system
+
+
+class SpecrtContestant:
+    system = "specrt"
+
+    def __init__(self, engine, drafter_name: str, drafter, precision: str, batch_invariant: bool | None):
+        from specrt import __version__
+
+        self.engine, self.drafter, self.drafter_obj, self.precision = engine, drafter_name, drafter, precision
+        if batch_invariant is None:  # what specrt.load does: exact int4 speculation, plain decoding left alone
+            batch_invariant = drafter is not None and precision == "int4"
+        self.batch_invariant = batch_invariant
+        self.version = __version__
+        self.key = ("specrt", drafter_name)
+        self.label = drafter_name if drafter_name != "none" else "plain"
+
+    def generate(self, prompt: str, ids: list[int], params) -> Sample:
+        self.engine.reset()  # every system prefills the whole prompt: no prefix reuse across systems
+        self.engine.target.min_rows = 2 if self.batch_invariant else 1
+        result = self.engine.generate(prompt, params, drafter=self.drafter_obj).wait()
+        return Sample(result.token_ids, result.stats.tokens_per_second, result.stats)
+
+
+class WorkerContestant:
+    def __init__(self, system: str, variant, worker: WorkerProcess, stop_ids):
+        self.system, self.drafter, self.precision = system, variant.drafter, variant.precision
+        self.worker, self.stop_ids, self.version = worker, stop_ids, worker.version
+        self.key = (system, variant.drafter)
+        self.label = system + ("" if variant.drafter == "none" else f" {variant.drafter}")
+
+    def generate(self, prompt: str, ids: list[int], params) -> Sample:
+        out = self.worker.generate(ids, params.max_new_tokens, self.stop_ids)
+        return Sample(out.token_ids, out.tokens_per_second)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def compare_context(manifest, bundle: Path, engine, threads: int, log):
+    from specrt.runtime.compare.systems import CompareContext
+
+    prov = manifest.provenance or {}
+    draft = next((d for d in manifest.drafters if d.get("kind") == "draft-model"), None) or {}
+    source = Path(prov["source"]) if prov.get("source") else None
+    draft_source = Path(draft["source"]) if draft.get("source") else None
+    draft_kind = "gguf" if draft_source is not None and draft_source.suffix == ".gguf" else "hf"
+    import os
+
+    return CompareContext(bundle=bundle, source=source, source_kind=prov.get("source_kind"),
+                          source_sha256=prov.get("source_sha256"), draft_source=draft_source, draft_kind=draft_kind,
+                          threads=threads or os.cpu_count() or 1, n_ctx=engine.max_context, log=log)
+
+
+def start_external(compare, systems, pythons, install_errors, group, groups, manifest, bundle, engine, threads,
+                   log) -> tuple[list[WorkerContestant], list[dict]]:
+    """Workers for every compared system's variants in this precision group, and rows for those that failed."""
+    ctx = compare_context(manifest, bundle, engine, threads, log)
+    started, errors = [], []
+    for name in compare:
+        system = systems[name]
+        if name in install_errors:
+            errors.append(_error_row(name, group, f"not installed: {install_errors[name]}"))
+            continue
+        try:
+            variants = system.variants(group, groups, ctx, pythons[name])
+        except SystemUnavailable as exc:
+            log(f"{name}: {exc}")
+            errors.append(_error_row(name, group, str(exc)))
+            continue
+        for v in variants:
+            log(f"starting {name} ({v.drafter}, {v.precision})")
+            try:
+                worker = WorkerProcess(pythons[name], system.script, v.config,
+                                       system_dir(name) / "logs" / f"worker-{group}-{v.drafter}.log")
+            except SystemUnavailable as exc:
+                log(f"{name}: {exc}")
+                errors.append(_error_row(name, v.precision, str(exc), v.drafter))
+                continue
+            started.append(WorkerContestant(name, v, worker, engine.stop_ids))
+    return started, errors
+
+
+def _error_row(system: str, precision: str, error: str, drafter: str = "none") -> dict:
+    return {"system": system, "drafter": drafter, "precision": precision, "dataset": None, "error": error}

@@ -1,0 +1,62 @@
+"""Isolated environments for the systems `specrt bench --compare` measures against.
+
+Each system gets its own virtual environment in the cache (SPECRT_CACHE/systems/NAME/venv), layered over the
+running Python's packages (--system-site-packages) so that torch and transformers are not fetched again, while
+whatever the system installs (its own onnxruntime, another transformers) stays inside it and never changes
+specrt's environment. Installed on first use, reused afterwards: a marker file records what the environment
+holds, and it is written only after pip succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from specrt.catalog import cache_dir
+from specrt.errors import SpecrtError
+
+
+class SystemUnavailable(SpecrtError):
+    """A compared system could not be installed, prepared or run; its rows say so."""
+
+
+def system_dir(name: str) -> Path:
+    return cache_dir() / "systems" / name
+
+
+def ensure_environment(name: str, requirements: tuple[str, ...], log) -> Path:
+    """The Python of NAME's environment, with requirements installed (pip output in NAME/install.log)."""
+    root = system_dir(name)
+    python = root / "venv" / "bin" / "python"
+    marker = root / "installed.json"
+    want = sorted(requirements)
+    if python.is_file() and marker.is_file() and json.loads(marker.read_text()).get("requirements") == want:
+        return python
+    root.mkdir(parents=True, exist_ok=True)
+    log(f"installing {name} ({' '.join(want) or 'nothing extra'}) into {root / 'venv'} (first use only)")
+    t0 = time.perf_counter()
+    if not python.is_file():
+        proc = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root / "venv")],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemUnavailable(f"could not create an environment for {name}: {_last_line(proc.stderr)}")
+    if want:
+        with open(root / "install.log", "w") as logf:
+            proc = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *want],
+                                  stdout=logf, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            text = (root / "install.log").read_text(errors="replace")
+            raise SystemUnavailable(f"could not install {' '.join(want)}: {_last_line(text, 'ERROR')} "
+                                    f"(log: {root / 'install.log'})")
+    marker.write_text(json.dumps({"requirements": want, "seconds": round(time.perf_counter() - t0, 1)}))
+    log(f"{name} installed in {time.perf_counter() - t0:.0f} s")
+    return python
+
+
+def _last_line(text: str, prefer: str = "") -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    preferred = [line for line in lines if prefer and line.startswith(prefer)]
+    return (preferred or lines or ["no output"])[-1]

@@ -1,0 +1,158 @@
+"""The systems `specrt bench --compare NAME` runs beside specrt, each in its own environment (environment.py)
+and worker process (workers/). Registry: SYSTEMS.
+
+A system joins the precision groups it can run: onnxruntime-genai converts the source at fp32 and at int4 with
+its own model builder; llama.cpp runs the GGUF's own quantization (beside specrt's int4); transformers and
+optimum run fp32 (beside specrt's fp32). Where the preferred group is not being measured, a system joins the
+first group, so its speedup is still relative to specrt's plain decoding in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specrt.runtime.compare.environment import SystemUnavailable, ensure_environment, system_dir
+from specrt.runtime.compare.sources import gguf_quant_label, hf_folder
+
+WORKERS = Path(__file__).parent / "workers"
+PROMPT_LOOKUP_TOKENS = 10  # what llama.cpp and transformers document for prompt-lookup decoding
+
+
+@dataclass
+class CompareContext:
+    """What a system needs to know about the model being benchmarked in one precision group."""
+
+    bundle: Path
+    source: Path | None
+    source_kind: str | None  # "gguf" | "hf"
+    source_sha256: str | None
+    draft_source: Path | None  # an independent draft model's source, where the bundle has one
+    draft_kind: str | None
+    threads: int
+    n_ctx: int
+    log: object = print
+
+
+@dataclass
+class Variant:
+    """One row: a drafter setting of a system, and the worker config that runs it."""
+
+    drafter: str
+    precision: str
+    config: dict = field(default_factory=dict)
+
+
+def model_key(ctx: CompareContext) -> str:
+    """A short name for the source model, for the folders systems build from it."""
+    import hashlib
+
+    return (ctx.source_sha256 or hashlib.sha256(str(ctx.source).encode()).hexdigest())[:16]
+
+
+def preferred(groups: list[str], want: str) -> str:
+    return want if want in groups else groups[0]
+
+
+class ExternalSystem:
+    name = ""
+    requirements: tuple[str, ...] = ()
+    worker = ""
+
+    def python(self, log) -> Path:
+        return ensure_environment(self.name, self.requirements, log)
+
+    def variants(self, group: str, groups: list[str], ctx: CompareContext, python: Path) -> list[Variant]:
+        raise NotImplementedError
+
+    @property
+    def script(self) -> Path:
+        return WORKERS / self.worker
+
+    @staticmethod
+    def _need_source(ctx: CompareContext) -> Path:
+        if ctx.source is None or not ctx.source.exists():
+            raise SystemUnavailable(f"the bundle does not record a source model that still exists ({ctx.source})")
+        return ctx.source
+
+
+class OrtGenai(ExternalSystem):
+    name = "onnxruntime-genai"
+    requirements = ("onnxruntime-genai==0.18.0",)
+    worker = "ort_genai_worker.py"
+
+    def variants(self, group, groups, ctx, python):
+        if group not in ("fp32", "int4"):
+            return []
+        hf = hf_folder(self._need_source(ctx), ctx.source_kind, ctx.bundle, ctx.log, ctx.source_sha256)
+        out = system_dir(self.name) / "models" / f"{model_key(ctx)}-{group}"
+        if not (out / "genai_config.json").is_file():
+            ctx.log(f"{self.name}: its model builder converts {hf} at {group}")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
+                cmd = [str(python), "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", f"{tmp}/model",
+                       "-p", group, "-e", "cpu", "-c", f"{tmp}/cache"]
+                with open(out.parent / f"build-{group}.log", "w") as logf:
+                    proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT)
+                if proc.returncode != 0:
+                    raise SystemUnavailable(f"its model builder failed (log: {out.parent / f'build-{group}.log'})")
+                shutil.rmtree(f"{tmp}/cache", ignore_errors=True)
+                os.replace(f"{tmp}/model", out)
+        return [Variant("none", group, {"model": str(out)})]
+
+
+class LlamaCpp(ExternalSystem):
+    name = "llama.cpp"
+    requirements = ("llama-cpp-python==0.3.36",)  # builds llama.cpp from source on first install (minutes)
+    worker = "llama_cpp_worker.py"
+
+    def variants(self, group, groups, ctx, python):
+        if group != preferred(groups, "int4"):
+            return []
+        source = self._need_source(ctx)
+        if ctx.source_kind != "gguf":
+            raise SystemUnavailable("llama.cpp runs GGUF files; this bundle was converted from an HF folder")
+        label = gguf_quant_label(source)
+        base = {"model": str(source), "threads": ctx.threads, "n_ctx": ctx.n_ctx}
+        return [Variant("none", label, {**base, "prompt_lookup": 0}),
+                Variant("prompt-lookup", label, {**base, "prompt_lookup": PROMPT_LOOKUP_TOKENS})]
+
+
+class Transformers(ExternalSystem):
+    name = "transformers"
+    requirements = ()  # the transformers and torch specrt convert already installed
+    worker = "hf_generate_worker.py"
+
+    def variants(self, group, groups, ctx, python):
+        if group != preferred(groups, "fp32"):
+            return []
+        hf = hf_folder(self._need_source(ctx), ctx.source_kind, ctx.bundle, ctx.log, ctx.source_sha256)
+        base = {"model": str(hf), "backend": "transformers", "threads": ctx.threads}
+        rows = [Variant("none", "fp32", {**base, "prompt_lookup": 0}),
+                Variant("prompt-lookup", "fp32", {**base, "prompt_lookup": PROMPT_LOOKUP_TOKENS})]
+        if ctx.draft_source is not None and ctx.draft_source.exists() and ctx.draft_source != ctx.source:
+            draft = hf_folder(ctx.draft_source, ctx.draft_kind, ctx.bundle, ctx.log)
+            rows.append(Variant("assisted", "fp32", {**base, "prompt_lookup": 0, "assistant": str(draft)}))
+        return rows
+
+
+class Optimum(ExternalSystem):
+    name = "optimum"
+    requirements = ("optimum-onnx==0.1.0",)
+    worker = "hf_generate_worker.py"
+
+    def variants(self, group, groups, ctx, python):
+        if group != preferred(groups, "fp32"):
+            return []
+        hf = hf_folder(self._need_source(ctx), ctx.source_kind, ctx.bundle, ctx.log, ctx.source_sha256)
+        export = system_dir(self.name) / "models" / model_key(ctx)
+        export.parent.mkdir(parents=True, exist_ok=True)
+        return [Variant("none", "fp32", {"model": str(hf), "backend": "optimum", "threads": ctx.threads,
+                                         "prompt_lookup": 0, "export_dir": str(export)})]
+
+
+SYSTEMS: dict[str, ExternalSystem] = {s.name: s for s in (OrtGenai(), LlamaCpp(), Transformers(), Optimum())}

@@ -1,0 +1,64 @@
+"""The harness side of a benchmark worker (runtime/compare/workers/protocol.py): start, ask, stop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from specrt.runtime.compare.environment import SystemUnavailable
+
+
+@dataclass
+class WorkerOutput:
+    token_ids: list[int]
+    tokens_per_second: float  # decode phase, as specrt's own GenerationStats measures it
+    prefill_seconds: float
+
+
+class WorkerProcess:
+    """One worker process: `python script config` with stderr going to log_path."""
+
+    def __init__(self, python: Path, script: Path, config: dict, log_path: Path):
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen([str(python), str(script), json.dumps(config)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
+        ready = self._read()
+        self.version = ready.get("version", "?")
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.close()
+            tail = [x for x in self.log_path.read_text(errors="replace").splitlines() if x.strip()]
+            raise SystemUnavailable(f"worker exited: {tail[-1].strip() if tail else 'no output'} (log: {self.log_path})")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise SystemUnavailable(f"{reply['error']} (log: {self.log_path})")
+        return reply
+
+    def generate(self, input_ids: list[int], max_new_tokens: int, stop_ids) -> WorkerOutput:
+        request = {"input_ids": list(input_ids), "max_new_tokens": max_new_tokens, "stop_ids": sorted(stop_ids)}
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the worker is gone: _read says why
+        reply = self._read()
+        tokens = reply["token_ids"]
+        decode = reply["decode_seconds"]
+        return WorkerOutput(tokens, len(tokens) / decode if decode > 0 else 0.0, reply["prefill_seconds"])
+
+    def close(self) -> None:
+        if self._log.closed:
+            return
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        self._log.close()

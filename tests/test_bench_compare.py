@@ -1,0 +1,164 @@
+"""`specrt bench --compare` with fake systems plugged in (the real worker protocol, set decode times): order,
+medians, speedup arithmetic, JSON schema, failure rows, the table and the plot."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from specrt.errors import SpecrtError
+from specrt.runtime.bench import rotation, run_bench
+from specrt.runtime.bench_plot import plot_report
+from specrt.runtime.bench_report import format_markdown, format_table
+from specrt.runtime.compare.environment import SystemUnavailable, ensure_environment
+from specrt.runtime.compare.systems import ExternalSystem, Variant
+from specrt.runtime.sampling import SamplingParams
+from tests.tiny_models import save_tiny_bundle_source
+
+WORKER = Path(__file__).resolve().parent / "fake_bench_worker.py"
+PROMPTS = ["the cat and the dog", "a man in the house", "the world the world", "dog and cat", "a house"]
+
+
+class FakeSystem(ExternalSystem):
+    """Runs the fake worker with this Python (nothing to install); variants at the rates given."""
+
+    worker = str(WORKER)
+
+    def __init__(self, name: str, log: Path, rates: dict[str, float], **worker_options):
+        self.name, self.log, self.rates, self.options = name, log, rates, worker_options
+
+    def python(self, log):
+        return Path(sys.executable)
+
+    @property
+    def script(self):
+        return WORKER
+
+    def variants(self, group, groups, ctx, python):
+        return [Variant(d, group, {"name": f"{self.name}/{d}", "log": str(self.log), "tokens_per_second": r,
+                                   **self.options}) for d, r in self.rates.items()]
+
+
+class UninstallableSystem(ExternalSystem):
+    name = "uninstallable"
+    requirements = ("specrt-test-no-such-package==0.0.0",)
+    worker = "never-started.py"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    from specrt.cli import main
+
+    src = save_tiny_bundle_source("llama", tmp_path_factory.mktemp("src") / "t", seed=0)
+    out = tmp_path_factory.mktemp("b") / "bundle"
+    assert main(["convert", str(src), "-o", str(out), "--max-context", "96"]) == 0
+    return out
+
+
+def _bench(bundle, systems, compare, prompts=PROMPTS, **kw):
+    params = SamplingParams(max_new_tokens=12, stop_token_ids=())
+    return run_bench(str(bundle), {"fake-set": prompts}, ["ngram"], ["fp32"], params, device="cpu",
+                     compare=compare, systems=systems, log=lambda m: None, **kw)
+
+
+def test_rotation_gives_every_system_every_slot():
+    orders = [rotation(["A", "B", "C"], i) for i in range(4)]
+    assert orders == [["A", "B", "C"], ["B", "C", "A"], ["C", "A", "B"], ["A", "B", "C"]]
+
+
+def test_compared_rows_order_medians_and_speedups(bundle, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    fake = FakeSystem("fake", log, {"none": 1000.0, "prompt-lookup": 250.0})
+    report = _bench(bundle, {"fake": fake}, ["fake"])
+    rows = report["results"]
+    assert [(r["system"], r["drafter"]) for r in rows] == [
+        ("specrt", "none"), ("specrt", "ngram"), ("fake", "none"), ("fake", "prompt-lookup")]
+    keys = {"system", "drafter", "precision", "dataset", "prompts", "tokens_per_second", "tokens_per_second_range",
+            "tokens_per_second_by_prompt", "mean_accepted", "speedup", "min_speedup", "max_speedup",
+            "acceptance_by_position", "identical_to_plain"}
+    for r in rows:
+        assert keys <= set(r) and r["dataset"] == "fake-set" and r["prompts"] == len(PROMPTS)
+        assert r["precision"] == "fp32"
+    plain, ngram, fast, slow = rows
+    assert fast["version"] == "fake-1.0" and fast["mean_accepted"] is None and fast["acceptance_by_position"] == []
+    assert fast["tokens_per_second"] == pytest.approx(1000.0) and fast["tokens_per_second_range"] == pytest.approx([1000, 1000])
+    assert slow["tokens_per_second"] == pytest.approx(250.0)
+    # speedup: the median over prompts of (this row's tokens/s) / (specrt plain's, same prompt)
+    expected = statistics.median(1000.0 / p for p in plain["tokens_per_second_by_prompt"])
+    assert fast["speedup"] == pytest.approx(expected)
+    assert fast["min_speedup"] == pytest.approx(1000.0 / max(plain["tokens_per_second_by_prompt"]))
+    assert slow["speedup"] == pytest.approx(expected / 4)
+    assert plain["speedup"] == 1.0
+    assert plain["tokens_per_second"] == pytest.approx(statistics.median(plain["tokens_per_second_by_prompt"]), rel=1e-5)
+    assert ngram["identical_to_plain"] == len(PROMPTS)  # specrt's drafter is lossless
+    assert fast["identical_to_plain"] == 0  # the fake's tokens are not the model's
+    # the harness asked in rotated order: a warm-up (8 tokens) per variant, then one call per prompt
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [c["max_new"] for c in calls] == [8, 8] + [12] * 2 * len(PROMPTS)
+    contestants = ["specrt/none", "specrt/ngram", "fake/none", "fake/prompt-lookup"]
+    expected_order = [n for i in range(len(PROMPTS)) for n in rotation(contestants, i) if n.startswith("fake")]
+    assert [c["name"] for c in calls[2:]] == expected_order
+    assert expected_order[6:8] == ["fake/prompt-lookup", "fake/none"]  # the order really changes
+
+
+def test_failures_become_rows_and_the_others_finish(bundle, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECRT_CACHE", str(tmp_path / "cache"))
+    log = tmp_path / "calls.jsonl"
+    systems = {"uninstallable": UninstallableSystem(),
+               "broken": FakeSystem("broken", log, {"none": 100.0}, fail_load=True),
+               "flaky": FakeSystem("flaky", log, {"none": 100.0}, fail_at=3),
+               "fine": FakeSystem("fine", log, {"none": 100.0})}
+    report = _bench(bundle, systems, list(systems))
+    rows = {r["system"]: r for r in report["results"]}
+    assert "could not install specrt-test-no-such-package==0.0.0" in rows["uninstallable"]["error"]
+    assert "this fake system does not load" in rows["broken"]["error"]
+    assert "fake failure at call 3" in rows["flaky"]["error"]
+    assert "error" not in rows["fine"] and rows["fine"]["prompts"] == len(PROMPTS)
+    assert rows["specrt"]["prompts"] == len(PROMPTS)
+    table = format_table(report)
+    assert "uninstallable" in table and "not run: not installed: could not install" in table
+    md = format_markdown(report, "specrt bench x")
+    assert md.startswith("`specrt bench x`") and "| fake-set | fine | none | fp32 |" in md
+    assert "not run: RuntimeError: fake failure at call 3" in md
+    out = tmp_path / "plot.png"
+    plot_report(report, out)  # error rows are left out of the plot, not drawn as zeros
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_several_datasets_one_report_and_plot(bundle, tmp_path):
+    fake = FakeSystem("fake", tmp_path / "calls.jsonl", {"none": 500.0})
+    params = SamplingParams(max_new_tokens=6, stop_token_ids=())
+    report = run_bench(str(bundle), {"a": PROMPTS[:2], "b": PROMPTS[2:]}, [], ["fp32"], params, device="cpu",
+                       compare=["fake"], systems={"fake": fake}, log=lambda m: None)
+    assert report["datasets"] == {"a": 2, "b": 3} and report["prompts"] == 5
+    assert [(r["dataset"], r["system"]) for r in report["results"]] == [
+        ("a", "specrt"), ("a", "fake"), ("b", "specrt"), ("b", "fake")]
+    json.dumps(report)  # the whole report is JSON
+    out = tmp_path / "plot.png"
+    plot_report(report, out)
+    png = out.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_compare_refuses_unknown_systems_and_sampling(bundle):
+    with pytest.raises(SpecrtError, match="unknown system 'vllm'"):
+        _bench(bundle, {}, ["vllm"])
+    params = SamplingParams(max_new_tokens=4, temperature=0.8)
+    with pytest.raises(SpecrtError, match="greedy"):
+        run_bench(str(bundle), {"a": PROMPTS}, [], ["fp32"], params, compare=["fake"],
+                  systems={"fake": FakeSystem("fake", Path("/dev/null"), {})})
+
+
+def test_environment_is_reused_once_installed(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECRT_CACHE", str(tmp_path))
+    messages = []
+    python = ensure_environment("empty", (), messages.append)
+    assert python.is_file() and any("installing empty" in m for m in messages)
+    messages.clear()
+    assert ensure_environment("empty", (), messages.append) == python and messages == []
+    with pytest.raises(SystemUnavailable, match="could not install"):
+        ensure_environment("empty", ("specrt-test-no-such-package==0.0.0",), messages.append)
