@@ -150,3 +150,32 @@ def test_default_int4_bundle_drafts_with_its_head_by_default(tmp_path):
     default, plain = generate(), generate("--drafter", "none", "--batch-invariant")
     assert default["stats"]["drafter"] == "eagle3" and plain["stats"]["drafter"] == "none"
     assert default["token_ids"] == plain["token_ids"]
+
+
+def test_bench_compares_other_systems_on_the_same_weights(bundles, tmp_path, capsys):
+    """`--compare` end to end on the real model: onnxruntime-genai (installed into its own environment, its
+    builder converting the same GGUF weights at fp32) and transformers run the same prompt token ids, greedy, on
+    two datasets; at fp32 both reproduce specrt's plain decoding (same weights, same template)."""
+    import json
+
+    from specrt.cli import main
+
+    out = tmp_path / "bench.json"
+    code = main(["bench", str(bundles["fp32"]), "--dataset", "mt-bench", "--dataset", "gsm8k", "--limit", "1",
+                 "--max-new-tokens", "16", "--compare", "onnxruntime-genai", "--compare", "transformers",
+                 "--json", str(out), "--markdown", str(tmp_path / "b.md")])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(out.read_text())
+    assert report["datasets"] == {"mt-bench": 1, "gsm8k": 1}
+    rows = {(r["dataset"], r["system"], r["drafter"]): r for r in report["results"]}
+    for dataset in ("mt-bench", "gsm8k"):
+        for key in [("specrt", "none"), ("onnxruntime-genai", "none"), ("transformers", "none"),
+                    ("transformers", "prompt-lookup")]:
+            row = rows[(dataset, *key)]
+            assert "error" not in row, row
+            assert row["precision"] == "fp32" and row["tokens_per_second"] > 0
+        assert rows[(dataset, "onnxruntime-genai", "none")]["version"] == "0.18.0"
+    same = sum(rows[(d, s, "none")]["identical_to_plain"] for d in ("mt-bench", "gsm8k")
+               for s in ("onnxruntime-genai", "transformers"))
+    assert same >= 3  # of 4: fp32 kernels may round a near-tie differently, not more
+    assert "| gsm8k | onnxruntime-genai | none | fp32 |" in (tmp_path / "b.md").read_text()
