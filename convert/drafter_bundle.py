@@ -1,6 +1,7 @@
 """`specrt convert SOURCE --drafter KIND:ARG`: put a drafter's graph into the bundle beside the target.
 
-Kinds available: `eagle3:FOLDER` (an EAGLE-3 checkpoint, convert/eagle3_bundle.py), `mtp` (the MTP module in
+Kinds available: `eagle3:FOLDER` (an EAGLE-3 checkpoint, convert/eagle3_bundle.py), `dflash:FOLDER` (a DFlash
+block-diffusion drafter, convert/dflash_bundle.py), `mtp` (the MTP module in
 the target's own checkpoint) or `mtp:FOLDER` (one trained for it, convert/mtp_bundle.py) and `draft-model` (an independent small LM with the
 target's tokenizer and its own KV cache), whose ARG is one of
 - `self-int4`: the int4 graph of the target's own weights (drafts for an fp32/fp16 target);
@@ -21,8 +22,20 @@ from specrt.bundle import MANIFEST, KVLayout, load_bundle
 from specrt.errors import SourceError, SpecrtError
 
 DRAFT_STEM = "draft"
-AVAILABLE_KINDS = ("draft-model", "eagle3", "mtp")
-LATER_KINDS = ("dflash",)
+AVAILABLE_KINDS = ("draft-model", "eagle3", "mtp", "dflash")
+LATER_KINDS = ()
+FOLDER_KINDS = ("eagle3", "mtp", "dflash")  # KIND:FOLDER names a checkpoint folder
+
+
+def drafter_specs(spec) -> tuple[str, ...]:
+    """--drafter given once (a string), several times (a tuple) or not at all (None): a tuple of specs, one per
+    kind (a bundle holds at most one drafter of each kind)."""
+    specs = () if not spec else (spec,) if isinstance(spec, str) else tuple(spec)
+    kinds = [parse_drafter_spec(s)[0] for s in specs]
+    twice = next((k for k in kinds if kinds.count(k) > 1), None)
+    if twice:
+        raise SpecrtError(f"--drafter {twice} given twice: a bundle holds one drafter of each kind")
+    return specs
 
 
 def parse_drafter_spec(spec: str) -> tuple[str, str]:
@@ -33,7 +46,7 @@ def parse_drafter_spec(spec: str) -> tuple[str, str]:
         raise SpecrtError(f"drafter kind {kind!r} is not available yet (available: {', '.join(AVAILABLE_KINDS)})")
     if kind not in AVAILABLE_KINDS:
         raise SpecrtError(f"unknown drafter kind {kind!r} in --drafter {spec!r} (expected draft-model:PATH_OR_NAME, "
-                          f"eagle3:FOLDER or mtp)")
+                          f"eagle3:FOLDER, dflash:FOLDER or mtp)")
     if kind == "mtp":
         return kind, arg  # no ARG: the target's own checkpoint; mtp:FOLDER: a module trained for it
     if not arg:
@@ -44,7 +57,7 @@ def parse_drafter_spec(spec: str) -> tuple[str, str]:
 def check_drafter_spec(spec: str, precision: str) -> None:
     """Refuse a bad --drafter before any work is done."""
     kind, arg = parse_drafter_spec(spec)
-    if kind in ("eagle3", "mtp") and arg and not Path(arg).expanduser().is_dir():
+    if kind in FOLDER_KINDS and arg and not Path(arg).expanduser().is_dir():
         raise SpecrtError(f"{kind}:{arg}: no such checkpoint folder")
     if arg == "self-int4" and precision == "int4":
         raise SpecrtError("draft-model:self-int4 drafts for an fp32 or fp16 target; this target is already int4")
@@ -55,7 +68,7 @@ def drafter_stages(spec: str | None) -> int:
     if not spec:
         return 0
     kind, arg = parse_drafter_spec(spec)
-    if kind in ("eagle3", "mtp"):
+    if kind in FOLDER_KINDS:
         return 2  # build, validate
     if arg == "self-int4":
         return 3  # build, save, validate
@@ -73,6 +86,10 @@ def hidden_layers_for(spec: str | None, loaded) -> tuple[int, ...]:
         from specrt.convert.mtp_bundle import hidden_layers_for as mtp_layers
 
         return mtp_layers(loaded, arg)
+    if kind == "dflash":
+        from specrt.convert.dflash_bundle import hidden_layers_for as dflash_layers
+
+        return dflash_layers(arg, loaded.config)
     if kind != "eagle3":
         return ()
     from specrt.convert.eagle3_bundle import hidden_layers_for as eagle3_layers
@@ -142,6 +159,10 @@ def add_drafter(spec: str, tmp: Path, loaded, precision: str, max_context: int, 
         from specrt.convert.mtp_bundle import add_mtp
 
         return add_mtp(spec, arg, tmp, loaded, precision, max_context, providers, stages)
+    if kind == "dflash":
+        from specrt.convert.dflash_bundle import add_dflash
+
+        return add_dflash(spec, arg, tmp, loaded, precision, max_context, providers, stages)
     if arg == "self-int4":
         draft_loaded, draft_precision = loaded, "int4"
     else:

@@ -23,7 +23,8 @@ import numpy as np
 from specrt import __version__
 from specrt.bundle import KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
 from specrt.convert import sources
-from specrt.convert.drafter_bundle import add_drafter, check_drafter_spec, drafter_stages, hidden_layers_for
+from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
+                                           hidden_layers_for)
 from specrt.convert.quantize import dequantize_int4
 from specrt.convert.smoothing import CALIBRATION_TEXTS, down_proj_input_max, smooth_down_proj
 from specrt.convert.target_graph import PRECISIONS, GraphOptions, build_target_graph, io_names, quantize_model
@@ -43,7 +44,7 @@ class ConvertOptions:
     device: str = "cpu"
     force: bool = False
     hidden_layers: tuple[int, ...] = ()
-    drafter: str | None = None  # "draft-model:PATH_OR_NAME" | "draft-model:self-int4"
+    drafter: str | tuple[str, ...] | None = None  # "draft-model:PATH_OR_NAME", "eagle3:FOLDER", ... (or several)
 
 
 class Stages:
@@ -93,9 +94,9 @@ def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None 
     providers = providers_for(opts.device)
     if opts.precision == "fp16" and opts.device == "cpu":
         raise SpecrtError("fp16 bundles are for GPUs: use --device cuda or rocm (or --precision fp32/int4 on the CPU)")
-    if opts.drafter:
-        check_drafter_spec(opts.drafter, opts.precision)
-    stages.expect(len(Stages.names) + drafter_stages(opts.drafter))
+    for spec in drafter_specs(opts.drafter):
+        check_drafter_spec(spec, opts.precision)
+    stages.expect(len(Stages.names) + sum(drafter_stages(s) for s in drafter_specs(opts.drafter)))
     t0 = time.time()
 
     resolved = sources.resolve(source, log=stages.log)  # may fetch a catalog model (logged)
@@ -216,11 +217,11 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     stages.start("tokenizer")
     tok = write_tokenizer(loaded.source.path, loaded.source.kind, tmp, cfg.eos_token_ids, cfg.bos_token_id)
     stages.done()
-    taps = tuple(sorted(set(opts.hidden_layers) | set(hidden_layers_for(opts.drafter, loaded))))
+    specs = drafter_specs(opts.drafter)
+    taps = tuple(sorted(set(opts.hidden_layers).union(*(hidden_layers_for(s, loaded) for s in specs))))
     target, validation = _build_graph(tmp, "target", loaded, opts.precision, max_context, taps, providers, stages)
-    drafters = ()
-    if opts.drafter:
-        drafters = (add_drafter(opts.drafter, tmp, loaded, opts.precision, max_context, providers, stages, _build_graph),)
+    drafters = tuple(add_drafter(s, tmp, loaded, opts.precision, max_context, providers, stages, _build_graph)
+                     for s in specs)
 
     stages.start("write manifest")
     graph_files = [target.file, target.data_file] + [

@@ -49,9 +49,19 @@ def _mtp(bundle: Path, manifest: Manifest, providers, threads: int):
     return MtpDrafter(bundle, entry, manifest.target.hidden_layers, manifest.vocab_size, providers, threads=threads)
 
 
-# drafter name -> factory(bundle, manifest, providers, threads); dflash arrives with its issue
-DRAFTERS = {"none": lambda *args: None, "ngram": _ngram, "draft-model": _draft_model, "eagle3": _eagle3, "mtp": _mtp}
-LATER_DRAFTERS = ("dflash",)
+def _dflash(bundle: Path, manifest: Manifest, providers, threads: int):
+    from specrt.drafters.dflash import DFlashDrafter
+
+    entry = manifest.drafter("dflash")
+    if entry is None:
+        raise SpecrtError(f"{bundle} has no DFlash drafter (convert it with --drafter dflash:CHECKPOINT_FOLDER)")
+    return DFlashDrafter(bundle, entry, manifest.target.hidden_layers, providers, threads=threads)
+
+
+# drafter name -> factory(bundle, manifest, providers, threads)
+DRAFTERS = {"none": lambda *args: None, "ngram": _ngram, "draft-model": _draft_model, "eagle3": _eagle3, "mtp": _mtp,
+            "dflash": _dflash}
+LATER_DRAFTERS = ()
 TREE_DRAFTERS = ("eagle3", "mtp")  # take ":tree" (EAGLE-2 dynamic tree) or ":chain" (the default)
 
 
@@ -128,13 +138,13 @@ def _stale_head(bundle: Path, spec: str | None) -> bool:
 
 def auto_drafter(manifest: Manifest) -> str | None:
     """The drafter `auto` means for a bundle: its EAGLE-3 head, else its MTP module, else plain decoding."""
-    return next((kind for kind in ("eagle3", "mtp") if manifest.drafter(kind) is not None), None)
+    return next((kind for kind in ("eagle3", "mtp", "dflash") if manifest.drafter(kind) is not None), None)
 
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
          threads: int = 0, stages=None, batch_invariant: bool | None = None) -> Engine:
     """drafter: a name (see DRAFTERS; eagle3/mtp also as NAME:tree), None or "none" for plain decoding, or
-    "auto" (the bundle's EAGLE-3 head, else its MTP module, else none).
+    "auto" (the bundle's EAGLE-3 head, else its MTP module, else its DFlash drafter, else none).
     batch_invariant: every target call feeds >= 2 rows, which makes int4 output independent of how tokens
     are grouped into calls: what lossless speculation on an int4 graph needs (fp32 does not). None: on for an
     int4 bundle with a drafter."""

@@ -81,6 +81,8 @@ class SpeculativeStepper(PlainStepper):
         self.name = drafter.name
         if hasattr(drafter, "attach"):
             drafter.attach(engine)  # drafters that read the target's hidden states (EAGLE-3)
+        if hasattr(drafter, "use_costs"):  # block drafters cut their draft where verification stops paying
+            drafter.use_costs(self.controller.seconds if self.controller else None)
         drafter.reset(params, self.sampler.rng)
 
     def _plain(self, budget: int) -> list[int]:

@@ -69,22 +69,22 @@ def cli():
 @click.option("--device", type=click.Choice(["cpu", "cuda", "rocm"]), default="cpu", show_default=True,
               help="device the bundle is built and validated for")
 @click.option("--hidden-layers", default="", help="comma-separated layers whose hidden states the graph also emits")
-@click.option("--drafter", default=None, metavar="KIND:ARG",
-              help="add a drafter graph: draft-model:PATH_OR_NAME (bundle, HF folder, .gguf, catalog name), "
-                   "draft-model:self-int4, eagle3:CHECKPOINT_FOLDER, or mtp (the target's own MTP module); "
-                   "none for no drafter. Default: a catalog model's own EAGLE-3 head, if it ships one")
+@click.option("--drafter", "drafters", multiple=True, metavar="KIND:ARG",
+              help="add a drafter graph (repeatable, one per kind): draft-model:PATH_OR_NAME (bundle, HF folder, "
+                   ".gguf, catalog name), draft-model:self-int4, eagle3:CHECKPOINT_FOLDER, dflash:CHECKPOINT_FOLDER, "
+                   "or mtp (the target's own MTP module); none for no drafter. Default: a catalog model's own "
+                   "EAGLE-3 head, if it ships one")
 @click.option("--force", is_flag=True, help="replace an existing output folder")
-def convert(source, output, precision, max_context, device, hidden_layers, drafter, force):
+def convert(source, output, precision, max_context, device, hidden_layers, drafters, force):
     """Convert SOURCE (HF folder, .gguf file or catalog name) into a bundle."""
     from specrt.catalog import default_drafter_spec
     from specrt.convert.pipeline import ConvertOptions, convert as run_convert
 
-    if drafter is None:
+    drafter = tuple(d for d in drafters if d != "none") or None
+    if not drafters:
         drafter = default_drafter_spec(source)
         if drafter:
             click.echo(f"adding {source}'s EAGLE-3 head ({drafter[len('eagle3:'):]}); --drafter none leaves it out", err=True)
-    elif drafter == "none":
-        drafter = None
 
     try:
         layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
@@ -319,7 +319,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 @cli.command("train-drafter")
 @click.argument("target")
-@click.option("--kind", type=click.Choice(["eagle3", "mtp"]), default="eagle3", show_default=True)
+@click.option("--kind", type=click.Choice(["eagle3", "mtp", "dflash"]), default="eagle3", show_default=True)
+@click.option("--block-size", type=int, default=8, show_default=True, help="dflash: tokens per drafted block")
 @click.option("--data", default="sharegpt", show_default=True, help="sharegpt, or a JSONL file of {\"messages\": [...]}")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="checkpoint folder to write")
 @click.option("--max-tokens", type=int, default=200_000, show_default=True, help="training tokens to use")
@@ -328,7 +329,7 @@ def _write_atomic(path: Path, text: str) -> None:
 @click.option("--lr", type=float, default=1e-3, show_default=True)
 @click.option("--seq-len", type=int, default=256, show_default=True, help="tokens per training sequence")
 @click.option("--device", default="cpu", show_default=True, help="torch device to train on (cpu, cuda, cuda:1, ...)")
-def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, lr, seq_len, device):
+def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, lr, seq_len, device, block_size):
     """Train a drafter for TARGET on its own hidden states (resumes from OUT/train after an interrupt)."""
     from specrt.drafters.eagle3.recipe import train_drafter
 
@@ -340,8 +341,10 @@ def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, 
         torch.empty(1, device=device)
     except (RuntimeError, AssertionError) as exc:
         raise SpecrtError(f"--device {device}: not usable here ({str(exc).splitlines()[0]})") from None
+    if kind == "dflash" and not 2 <= block_size <= seq_len // 2:
+        raise SpecrtError(f"--block-size must be between 2 and half of --seq-len ({seq_len // 2})")
     train_drafter(target, kind, data, out, max_tokens, epochs, seq_len=seq_len, draft_vocab=draft_vocab, lr=lr,
-                  log=lambda m: click.echo(m, err=True), device=device)
+                  log=lambda m: click.echo(m, err=True), device=device, block_size=block_size)
     click.echo(f"drafter written: {out} (use: specrt convert {target} --drafter {kind}:{out} -o BUNDLE)")
 
 

@@ -116,7 +116,7 @@ def test_a_drafter_with_another_tokenizer_is_refused(sources, tmp_path, capsys):
 @pytest.mark.parametrize("spec, message", [
     ("draft-model:self-int4", "already int4"),
     ("mtp:/no/such/folder", "no such checkpoint folder"),
-    ("dflash:x", "not available yet"),
+    ("dflash:/no/such/folder", "no such checkpoint folder"),
     ("mtp", "no MTP module"),  # a target without one
     ("eagle3:/no/such/folder", "no such checkpoint folder"),
     ("ngram", "needs no conversion"),

@@ -90,9 +90,51 @@ def _mtp_head(loaded):
     return head
 
 
+def dflash_config(target_cfg, block_size: int, mask_token_id: int, layers: int = 1):
+    """A DFlash drafter shaped like the target's layers, reading EAGLE's three layers (the same taps as an
+    EAGLE-3 head, so one target graph serves both)."""
+    from specrt.models.dflash import dflash_config_from_hf
+    from specrt.models.eagle3 import default_aux_layers
+
+    t = target_cfg
+    hf = {"hidden_size": t.hidden_size, "intermediate_size": t.intermediate_size, "num_attention_heads": t.num_heads,
+          "num_key_value_heads": t.num_kv_heads, "head_dim": t.head_dim, "num_hidden_layers": layers,
+          "rms_norm_eps": t.rms_norm_eps, "rope_theta": t.rope.theta, "max_position_embeddings": t.max_position,
+          "vocab_size": t.vocab_size, "hidden_act": t.hidden_act,
+          "dflash_config": {"target_layer_ids": list(default_aux_layers(t.num_layers)), "block_size": block_size,
+                            "mask_token_id": mask_token_id}}
+    return dflash_config_from_hf(hf, t)
+
+
+def _dflash_trainee(loaded, block_size: int, counts: np.ndarray):
+    """A one-layer DFlash drafter; its layer starts as a copy of the target's last layer (q/k norms at one) and
+    its output norm as the target's final norm, so its first outputs already look like the target's. The mask
+    token is the target token least used in the training data (its embedding row is the mask's)."""
+    import torch
+
+    from specrt.drafters.dflash.train import DFlashTrainee
+    from specrt.models.dflash import DFlashDraft
+
+    t, w = loaded.config, loaded.weights
+    mask = int(np.argmin(counts[1:]) + 1)  # never id 0: often a special token the template uses
+    draft = DFlashDraft(dflash_config(t, block_size, mask))
+    with torch.no_grad():
+        prefix = f"model.layers.{t.num_layers - 1}."
+        layer = draft.layers[0]
+        for name, p in layer.named_parameters():
+            if prefix + name in w:
+                p.copy_(torch.from_numpy(np.array(w[prefix + name], dtype=np.float32)))
+        layer.self_attn.o_proj.weight.mul_(0.1)
+        draft.norm.weight.copy_(torch.from_numpy(np.array(w["model.norm.weight"], dtype=np.float32)))
+    embed = torch.from_numpy(np.array(w["model.embed_tokens.weight"], dtype=np.float32))
+    head = w.get("lm_head.weight")
+    lm_head = embed if head is None or t.tie_word_embeddings else torch.from_numpy(np.array(head, dtype=np.float32))
+    return DFlashTrainee(draft, embed, lm_head)
+
+
 def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int, epochs: float, seq_len: int = 256,
                   batch_size: int = 4, draft_vocab: int = 8192, lr: float = 1e-3, unroll: int = 3, log=print,
-                  device: str = "cpu") -> dict:
+                  device: str = "cpu", block_size: int = 8) -> dict:
     """kind eagle3: a head over a reduced draft vocabulary, written in the vLLM/SGLang EAGLE-3 layout; kind mtp:
     an MTP module over the whole vocabulary, written in the DeepSeek-V3 layout (convert --drafter mtp:OUT)."""
     import torch
@@ -104,8 +146,8 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     from specrt.models.eagle3 import save_eagle3_checkpoint, state_dict_of
     from specrt.models.mtp import save_mtp_checkpoint
 
-    if kind not in ("eagle3", "mtp"):
-        raise SpecrtError(f"train-drafter --kind {kind} is not available (available: eagle3, mtp)")
+    if kind not in ("eagle3", "mtp", "dflash"):
+        raise SpecrtError(f"train-drafter --kind {kind} is not available (available: eagle3, mtp, dflash)")
     out = Path(out).expanduser()
     loaded = sources.load(sources.resolve(target, log=log))
     conversations = load_conversations(None if data == "sharegpt" else data)
@@ -116,6 +158,8 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     vocab = min(draft_vocab, loaded.config.vocab_size) if kind == "eagle3" else loaded.config.vocab_size
     draft_ids = np.sort(np.argsort(-counts, kind="stable")[:vocab])  # the most frequent target tokens
     torch.manual_seed(0)
+    if kind == "dflash":
+        return _train_dflash(loaded, target, seqs, counts, out, epochs, batch_size, lr, block_size, log, device)
     head = _eagle3_head(loaded, draft_ids) if kind == "eagle3" else _mtp_head(loaded)
     # the last 5% of the stream is held back: a resumed run on more data never has trained on its held-back part
     held = seqs[-max(1, len(seqs) // 20):]
@@ -155,3 +199,33 @@ def held_back_agreement(target_model, head, held, unroll: int) -> list[float]:
             _, agree = unrolled_loss(head, make_batch(target_model, head, ids), unroll)
             sums[:len(agree)] += agree
     return (sums / len(held)).tolist()
+
+
+def _train_dflash(loaded, target: str, seqs, counts, out: Path, epochs: float, batch_size: int, lr: float,
+                  block_size: int, log, device: str) -> dict:
+    from specrt.convert.pipeline import _torch_model
+    from specrt.drafters.dflash.train import held_back_agreement as dflash_agreement, train as train_dflash
+    from specrt.models.dflash import save_dflash_checkpoint, state_dict_of as dflash_state
+
+    trainee = _dflash_trainee(loaded, block_size, counts)
+    held = seqs[-max(1, len(seqs) // 20):]
+    train_seqs = seqs[:len(seqs) - len(held)] or seqs
+    steps = max(1, int(epochs * len(train_seqs) / batch_size))
+    log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); DFlash block "
+        f"{block_size}, mask token {trainee.draft.cfg.mask_token_id}; {steps} steps")
+    target_model = _torch_model(loaded.config, loaded.weights)
+    t0 = time.time()
+
+    def report_held(step):
+        log(f"step {step}: held-back top-1 by block position {dflash_agreement(target_model, trainee, held[:8])}")
+
+    losses = train_dflash(target_model, trainee, train_seqs, steps, out / "train", lr=lr, batch_size=batch_size,
+                          log=log, device=device, on_checkpoint=report_held)
+    agree = dflash_agreement(target_model, trainee, held)
+    save_dflash_checkpoint(out, trainee.draft.cfg, dflash_state(trainee.draft))
+    report = {"target": target, "kind": "dflash", "sequences": len(train_seqs),
+              "tokens": int(sum(len(s) for s in train_seqs)), "steps": steps, "seconds": round(time.time() - t0, 1),
+              "held_back_top1_by_position": agree, "losses": losses}
+    (out / "training_report.json").write_text(json.dumps(report))
+    log(f"held-back top-1 agreement with the target by block position: {agree} -> {out}")
+    return report

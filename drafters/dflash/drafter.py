@@ -1,0 +1,96 @@
+"""DFlash drafting: one call of the drafter graph (convert/dflash_graph.py) proposes a whole block.
+
+For a context x_0..x_n (x_n the pending token, not yet read by the target) the drafter feeds the target's
+features of the positions it has not read yet (its context cache holds the keys/values of the ones before,
+kept while the tokens there stay the same) and the block [x_n, mask, ..., mask] at positions n..n+B-1; the
+logits of the masked positions give the draft chain (greedy: argmax; sampling: each position drawn from its
+own distribution, which is the q the verifier needs). The chain is cut by confidence (schedule.py) where the
+engine's measured verification costs say further tokens no longer pay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specrt.drafters.base import Draft
+from specrt.drafters.dflash.schedule import cut_length
+from specrt.runtime.engine import common_prefix
+from specrt.runtime.sampling import SamplingParams, target_probs
+
+
+def _softmax_max(logits: np.ndarray) -> np.ndarray:
+    """Probability of the most likely token per row [R]."""
+    m = logits.max(-1, keepdims=True)
+    return 1.0 / np.exp(logits - m, dtype=np.float64).sum(-1)
+
+
+class DFlashDrafter:
+    name = "dflash"
+
+    def __init__(self, bundle_dir: Path, entry: dict, target_hidden_layers: tuple[int, ...], providers,
+                 threads: int = 0):
+        import onnxruntime as ort
+
+        from specrt.runtime.target_session import make_session_options
+
+        kv, graph = entry["kv"], entry["graph"]
+        self.session = ort.InferenceSession(str(Path(bundle_dir) / graph["file"]), make_session_options(threads),
+                                            providers=list(providers))
+        self.layers, self.kv_heads, self.head_dim = kv["layers"], kv["kv_heads"], kv["head_dim"]
+        self.max_context = kv["max_context"]
+        self.block_size, self.mask = int(entry["block_size"]), int(entry["mask_token_id"])
+        h = entry["target_hidden_size"]
+        self.columns = np.concatenate([np.arange(h) + target_hidden_layers.index(layer) * h
+                                       for layer in entry["target_layer_ids"]])
+        self.max_draft: int | None = self.block_size - 1  # the engine may ask for the whole block
+        self.seconds = None  # call cost by tokens fed, from the engine's controller: cut the block by confidence
+        self.engine = None
+        self.params, self.rng = SamplingParams(temperature=0.0), np.random.default_rng()
+        self._clear()
+
+    def _clear(self) -> None:
+        empty = np.zeros((1, self.kv_heads, 0, self.head_dim), np.float32)
+        self.past = [empty] * (2 * self.layers)  # context keys/values per layer
+        self.read: list[int] = []  # tokens whose features the cache holds (positions 0..len-1)
+
+    def attach(self, engine) -> None:
+        self.engine = engine
+
+    def reset(self, params: SamplingParams | None = None, rng: np.random.Generator | None = None) -> None:
+        self.params = params or SamplingParams(temperature=0.0)
+        self.rng = rng if rng is not None else np.random.default_rng()
+
+    def use_costs(self, seconds) -> None:
+        """seconds(fed): the measured cost of a target call feeding `fed` tokens (the adaptive controller's);
+        None: no cut (a fixed draft length was asked for)."""
+        self.seconds = seconds
+
+    def propose(self, context: list[int], max_tokens: int) -> Draft | None:
+        n = len(context) - 1  # the target has read context[:n]: features f_0 .. f_{n-1}
+        block = min(self.block_size, max_tokens + 1, self.max_context - n)
+        if self.engine is None or n < 1 or block < 2:
+            return None
+        keep = min(common_prefix(self.read, context[:n]), n - 1)  # at least one new context position
+        if keep < len(self.read):
+            self.past = [p[:, :, :keep] for p in self.past]
+        feats = self.engine.features[keep:n][:, self.columns][None]  # [1, C, F]
+        ids = np.array([[context[n]] + [self.mask] * (block - 1)], dtype=np.int64)
+        positions = np.arange(keep, n + block, dtype=np.int64)[None]
+        names = ["input_ids", "features", "position_ids"] + [
+            f"past_key_values.{i}.{kv}" for i in range(self.layers) for kv in ("key", "value")]
+        out = self.session.run(None, dict(zip(names, [ids, feats.astype(np.float32), positions, *self.past])))
+        logits, self.past, self.read = out[0][0], out[1:], list(context[:n])  # logits [block - 1, V]
+        if self.params.greedy:
+            tokens, probs = [int(t) for t in logits.argmax(-1)], None
+            confidence = _softmax_max(logits)
+        else:
+            rows = [target_probs(row, self.params) for row in logits]
+            tokens = [int(self.rng.choice(len(q), p=q)) for q in rows]
+            probs = np.stack(rows)
+            confidence = probs[np.arange(len(tokens)), tokens]
+        k = len(tokens)
+        if self.seconds is not None and k > 1:
+            k = cut_length(confidence, self.seconds, k)
+        return Draft.chain(tokens[:k], None if probs is None else probs[:k])
