@@ -25,8 +25,8 @@ def plot_report(report: dict, out: Path) -> None:
     rows = [r for r in report["results"] if "error" not in r]
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     systems = list(dict.fromkeys((r["system"], r["drafter"], r["precision"]) for r in rows))
-    fig, (bars, depth) = plt.subplots(1, 2, figsize=(max(11, 1.1 * len(systems) + 5), 4.5),
-                                      gridspec_kw={"width_ratios": [max(2, len(systems) / 3), 1]})
+    fig, (bars, depth) = plt.subplots(2, 1, figsize=(max(9, 0.8 * len(systems) + 2), 9),
+                                      gridspec_kw={"height_ratios": [3, 2]})
     width = 0.8 / max(1, len(datasets))
     for j, dataset in enumerate(datasets):
         by_key = {(r["system"], r["drafter"], r["precision"]): r for r in rows if r["dataset"] == dataset}
@@ -55,7 +55,7 @@ def plot_report(report: dict, out: Path) -> None:
     depth.set_ylabel("accepted / drafted at that depth")
     depth.set_ylim(0, 1)
     if drew:
-        depth.legend(fontsize=6)
+        depth.legend(fontsize=7, ncol=3)
     m = report.get("machine") or {}
     fig.suptitle(f"specrt bench {report['model']}" + (f" ({m.get('cpu')}, {m.get('cores')} cores)" if m else ""),
                  fontsize=10)

@@ -219,8 +219,10 @@ def _train_dflash(loaded, target: str, seqs, counts, out: Path, epochs: float, b
     def report_held(step):
         log(f"step {step}: held-back top-1 by block position {dflash_agreement(target_model, trainee, held[:8])}")
 
+    # 32 blocks per sequence: the target pass over the sequence is most of a step's cost, so each pass feeds
+    # many blocks
     losses = train_dflash(target_model, trainee, train_seqs, steps, out / "train", lr=lr, batch_size=batch_size,
-                          log=log, device=device, on_checkpoint=report_held)
+                          anchors=32, log=log, device=device, on_checkpoint=report_held)
     agree = dflash_agreement(target_model, trainee, held)
     save_dflash_checkpoint(out, trainee.draft.cfg, dflash_state(trainee.draft))
     report = {"target": target, "kind": "dflash", "sequences": len(train_seqs),
