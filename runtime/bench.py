@@ -114,8 +114,8 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
         raise SpecrtError("--compare measures greedy decoding: use --temperature 0")
     pythons, install_errors = _install(compare, systems, log)
     results = []
-    if is_bundle(model):
-        precisions = precisions[:1]  # a bundle folder has one precision: its own
+    if is_bundle(model):  # a bundle folder has one precision: its own
+        precisions = [load_bundle(Path(model).expanduser(), check_hashes=False).target.precision]
     groups = list(precisions)
     for precision in groups:
         engine, objects, manifest, bundle = _load(model, precision, drafters, device, threads, stages)

@@ -56,16 +56,32 @@ class WorkerContestant:
 def compare_context(manifest, bundle: Path, engine, threads: int, log):
     from specrt.runtime.compare.systems import CompareContext
 
+    import os
+
     prov = manifest.provenance or {}
     draft = next((d for d in manifest.drafters if d.get("kind") == "draft-model"), None) or {}
     source = Path(prov["source"]) if prov.get("source") else None
-    draft_source = Path(draft["source"]) if draft.get("source") else None
+    draft_source = _model_source(Path(draft["source"])) if draft.get("source") else None
     draft_kind = "gguf" if draft_source is not None and draft_source.suffix == ".gguf" else "hf"
-    import os
 
     return CompareContext(bundle=bundle, source=source, source_kind=prov.get("source_kind"),
                           source_sha256=prov.get("source_sha256"), draft_source=draft_source, draft_kind=draft_kind,
                           threads=threads or os.cpu_count() or 1, n_ctx=engine.max_context, log=log)
+
+
+def _model_source(path: Path) -> Path | None:
+    """A draft model's source as transformers reads it: a bundle copied in as the draft stands for the source it
+    was converted from."""
+    from specrt.bundle import MANIFEST, load_bundle
+    from specrt.errors import SpecrtError
+
+    if not (path / MANIFEST).is_file():
+        return path
+    try:
+        src = (load_bundle(path, check_hashes=False).provenance or {}).get("source")
+    except SpecrtError:
+        return None
+    return Path(src) if src else None
 
 
 def start_external(compare, systems, pythons, install_errors, group, groups, manifest, bundle, engine, threads,
