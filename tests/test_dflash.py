@@ -221,3 +221,18 @@ def test_training_lowers_the_loss_and_resumes(tmp_path):
     assert len(rest) == 3
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_cached_bundle_with_an_older_shipped_drafter_is_noticed(dflash_bundle, tmp_path):
+    """A catalog bundle ships both drafters; either one changing makes the cached bundle stale."""
+    import shutil
+
+    from specrt.runtime.api import _stale_head
+
+    head, drafter = tmp_path / "head", tmp_path / "drafter"
+    shutil.copytree(dflash_bundle.parent / "head", head)
+    shutil.copytree(dflash_bundle.parent / "drafter", drafter)
+    specs = (f"eagle3:{head}", f"dflash:{drafter}")
+    assert not _stale_head(dflash_bundle, specs)
+    write_reference_checkpoint(drafter, random_draft(9))  # a newer DFlash drafter
+    assert _stale_head(dflash_bundle, specs) and not _stale_head(dflash_bundle, specs[:1])
