@@ -140,7 +140,7 @@ def test_runtime_does_not_import_torch():
         (["--prompt", "the cat", "--temperature", "-1"], "temperature"),
         (["--prompt", "the cat", "--top-p", "1.5"], "top_p"),
         (["--prompt", "the cat", "--device", "cuda"], "CUDAExecutionProvider"),
-        (["--prompt", "the cat", "--drafter", "dflash"], "not available"),
+        (["--prompt", "the cat", "--drafter", "dflash"], "has no DFlash drafter"),
         (["--prompt", "the cat", "--drafter", "mtp"], "has no MTP module"),
     ],
 )
