@@ -318,6 +318,38 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+@cli.command()
+@click.argument("model", required=False, default="smollm2-135m-instruct")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (loopback unless told)")
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--drafter", default="auto", show_default=True, help="auto (the bundle's best drafter), none, ngram, ...")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "int4"]), default="int4", show_default=True,
+              help="precision a catalog model is converted to on first use")
+@click.option("--api-key", default=None, envvar="SPECRT_API_KEY",
+              help="require Authorization: Bearer KEY on every request (or set SPECRT_API_KEY)")
+@click.option("--queue-size", type=int, default=16, show_default=True,
+              help="requests waiting or running before the server answers 503")
+@click.option("--model-id", default=None, help="the model name clients send (default: MODEL's name)")
+def serve(model, host, port, drafter, device, precision, api_key, queue_size, model_id):
+    """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
+    try:
+        import uvicorn
+
+        from specrt.runtime.serve.app import build_app
+    except ImportError:
+        raise SpecrtError("specrt serve needs starlette and uvicorn: pip install 'specrt[serve]'") from None
+    if queue_size < 1:
+        raise SpecrtError("--queue-size must be at least 1")
+    engine = _load_engine(model, device, drafter, precision)
+    model_id = model_id or Path(model).name
+    app = build_app(engine, model_id, api_key=api_key, queue_size=queue_size)
+    drafter_name = getattr(engine.drafter, "name", "none") if engine.drafter is not None else "none"
+    click.echo(f"serving {model_id} (drafter {drafter_name}) on http://{host}:{port}/v1"
+               + (" (API key required)" if api_key else ""), err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
 @cli.command("train-drafter")
 @click.argument("target")
 @click.option("--kind", type=click.Choice(["eagle3", "mtp", "dflash"]), default="eagle3", show_default=True)

@@ -1,0 +1,154 @@
+"""The routes of `specrt serve` (OpenAI's HTTP API, the parts a local app uses):
+
+GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions; streaming as server-sent events
+(`data: {chunk}` ... `data: [DONE]`). Responses carry `usage` and, as an extension, `specrt` (drafter, mean
+accepted tokens per target call, acceptance by draft depth, decode tokens/s). With an API key, every request
+without `Authorization: Bearer KEY` gets 401.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from specrt.runtime.serve.requests import RequestError, parse
+from specrt.runtime.serve.worker import EngineWorker, QueueFull
+from specrt.runtime.target_session import ContextOverflowError
+
+
+def _error(exc: RequestError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _generation_error(exc: Exception) -> RequestError:
+    if isinstance(exc, ContextOverflowError):
+        return RequestError(400, str(exc), "messages", "context_length_exceeded")
+    from specrt.errors import SpecrtError
+
+    if isinstance(exc, SpecrtError):
+        return RequestError(400, str(exc), None, "invalid_value")
+    return RequestError(500, f"internal error: {type(exc).__name__}: {exc}", None, None, "server_error")
+
+
+def _usage(result) -> dict:
+    s = result.stats
+    return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.new_tokens,
+            "total_tokens": s.prompt_tokens + s.new_tokens}
+
+
+def _extension(result) -> dict:
+    s = result.stats
+    return {"drafter": s.drafter, "mean_accepted": round(s.mean_accepted, 3),
+            "acceptance_by_position": [round(a, 3) for a in s.acceptance_by_position],
+            "tokens_per_second": round(s.tokens_per_second, 1), "prefill_seconds": round(s.prefill_seconds, 4)}
+
+
+def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int = 16) -> Starlette:
+    worker = EngineWorker(engine, queue_size)
+    created = int(time.time())
+
+    def authorized(request: Request) -> bool:
+        return api_key is None or request.headers.get("authorization") == f"Bearer {api_key}"
+
+    def unauthorized() -> JSONResponse:
+        return _error(RequestError(401, "missing or wrong API key (send Authorization: Bearer KEY)", None,
+                                   "invalid_api_key", "authentication_error"))
+
+    async def health(request: Request):
+        if not authorized(request):
+            return unauthorized()
+        drafter = getattr(engine.drafter, "name", None) if engine.drafter is not None else None
+        return JSONResponse({"status": "ok", "model": model_id, "drafter": drafter or "none",
+                             "queued_or_running": worker.active})
+
+    async def models(request: Request):
+        if not authorized(request):
+            return unauthorized()
+        return JSONResponse({"object": "list", "data": [
+            {"id": model_id, "object": "model", "created": created, "owned_by": "specrt"}]})
+
+    async def complete(request: Request, chat: bool):
+        if not authorized(request):
+            return unauthorized()
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _error(RequestError(400, f"the request body is not valid JSON ({exc})", None, "invalid_json"))
+        try:
+            job = parse(body, chat, model_id, engine.max_context)
+            ticket = worker.submit(job)
+        except RequestError as exc:
+            return _error(exc)
+        except QueueFull as exc:
+            return _error(RequestError(503, f"the server is busy: {exc}", None, "queue_full", "server_error"))
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        kind = "chat.completion" if chat else "text_completion"
+        if job.stream:
+            return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage),
+                                     media_type="text/event-stream")
+        parts = []
+        try:
+            while True:
+                event, value = await ticket.events.get()
+                if event == "text":
+                    parts.append(value)
+                elif event == "error":
+                    return _error(_generation_error(value))
+                else:
+                    break
+        finally:
+            ticket.cancel()  # a client that went away while waiting frees its place
+        text = "".join(parts)
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": value.finish_reason}
+                  if chat else {"index": 0, "text": text, "finish_reason": value.finish_reason, "logprobs": None})
+        return JSONResponse({"id": rid, "object": kind, "created": int(time.time()), "model": model_id,
+                             "choices": [choice], "usage": _usage(value), "specrt": _extension(value)})
+
+    async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool):
+        def chunk(choice: dict | None, **extra) -> str:
+            body = {"id": rid, "object": kind + ".chunk" if chat else kind, "created": int(time.time()),
+                    "model": model_id, "choices": [choice] if choice is not None else [], **extra}
+            return f"data: {json.dumps(body)}\n\n"
+
+        def piece(text: str | None, finish=None) -> dict:
+            if chat:
+                delta = {} if text is None else {"content": text}
+                return {"index": 0, "delta": delta, "finish_reason": finish}
+            return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+
+        try:
+            if chat:
+                yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
+            while True:
+                event, value = await ticket.events.get()
+                if event == "text":
+                    yield chunk(piece(value))
+                elif event == "error":
+                    yield f"data: {json.dumps(_generation_error(value).body())}\n\n"
+                    break
+                else:
+                    yield chunk(piece(None, value.finish_reason), specrt=_extension(value))
+                    if include_usage:
+                        yield chunk(None, usage=_usage(value))
+                    break
+            yield "data: [DONE]\n\n"
+        finally:
+            ticket.cancel()  # the client disconnected (or the stream ended): free the engine at once
+
+    async def chat_completions(request: Request):
+        return await complete(request, chat=True)
+
+    async def completions(request: Request):
+        return await complete(request, chat=False)
+
+    return Starlette(routes=[
+        Route("/health", health), Route("/v1/models", models),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+    ])

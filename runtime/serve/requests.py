@@ -1,0 +1,126 @@
+"""OpenAI request bodies -> what the engine runs, with OpenAI-style errors for anything else.
+
+Accepted: model, messages (chat) or prompt (completions), max_tokens / max_completion_tokens, temperature,
+top_p, seed, stop (a string or up to 4), stream, stream_options.include_usage, n = 1, `ignore_eos` (vLLM's
+extension: generate max_tokens even past the end-of-text token), and the parameters that
+change nothing here at their neutral values (presence/frequency penalty 0, logprobs false, user). Anything
+else that would change the output is refused (400), not silently ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specrt.runtime.sampling import SamplingParams
+
+NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "n": 1, "echo": False,
+           "response_format": {"type": "text"}, "tool_choice": "none", "parallel_tool_calls": None}
+IGNORED = {"user", "metadata", "store", "service_tier", "stream_options", "logit_bias_ignored"}
+KNOWN = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
+         "stop", "stream", "ignore_eos", *NEUTRAL, *IGNORED}
+
+
+class RequestError(Exception):
+    """An OpenAI-style error: HTTP status, message, the parameter at fault and a code."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+@dataclass
+class Job:
+    prompt: object  # a message list (chat) or a string (completions, fed raw)
+    raw: bool
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+
+
+def _number(body: dict, name: str, default, lo: float, hi: float, integer: bool = False):
+    value = body.get(name)
+    if value is None:
+        return default
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise RequestError(400, f"'{name}' must be {'an integer' if integer else 'a number'}, got {value!r}", name,
+                           "invalid_type")
+    if not lo <= value <= hi:
+        raise RequestError(400, f"'{name}' must be between {lo} and {hi}, got {value}", name, "invalid_value")
+    return value
+
+
+def _stops(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 4:
+        raise RequestError(400, "'stop' must be a non-empty string or a list of up to 4", "stop", "invalid_value")
+    return tuple(stop)
+
+
+def _messages(body: dict) -> list[dict]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "'messages' must be a non-empty list", "messages", "invalid_type")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
+            raise RequestError(400, f"messages[{i}] needs a role of system, user or assistant", f"messages[{i}].role",
+                               "invalid_value")
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: text only
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise RequestError(400, f"messages[{i}].content: only text parts are supported",
+                                   f"messages[{i}].content", "unsupported_value")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise RequestError(400, f"messages[{i}].content must be a string", f"messages[{i}].content", "invalid_type")
+        out.append({"role": "system" if m["role"] == "developer" else m["role"], "content": content})
+    return out
+
+
+def parse(body, chat: bool, model_id: str, max_context: int) -> Job:
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object", None, "invalid_json")
+    unknown = sorted(set(body) - KNOWN)
+    if unknown:
+        raise RequestError(400, f"unsupported parameter '{unknown[0]}'", unknown[0], "unsupported_parameter")
+    for name, neutral in NEUTRAL.items():
+        if name in body and body[name] not in (None, neutral):
+            raise RequestError(400, f"'{name}' = {body[name]!r} is not supported by specrt", name, "unsupported_value")
+    model = body.get("model")
+    if model is not None and model != model_id:
+        raise RequestError(404, f"the model '{model}' does not exist (this server runs '{model_id}')", "model",
+                           "model_not_found")
+    if chat:
+        prompt, raw = _messages(body), False
+    else:
+        prompt, raw = body.get("prompt"), True
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str) or not prompt:
+            raise RequestError(400, "'prompt' must be a non-empty string", "prompt", "invalid_type")
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens = _number({"max_tokens": limit}, "max_tokens", max_context, 1, 1 << 30, integer=True)
+    params = SamplingParams(
+        max_new_tokens=max_tokens,
+        temperature=float(_number(body, "temperature", 1.0, 0.0, 2.0)),
+        top_p=float(_number(body, "top_p", 1.0, 1e-9, 1.0)),
+        seed=_number(body, "seed", None, -(1 << 63), (1 << 63) - 1, integer=True),
+        stop=_stops(body),
+        stop_token_ids=() if body.get("ignore_eos") is True else None,
+    )
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(400, "'stream' must be a boolean", "stream", "invalid_type")
+    options = body.get("stream_options") or {}
+    include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+    return Job(prompt, raw, params, stream, include_usage)

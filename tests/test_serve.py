@@ -1,0 +1,53 @@
+"""`specrt serve` request parsing: what reaches the engine, and the OpenAI-style errors for everything else."""
+
+from __future__ import annotations
+
+import pytest
+
+from specrt.runtime.serve.requests import RequestError, parse
+
+ASK = [{"role": "user", "content": "hi"}]
+
+
+def test_a_chat_request_becomes_sampling_parameters():
+    job = parse({"model": "m", "messages": [{"role": "developer", "content": "be brief"},
+                                            {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                 "max_tokens": 12, "temperature": 0, "top_p": 0.5, "seed": 3, "stop": "x", "stream": True,
+                 "stream_options": {"include_usage": True}, "presence_penalty": 0, "n": 1}, True, "m", 4096)
+    assert job.prompt == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    p = job.params
+    assert (p.max_new_tokens, p.temperature, p.top_p, p.seed, p.stop) == (12, 0.0, 0.5, 3, ("x",))
+    assert job.stream and job.include_usage and not job.raw and p.stop_token_ids is None
+    defaults = parse({"messages": ASK}, True, "m", 4096).params  # OpenAI's defaults; as long as the context
+    assert (defaults.temperature, defaults.top_p, defaults.max_new_tokens) == (1.0, 1.0, 4096)
+    completion = parse({"prompt": ["once upon"], "max_completion_tokens": 5, "ignore_eos": True}, False, "m", 64)
+    assert completion.raw and completion.prompt == "once upon" and completion.params.max_new_tokens == 5
+    assert completion.params.stop_token_ids == ()
+
+
+@pytest.mark.parametrize("body, status, code", [
+    ([1, 2], 400, "invalid_json"),
+    ({"messages": []}, 400, "invalid_type"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, 400, "invalid_value"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "unsupported_value"),
+    ({"messages": ASK, "max_tokens": 0}, 400, "invalid_value"),
+    ({"messages": ASK, "max_tokens": 2.5}, 400, "invalid_type"),
+    ({"messages": ASK, "temperature": "hot"}, 400, "invalid_type"),
+    ({"messages": ASK, "top_p": 0}, 400, "invalid_value"),
+    ({"messages": ASK, "stop": ["a", "b", "c", "d", "e"]}, 400, "invalid_value"),
+    ({"messages": ASK, "stream": "yes"}, 400, "invalid_type"),
+    ({"messages": ASK, "logprobs": True}, 400, "unsupported_value"),
+    ({"messages": ASK, "functions": []}, 400, "unsupported_parameter"),
+    ({"model": "other", "messages": ASK}, 404, "model_not_found"),
+])
+def test_bad_requests_are_named(body, status, code):
+    with pytest.raises(RequestError) as info:
+        parse(body, True, "m", 4096)
+    err = info.value
+    assert (err.status, err.code) == (status, code)
+    assert set(err.body()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_completions_need_a_prompt():
+    with pytest.raises(RequestError, match="'prompt' must be a non-empty string"):
+        parse({"messages": ASK}, False, "m", 4096)
