@@ -51,3 +51,67 @@ def test_bad_requests_are_named(body, status, code):
 def test_completions_need_a_prompt():
     with pytest.raises(RequestError, match="'prompt' must be a non-empty string"):
         parse({"messages": ASK}, False, "m", 4096)
+
+
+class _FakeGeneration:
+    """One chunk, released by the engine's event; then result "done" (the engine's Generation contract)."""
+
+    def __init__(self, release):
+        self.release, self.sent, self.result = release, False, None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.sent:
+            self.result = "done"
+            raise StopIteration
+        self.release.wait(5)
+        self.sent = True
+        return "chunk"
+
+    def close(self):
+        pass
+
+
+class _SlowEngine:
+    """Holds every generation until `release` is set, and records the order it ran them in."""
+
+    def __init__(self):
+        import threading
+
+        self.release, self.runs = threading.Event(), []
+
+    def generate(self, prompt, params, raw=False):
+        self.runs.append(prompt)
+        return _FakeGeneration(self.release)
+
+
+def test_the_queue_is_bounded_and_first_come_first_served():
+    import asyncio
+
+    from specrt.runtime.serve.requests import parse
+    from specrt.runtime.serve.worker import EngineWorker, QueueFull
+
+    engine = _SlowEngine()
+    worker = EngineWorker(engine, queue_size=2)
+
+    async def scenario():
+        jobs = [parse({"messages": [{"role": "user", "content": str(i)}]}, True, "m", 64) for i in range(3)]
+        first, second = worker.submit(jobs[0]), worker.submit(jobs[1])
+        with pytest.raises(QueueFull):
+            worker.submit(jobs[2])  # two waiting or running: the third is refused (the server answers 503)
+        engine.release.set()
+        for ticket in (first, second):
+            events = [await ticket.events.get(), await ticket.events.get()]
+            assert events == [("text", "chunk"), ("done", "done")]
+        for _ in range(100):
+            if worker.active == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert worker.active == 0
+        third = worker.submit(jobs[2])  # room again
+        assert await third.events.get() == ("text", "chunk")
+
+    asyncio.run(scenario())
+    assert [p[0]["content"] for p in engine.runs] == ["0", "1", "2"]  # in arrival order
