@@ -15,7 +15,7 @@ from specrt.runtime.sampling import SamplingParams
 
 NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "n": 1, "echo": False,
            "response_format": {"type": "text"}, "tool_choice": "none", "parallel_tool_calls": None}
-IGNORED = {"user", "metadata", "store", "service_tier", "stream_options", "logit_bias_ignored"}
+IGNORED = {"user", "metadata", "store", "service_tier", "stream_options"}
 KNOWN = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
          "stop", "stream", "ignore_eos", *NEUTRAL, *IGNORED}
 
