@@ -111,38 +111,15 @@ def batch_loss(trainee, target, ids: torch.Tensor, rng: np.random.Generator, anc
 def train(target, trainee: DFlashTrainee, sequences: list[np.ndarray], steps: int, folder, lr: float = 1e-3,
           batch_size: int = 4, anchors: int = 8, log=print, save_every: int = 50, device: str = "cpu",
           on_checkpoint=None) -> list[float]:
-    """`steps` optimizer steps in total, resuming from folder's checkpoint; returns the losses of this run."""
-    from specrt.drafters.eagle3.train import load_checkpoint, save_checkpoint
+    """`steps` optimizer steps in total, resuming from folder's checkpoint (the loop EAGLE-3's trainer uses);
+    returns the losses of this run."""
+    from specrt.drafters.eagle3.train import train_loop
 
-    target.to(device)
-    trainee.to(device)
-    for p in target.parameters():
-        p.requires_grad_(False)
-    opt = torch.optim.AdamW([p for p in trainee.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
-    counters = load_checkpoint(folder, trainee, opt)
-    losses = []
-    trainee.draft.train()
-    while counters["step"] < steps:
-        rng = np.random.default_rng(counters["step"])  # batch k is the same whether or not training resumed
-        picks = rng.choice(len(sequences), size=min(batch_size, len(sequences)), replace=False)
-        width = min(len(sequences[i]) for i in picks)
-        ids = torch.from_numpy(np.stack([sequences[i][:width] for i in picks]).astype(np.int64)).to(device)
-        loss, agree = batch_loss(trainee, target, ids, rng, anchors)
-        for group in opt.param_groups:  # linear decay to a tenth of lr (a function of the step: resumes exactly)
-            group["lr"] = lr * (1.0 - 0.9 * counters["step"] / steps)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        counters["step"] += 1
-        losses.append(float(loss.detach()))
-        log(f"step {counters['step']}/{steps} loss {losses[-1]:.4f} top-1 by block position {agree[:8]}")
-        if counters["step"] % save_every == 0 or counters["step"] == steps:
-            save_checkpoint(folder, trainee, opt, counters)
-            if on_checkpoint is not None:
-                on_checkpoint(counters["step"])
-                trainee.draft.train()
-    trainee.draft.eval()
-    return losses
+    return train_loop(target, trainee, sequences, steps, folder,
+                      lambda ids, rng: batch_loss(trainee, target, ids, rng, anchors),
+                      lambda agree: f"top-1 by block position {agree[:8]}",
+                      lr=lr, batch_size=batch_size, log=log, save_every=save_every, device=device,
+                      on_checkpoint=on_checkpoint)
 
 
 @torch.no_grad()

@@ -100,26 +100,27 @@ def load_checkpoint(folder: Path, head: Eagle3Draft, opt: torch.optim.Optimizer)
     return counters
 
 
-def train(target, head: Eagle3Draft, sequences: list[np.ndarray], steps: int, folder: Path, lr: float = 1e-3,
-          unroll: int = 3, batch_size: int = 4, log=print, save_every: int = 50, device: str = "cpu",
-          on_checkpoint=None) -> list[float]:
-    """Train for `steps` optimizer steps in total (resuming from folder's checkpoint) on `device` (target and
-    head are moved there); returns the losses run. on_checkpoint(step) runs after each checkpoint (the recipe
-    reports held-back agreement there)."""
+def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: Path, step_loss, describe,
+               lr: float = 1e-3, batch_size: int = 4, log=print, save_every: int = 50, device: str = "cpu",
+               on_checkpoint=None) -> list[float]:
+    """The optimizer loop every drafter trainer shares: `steps` AdamW steps in total (resuming from folder's
+    checkpoint) on `device` (target and module are moved there), linear decay to a tenth of lr, a checkpoint
+    every `save_every` steps. step_loss(ids [B, L], rng) -> (loss, agreement); describe(agreement) -> the end of
+    the step's log line. Returns the losses of this run; on_checkpoint(step) runs after each checkpoint."""
     target.to(device)
-    head.to(device)
+    module.to(device)
     for p in target.parameters():
         p.requires_grad_(False)
-    opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
-    counters = load_checkpoint(folder, head, opt)
+    opt = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    counters = load_checkpoint(folder, module, opt)
     losses = []
-    head.train()
+    module.train()
     while counters["step"] < steps:
         rng = np.random.default_rng(counters["step"])  # batch k is the same whether or not training resumed
         picks = rng.choice(len(sequences), size=min(batch_size, len(sequences)), replace=False)
         width = min(len(sequences[i]) for i in picks)
         ids = torch.from_numpy(np.stack([sequences[i][:width] for i in picks]).astype(np.int64)).to(device)
-        loss, agree = unrolled_loss(head, make_batch(target, head, ids), unroll)
+        loss, agree = step_loss(ids, rng)
         for group in opt.param_groups:  # linear decay to a tenth of lr over the run (a function of the step: resumes exactly)
             group["lr"] = lr * (1.0 - 0.9 * counters["step"] / steps)
         opt.zero_grad()
@@ -127,11 +128,23 @@ def train(target, head: Eagle3Draft, sequences: list[np.ndarray], steps: int, fo
         opt.step()
         counters["step"] += 1
         losses.append(float(loss.detach()))
-        log(f"step {counters['step']}/{steps} loss {losses[-1]:.4f} top-1 by step {[round(a, 3) for a in agree]}")
+        log(f"step {counters['step']}/{steps} loss {losses[-1]:.4f} {describe(agree)}")
         if counters["step"] % save_every == 0 or counters["step"] == steps:
-            save_checkpoint(folder, head, opt, counters)
+            save_checkpoint(folder, module, opt, counters)
             if on_checkpoint is not None:
                 on_checkpoint(counters["step"])
-                head.train()
-    head.eval()
+                module.train()
+    module.eval()
     return losses
+
+
+def train(target, head: Eagle3Draft, sequences: list[np.ndarray], steps: int, folder: Path, lr: float = 1e-3,
+          unroll: int = 3, batch_size: int = 4, log=print, save_every: int = 50, device: str = "cpu",
+          on_checkpoint=None) -> list[float]:
+    """Train the head for `steps` optimizer steps in total (train_loop); on_checkpoint(step) is where the recipe
+    reports held-back agreement."""
+    return train_loop(target, head, sequences, steps, folder,
+                      lambda ids, rng: unrolled_loss(head, make_batch(target, head, ids), unroll),
+                      lambda agree: f"top-1 by step {[round(a, 3) for a in agree]}",
+                      lr=lr, batch_size=batch_size, log=log, save_every=save_every, device=device,
+                      on_checkpoint=on_checkpoint)
