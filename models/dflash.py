@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from specrt.errors import SourceError
+from specrt.models.checkpoint_folder import check_tensors, open_checkpoint, read_tensors
 from specrt.models.config import ModelConfig, config_from_hf
 from specrt.models.transformer import MLP, RMSNorm, rotate
 
@@ -191,33 +192,11 @@ def expected_shapes(cfg: DFlashConfig) -> dict[str, tuple[int, ...]]:
 
 def load_dflash_checkpoint(folder: Path, target: ModelConfig) -> tuple[DFlashConfig, dict[str, np.ndarray]]:
     """Config and tensors of a DFlash checkpoint folder; SourceError names the first problem."""
-    from safetensors.numpy import load_file
-
     folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise SourceError(f"{folder}: no config.json (a DFlash checkpoint folder has config.json + *.safetensors)")
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        pickled = sorted(p.name for p in folder.glob("*") if p.suffix in (".bin", ".pt", ".pth"))
-        hint = f" ({pickled[0]} is a pickle file, which specrt does not load)" if pickled else ""
-        raise SourceError(f"{folder}: no .safetensors weights{hint}")
-    cfg = dflash_config_from_hf(json.loads((folder / "config.json").read_text()), target)
-    tensors: dict[str, np.ndarray] = {}
-    for f in files:
-        try:
-            tensors.update({k.removeprefix("model."): v for k, v in load_file(str(f)).items()})
-        except Exception as exc:  # safetensors raises its own error types for corrupt files
-            raise SourceError(f"{f}: unreadable safetensors ({exc})") from None
-    want = expected_shapes(cfg)
-    missing = sorted(set(want) - set(tensors))
-    if missing:
-        raise SourceError(f"{folder}: DFlash checkpoint lacks tensor {missing[0]}")
-    extra = sorted(set(tensors) - set(want))
-    if extra:
-        raise SourceError(f"{folder}: DFlash checkpoint has an unexpected tensor {extra[0]}")
-    for name, shape in want.items():
-        if tuple(tensors[name].shape) != shape:
-            raise SourceError(f"{folder}: tensor {name} has shape {tuple(tensors[name].shape)}, expected {shape}")
+    hf, files = open_checkpoint(folder, "a DFlash checkpoint folder")
+    cfg = dflash_config_from_hf(hf, target)
+    tensors = read_tensors(files, lambda name: name.removeprefix("model."))
+    check_tensors(folder, tensors, expected_shapes(cfg), "DFlash checkpoint")
     return cfg, {k: v.astype(np.float32) for k, v in tensors.items()}
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from specrt.errors import SourceError
+from specrt.models.checkpoint_folder import check_tensors, open_checkpoint, read_tensors
 from specrt.models.config import ModelConfig, config_from_hf
 from specrt.models.transformer import MLP, Attention, RMSNorm, causal_mask
 
@@ -166,33 +167,11 @@ def _canonical(name: str) -> str:
 def load_eagle3_checkpoint(folder: Path, target: ModelConfig) -> tuple[Eagle3Config, dict[str, np.ndarray]]:
     """Config and tensors (canonical names: midlayer.*) of an EAGLE-3 checkpoint folder; SourceError names the
     first problem (missing file, pickle-only weights, missing/extra/misshaped tensor, d2t out of range)."""
-    from safetensors.numpy import load_file
-
     folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise SourceError(f"{folder}: no config.json (an EAGLE-3 checkpoint folder has config.json + *.safetensors)")
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        pickled = sorted(p.name for p in folder.glob("*") if p.suffix in (".bin", ".pt", ".pth"))
-        hint = f" ({pickled[0]} is a pickle file, which specrt does not load)" if pickled else ""
-        raise SourceError(f"{folder}: no .safetensors weights{hint}")
-    cfg = eagle3_config_from_hf(json.loads((folder / "config.json").read_text()), target)
-    tensors: dict[str, np.ndarray] = {}
-    for f in files:
-        try:
-            tensors.update({_canonical(k): v for k, v in load_file(str(f)).items()})
-        except Exception as exc:  # safetensors raises its own error types for corrupt files
-            raise SourceError(f"{f}: unreadable safetensors ({exc})") from None
-    want = expected_shapes(cfg)
-    missing = sorted(set(want) - set(tensors))
-    if missing:
-        raise SourceError(f"{folder}: EAGLE-3 checkpoint lacks tensor {missing[0]}")
-    extra = sorted(set(tensors) - set(want) - OPTIONAL)
-    if extra:
-        raise SourceError(f"{folder}: EAGLE-3 checkpoint has an unexpected tensor {extra[0]}")
-    for name, shape in want.items():
-        if tuple(tensors[name].shape) != shape:
-            raise SourceError(f"{folder}: tensor {name} has shape {tuple(tensors[name].shape)}, expected {shape}")
+    hf, files = open_checkpoint(folder, "an EAGLE-3 checkpoint folder")
+    cfg = eagle3_config_from_hf(hf, target)
+    tensors = read_tensors(files, _canonical)
+    check_tensors(folder, tensors, expected_shapes(cfg), "EAGLE-3 checkpoint", OPTIONAL)
     targets = np.arange(cfg.draft_vocab_size) + tensors["d2t"].astype(np.int64)
     bad = np.nonzero((targets < 0) | (targets >= cfg.vocab_size))[0]
     if len(bad):
