@@ -161,10 +161,7 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     if kind == "dflash":
         return _train_dflash(loaded, target, seqs, counts, out, epochs, batch_size, lr, block_size, log, device)
     head = _eagle3_head(loaded, draft_ids) if kind == "eagle3" else _mtp_head(loaded)
-    # the last 5% of the stream is held back: a resumed run on more data never has trained on its held-back part
-    held = seqs[-max(1, len(seqs) // 20):]
-    train_seqs = seqs[:len(seqs) - len(held)] or seqs
-    steps = max(1, int(epochs * len(train_seqs) / batch_size))
+    train_seqs, held, steps = _split(seqs, epochs, batch_size)
     log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); {kind} vocabulary "
         f"{vocab} covers {counts[draft_ids].sum() / counts.sum():.1%} of the data; {steps} steps")
     target_model = _torch_model(loaded.config, loaded.weights)
@@ -184,6 +181,14 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     (out / "training_report.json").write_text(json.dumps(report))
     log(f"held-back top-1 agreement with the target by draft step: {[round(a, 3) for a in agree]} -> {out}")
     return report
+
+
+def _split(seqs: list, epochs: float, batch_size: int) -> tuple[list, list, int]:
+    """(training sequences, held-back sequences, optimizer steps). The last 5% of the stream is held back: a
+    resumed run on more data never has trained on its held-back part."""
+    held = seqs[-max(1, len(seqs) // 20):]
+    train_seqs = seqs[:len(seqs) - len(held)] or seqs
+    return train_seqs, held, max(1, int(epochs * len(train_seqs) / batch_size))
 
 
 def held_back_agreement(target_model, head, held, unroll: int) -> list[float]:
@@ -208,9 +213,7 @@ def _train_dflash(loaded, target: str, seqs, counts, out: Path, epochs: float, b
     from specrt.models.dflash import save_dflash_checkpoint, state_dict_of as dflash_state
 
     trainee = _dflash_trainee(loaded, block_size, counts)
-    held = seqs[-max(1, len(seqs) // 20):]
-    train_seqs = seqs[:len(seqs) - len(held)] or seqs
-    steps = max(1, int(epochs * len(train_seqs) / batch_size))
+    train_seqs, held, steps = _split(seqs, epochs, batch_size)
     log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); DFlash block "
         f"{block_size}, mask token {trainee.draft.cfg.mask_token_id}; {steps} steps")
     target_model = _torch_model(loaded.config, loaded.weights)
