@@ -33,7 +33,7 @@ class SpecrtContestant:
 
     def generate(self, prompt: str, ids: list[int], params) -> Sample:
         self.engine.reset()  # every system prefills the whole prompt: no prefix reuse across systems
-        self.engine.target.min_rows = 2 if self.batch_invariant else 1
+        self.engine.batch_invariant = self.batch_invariant
         result = self.engine.generate(prompt, params, drafter=self.drafter_obj).wait()
         return Sample(result.token_ids, result.stats.tokens_per_second, result.stats)
 

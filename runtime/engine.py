@@ -142,9 +142,7 @@ class Engine:
                           manifest.vocab_size, kv_dtype=manifest.kv.dtype,
                           hidden_output="hidden_states" in manifest.target.outputs, sliding_window=window)
         self.target = TargetSession(self.bundle_dir / manifest.target.file, spec, providers, threads=threads)
-        # every target call feeds >= 2 rows, so that an int4 graph's output does not depend on how tokens
-        # were grouped into calls (speculative == plain token for token); plain steps cost ~1.2x (docs/perf.md)
-        self.target.min_rows = 2 if batch_invariant else 1
+        self.batch_invariant = batch_invariant
         # verify with the Triton kernel on the logits where they are (GPU providers, with torch + triton)
         self.device_verify = self.target.device != "cpu" and _kernels_available()
         self.max_context = manifest.kv.max_context
@@ -289,6 +287,16 @@ class Engine:
             draft_seconds=stepper.stats.draft_seconds, verify_seconds=stepper.stats.verify_seconds,
         )
         gen.result = GenerationResult(stops.text, out, finish, stats)
+
+    @property
+    def batch_invariant(self) -> bool:
+        return self.target.min_rows > 1
+
+    @batch_invariant.setter
+    def batch_invariant(self, on: bool) -> None:
+        """Every target call feeds >= 2 rows, so that an int4 graph's output does not depend on how tokens
+        were grouped into calls (speculative == plain token for token); plain steps cost ~1.2x (docs/perf.md)."""
+        self.target.min_rows = 2 if on else 1
 
     def reset(self) -> None:
         """Forget the cached conversation (the next prompt is prefilled whole)."""
