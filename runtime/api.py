@@ -147,6 +147,11 @@ def auto_drafter(manifest: Manifest) -> str | None:
     return next((kind for kind in ("eagle3", "mtp", "dflash") if manifest.drafter(kind) is not None), None)
 
 
+def default_batch_invariant(drafter, precision: str) -> bool:
+    """Exact speculation on an int4 graph needs batch-invariant calls; plain decoding and fp32 do not."""
+    return drafter is not None and precision == "int4"
+
+
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
          threads: int = 0, stages=None, batch_invariant: bool | None = None) -> Engine:
     """drafter: a name (see DRAFTERS; eagle3/mtp also as NAME:tree), None or "none" for plain decoding, or
@@ -163,5 +168,5 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
         drafter = auto_drafter(manifest)
     drafter_obj = make_drafter(drafter or "none", bundle, manifest, providers, threads)
     if batch_invariant is None:
-        batch_invariant = drafter_obj is not None and manifest.target.precision == "int4"
+        batch_invariant = default_batch_invariant(drafter_obj, manifest.target.precision)
     return Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj, batch_invariant=batch_invariant)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from specrt.runtime.api import default_batch_invariant
 from specrt.runtime.compare.environment import SystemUnavailable, system_dir
 from specrt.runtime.compare.worker_client import WorkerProcess
 
@@ -24,8 +25,8 @@ class SpecrtContestant:
         from specrt import __version__
 
         self.engine, self.drafter, self.drafter_obj, self.precision = engine, drafter_name, drafter, precision
-        if batch_invariant is None:  # what specrt.load does: exact int4 speculation, plain decoding left alone
-            batch_invariant = drafter is not None and precision == "int4"
+        if batch_invariant is None:  # what specrt.load does
+            batch_invariant = default_batch_invariant(drafter, precision)
         self.batch_invariant = batch_invariant
         self.version = __version__
         self.key = ("specrt", drafter_name)
