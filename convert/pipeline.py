@@ -13,6 +13,7 @@ import datetime
 import errno
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -122,8 +123,17 @@ def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    stages.log(f"converted {resolved.name} ({opts.precision}) in {time.time() - t0:.1f} s -> {out}")
+    stages.log(f"converted {resolved.name} ({opts.precision}) in {time.time() - t0:.1f} s, peak memory "
+               f"{peak_memory_gib():.1f} GiB -> {out}")
     return manifest
+
+
+def peak_memory_gib() -> float:
+    """Peak resident memory of this process so far (what a conversion needed)."""
+    import resource
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB (macOS: bytes)
+    return kib / (1 << 30 if sys.platform == "darwin" else 1 << 20)
 
 
 def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
@@ -142,13 +152,31 @@ def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
 
 
 def _torch_model(cfg, weights: dict):
+    """The torch reference of a model whose parameters *are* the given float32 arrays (shared, not copied: a
+    1.5B model is 6 GB in fp32, and conversion must not hold it twice). Parameters the weights lack keep their
+    default initialization (a tied lm_head is the embedding)."""
     import torch
 
-    from specrt.models.transformer import CausalLM
+    from specrt.models.transformer import Attention, CausalLM, RMSNorm
 
-    model = CausalLM(cfg).eval()
+    with torch.device("meta"):
+        model = CausalLM(cfg).eval()
+    model.to_empty(device="cpu")  # memory not yet touched, then replaced by the weights: never resident
     state = {k: torch.from_numpy(np.require(v, np.float32, requirements="W")) for k, v in weights.items()}
-    model.load_state_dict(state, strict=False)
+    model.load_state_dict(state, strict=False, assign=True)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    for name, module in model.named_modules():
+        lacking = [n for n, _ in module.named_parameters(recurse=False) if f"{name}.{n}".lstrip(".") not in state]
+        if isinstance(module, Attention):
+            module.inv_freq = module.rotary_frequencies()
+        if not lacking or module is model.lm_head and cfg.tie_word_embeddings:
+            continue
+        if isinstance(module, RMSNorm):
+            torch.nn.init.constant_(module.weight, 0.0 if module.offset else 1.0)
+        else:
+            module.reset_parameters()
+    model.requires_grad_(False)
     return model
 
 
@@ -169,6 +197,9 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
         calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context)
         weights = smooth_down_proj(loaded.weights, down_proj_input_max(source_model, calibration))
         quantized = quantize_model(cfg, weights)
+        # the graph needs only the int4 values of the projections: drop their float copies (the smoothed ones
+        # alone are 3 GB for a 1.5B model)
+        weights = {n: w for n, w in weights.items() if n not in quantized}
     model = build_target_graph(cfg, weights, graph_opts, quantized)
     stages.done()
 

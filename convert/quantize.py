@@ -33,12 +33,23 @@ def _pack_nibbles(q: np.ndarray) -> np.ndarray:
 SCALE_SEARCH = np.linspace(0.70, 1.0, 13)  # shrink factors of the block's [min, max] range to try
 
 
+ROW_CHUNK = 2048  # rows quantized at a time: the search's temporaries stay ~100 MB even for a 150k-row lm_head
+
+
 def quantize_int4(w: np.ndarray, block_size: int = 32, search: bool = True) -> Int4Weight:
     """w [N, K] (out features x in features) -> Int4Weight.
 
     Per block, the range [min, max] is shrunk around its middle by each factor in SCALE_SEARCH and
-    the choice with the least squared error kept (clipping a few outliers buys finer steps).
+    the choice with the least squared error kept (clipping a few outliers buys finer steps). Blocks lie
+    within rows, so rows are quantized in chunks and stacked (exactly the same result, bounded memory).
     """
+    if w.shape[0] > ROW_CHUNK:
+        return concat_rows([_quantize_rows(w[lo:lo + ROW_CHUNK], block_size, search)
+                            for lo in range(0, w.shape[0], ROW_CHUNK)])
+    return _quantize_rows(w, block_size, search)
+
+
+def _quantize_rows(w: np.ndarray, block_size: int, search: bool) -> Int4Weight:
     n, k = w.shape
     n_blocks = -(-k // block_size)
     padded = np.zeros((n, n_blocks * block_size), dtype=np.float32)

@@ -264,7 +264,7 @@ def quantize_model(cfg: ModelConfig, weights: dict[str, np.ndarray], block_size:
     """Int4 weights of every projection and the lm_head (the tied embedding when there is none)."""
     from specrt.convert.quantize import is_projection
 
-    out = {n: quantize_int4(w.astype(np.float32), block_size) for n, w in weights.items() if is_projection(n)}
+    out = {n: quantize_int4(np.asarray(w, dtype=np.float32), block_size) for n, w in weights.items() if is_projection(n)}
     if "lm_head.weight" not in out:
-        out["lm_head.weight"] = quantize_int4(weights["model.embed_tokens.weight"].astype(np.float32), block_size)
+        out["lm_head.weight"] = quantize_int4(np.asarray(weights["model.embed_tokens.weight"], dtype=np.float32), block_size)
     return out

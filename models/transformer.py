@@ -52,8 +52,11 @@ class Attention(nn.Module):
         if cfg.qk_norm:
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, cfg.norm_offset)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, cfg.norm_offset)
-        inv = torch.tensor(cfg.rope_for(layer).inv_freq(d), dtype=torch.float64)
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.register_buffer("inv_freq", self.rotary_frequencies(), persistent=False)
+
+    def rotary_frequencies(self) -> torch.Tensor:
+        """[D/2] float64; also recomputed by models built on the meta device (their buffers start empty)."""
+        return torch.tensor(self.cfg.rope_for(self.layer).inv_freq(self.cfg.head_dim), dtype=torch.float64)
 
     def forward(self, x, position_ids, past_k, past_v, mask):
         # x [B, S, H]; position_ids [B, S]; past_k/v [B, KV, P, D]; mask [B, 1, S, P + S] additive

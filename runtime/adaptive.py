@@ -58,12 +58,16 @@ class DraftController:
             total += reach
         return total
 
+    def rate(self, k: int) -> float:
+        """Expected tokens per second of a step drafting k tokens (k = 0: a plain step)."""
+        return self.expected_tokens(k) / (self.seconds(k + 1) + self.draft_cost * k)
+
     def choose(self, budget: int) -> int:
         """Draft length for the next step (0: plain decoding)."""
         limit = max(0, min(self.max_draft, budget - 1))
-        best, best_rate = 0, 1.0 / self.seconds(1)
+        best, best_rate = 0, self.rate(0)
         for k in range(1, limit + 1):
-            rate = self.expected_tokens(k) / (self.seconds(k + 1) + self.draft_cost * k)
+            rate = self.rate(k)
             if rate > best_rate * 1.02:  # a draft must pay for itself by a margin
                 best, best_rate = k, rate
         if best == 0 and limit > 0:

@@ -66,6 +66,13 @@ TREE_DRAFTERS = ("eagle3", "mtp")  # take ":tree" (EAGLE-2 dynamic tree) or ":ch
 
 
 def check_drafter_name(name: str) -> None:
+    if "+" in name:  # a mix: the adaptive loop picks one member per step
+        members = name.split("+")
+        if len(set(members)) != len(members) or any(m in ("", "none", "auto") for m in members):
+            raise SpecrtError(f"drafter {name!r}: a mix names two or more different drafters, e.g. draft-model+ngram")
+        for member in members:
+            check_drafter_name(member)
+        return
     base, _, mode = name.partition(":")
     if base not in DRAFTERS:
         state = "not available yet" if base in LATER_DRAFTERS else "unknown"
@@ -78,6 +85,10 @@ def check_drafter_name(name: str) -> None:
 def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads: int = 0):
     """The drafter object for a name such as "ngram", "eagle3" or "eagle3:tree" (None for "none")."""
     check_drafter_name(name)
+    if "+" in name:
+        from specrt.drafters.mixed import MixedDrafter
+
+        return MixedDrafter([make_drafter(m, bundle, manifest, providers, threads) for m in name.split("+")])
     base, _, mode = name.partition(":")
     if mode == "tree" and manifest.target.precision == "int4":
         raise SpecrtError(f"{name}: tree drafts on an int4 graph are not exact (tree attention sums in another order, "
@@ -108,9 +119,10 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
         if path.exists():
             raise SpecrtError(f"{path} is not a specrt bundle (make one with: specrt convert {path} -o BUNDLE)")
         lookup(model)  # raises the catalog's unknown-model error
-    drafter_spec, suffix = default_drafter_spec(model), ""  # the catalog's own drafters (EAGLE-3, DFlash), if any
-    if drafter == "draft-model":
-        draft = CATALOG[model].draft_model
+    drafter_spec, suffix = default_drafter_spec(model), ""  # the catalog's own drafters, if any
+    draft = CATALOG[model].draft_model
+    if drafter and "draft-model" in drafter.split("+") and f"draft-model:{draft}" not in (drafter_spec or ()):
+        # a draft model the default bundle lacks: a bundle of its own
         if draft is None:
             raise SpecrtError(f"{model} has no draft model in the catalog (convert one in: specrt convert {model} "
                               f"--drafter draft-model:PATH_OR_NAME -o BUNDLE)")
@@ -143,8 +155,12 @@ def _stale_head(bundle: Path, spec) -> bool:
 
 
 def auto_drafter(manifest: Manifest) -> str | None:
-    """The drafter `auto` means for a bundle: its EAGLE-3 head, else its MTP module, else plain decoding."""
-    return next((kind for kind in ("eagle3", "mtp", "dflash") if manifest.drafter(kind) is not None), None)
+    """The drafter `auto` means for a bundle: its EAGLE-3 head, else its MTP module, else its DFlash drafter,
+    else its draft model mixed with prompt lookup (the adaptive loop picks per step), else plain decoding."""
+    head = next((kind for kind in ("eagle3", "mtp", "dflash") if manifest.drafter(kind) is not None), None)
+    if head is None and manifest.drafter("draft-model") is not None:
+        return "draft-model+ngram"
+    return head
 
 
 def default_batch_invariant(drafter, precision: str) -> bool:
@@ -155,7 +171,8 @@ def default_batch_invariant(drafter, precision: str) -> bool:
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
          threads: int = 0, stages=None, batch_invariant: bool | None = None) -> Engine:
     """drafter: a name (see DRAFTERS; eagle3/mtp also as NAME:tree), None or "none" for plain decoding, or
-    "auto" (the bundle's EAGLE-3 head, else its MTP module, else its DFlash drafter, else none).
+    "auto" (the bundle's EAGLE-3 head, else its MTP module, else its DFlash drafter, else its draft model mixed
+    with ngram, else none); "A+B" mixes drafters (the adaptive loop picks one per step).
     batch_invariant: every target call feeds >= 2 rows, which makes int4 output independent of how tokens
     are grouped into calls: what lossless speculation on an int4 graph needs (fp32 does not). None: on for an
     int4 bundle with a drafter."""

@@ -50,6 +50,7 @@ class GenerationStats:
     drafted_by_position: list = field(default_factory=list)  # how many drafts reached depth 1, 2, ...
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0  # target calls after prefill (verification, or plain decode steps)
+    drafts_by_drafter: dict = field(default_factory=dict)  # verified drafts per drafter (a mix has several)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -285,6 +286,7 @@ class Engine:
                                                           stepper.stats.drafted_by_position)],
             drafted_by_position=list(stepper.stats.drafted_by_position),
             draft_seconds=stepper.stats.draft_seconds, verify_seconds=stepper.stats.verify_seconds,
+            drafts_by_drafter=dict(getattr(stepper.stats, "drafts_by_drafter", {})),
         )
         gen.result = GenerationResult(stops.text, out, finish, stats)
 

@@ -6,7 +6,8 @@ it and samples one token. A speculative step asks the drafter for a draft contin
 that hides non-ancestors), lets the verifier accept a path and pick the next token, then commits the
 accepted path in the KV cache: a chain by rolling the length back, a tree by one gather of the path's
 slots into place and then the roll-back. Nothing is allocated for the cache per step. How long a draft to
-ask for (down to none) is the adaptive controller's choice (runtime/adaptive.py).
+ask for (down to none) is the adaptive controller's choice (runtime/adaptive.py); with several drafters
+(drafters/mixed.py) each has its controller, and the step asks them in order of expected tokens per second.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class StepStats:
     drafted_by_position: list[int] = field(default_factory=list)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    drafts_by_drafter: dict[str, int] = field(default_factory=dict)  # verified drafts per member drafter
 
 
 class PlainStepper:
@@ -77,12 +79,16 @@ class SpeculativeStepper(PlainStepper):
     def __init__(self, engine, params: SamplingParams, drafter, max_draft: int = 4, adaptive: bool = True):
         super().__init__(engine, params)
         self.drafter, self.params, self.max_draft = drafter, params, max_draft
-        self.controller = DraftController(max_draft) if adaptive else None
+        self.members = list(getattr(drafter, "members", [drafter]))  # a mixed drafter's members, else itself
+        shared_costs: dict[int, float] = {}  # the target's call costs: one table for every member
+        self.controllers = [DraftController(max_draft, cost=shared_costs) for _ in self.members] if adaptive else []
+        self.controller = self.controllers[0] if adaptive else None
         self.name = drafter.name
-        if hasattr(drafter, "attach"):
-            drafter.attach(engine)  # drafters that read the target's hidden states (EAGLE-3)
-        if hasattr(drafter, "use_costs"):  # block drafters cut their draft where verification stops paying
-            drafter.use_costs(self.controller.seconds if self.controller else None)
+        for member, controller in zip(self.members, self.controllers or [None] * len(self.members)):
+            if hasattr(member, "attach"):
+                member.attach(engine)  # drafters that read the target's hidden states (EAGLE-3)
+            if hasattr(member, "use_costs"):  # block drafters cut their draft where verification stops paying
+                member.use_costs(controller.seconds if controller else None)
         drafter.reset(params, self.sampler.rng)
 
     def _plain(self, budget: int) -> list[int]:
@@ -91,17 +97,33 @@ class SpeculativeStepper(PlainStepper):
             self.controller.observe_call(1, self.last_call_seconds)
         return out
 
+    def _plans(self, budget: int) -> list[tuple[int, int]]:
+        """(member, draft length) to ask for, most promising first; empty: decode plainly."""
+        if not self.controllers:
+            k = min(self.max_draft, budget - 1)
+            return [(i, k) for i in range(len(self.members))] if k >= 1 else []
+        chosen = [(c.rate(k), i, k) for i, c in enumerate(self.controllers) if (k := c.choose(budget)) >= 1]
+        return [(i, k) for _, i, k in sorted(chosen, key=lambda p: -p[0])]
+
+    def _propose(self, budget: int):
+        """(member index, draft, seconds that member spent drafting) or None when no member drafts."""
+        context = None
+        for i, k in self._plans(budget):
+            context = context or self.engine.cached_tokens() + [self.pending]
+            t = time.perf_counter()
+            draft = self.members[i].propose(context, k)
+            if draft is not None and len(draft):
+                return i, draft, time.perf_counter() - t
+        return None
+
     def step(self, budget: int) -> list[int]:
-        k = self.controller.choose(budget) if self.controller else min(self.max_draft, budget - 1)
-        if k < 1:
-            return self._plain(budget)
         t0 = time.perf_counter()
-        context = self.engine.cached_tokens() + [self.pending]
-        draft = self.drafter.propose(context, k)
+        proposal = self._propose(budget)
         t1 = time.perf_counter()
         self.stats.draft_seconds += t1 - t0
-        if draft is None or len(draft) == 0:
+        if proposal is None:
             return self._plain(budget)
+        member, draft, drafting = proposal
         base = self.engine.target.length
         tokens = [self.pending, *draft.tokens.tolist()]
         depths = draft.depths()
@@ -116,12 +138,15 @@ class SpeculativeStepper(PlainStepper):
         verdict = (verify_on_device if on_device else verify)(draft, logits, self.params, self.sampler.rng)
         self.stats.verify_seconds += time.perf_counter() - t1
         self.stats.target_calls += 1
+        name = self.members[member].name
+        self.stats.drafts_by_drafter[name] = self.stats.drafts_by_drafter.get(name, 0) + 1
         depth = int(depths.max())
         self._count(depth, len(verdict.accepted))
-        if self.controller:
-            self.controller.observe_call(len(tokens), t2 - t1)
-            drafting = t1 - t0 - getattr(self.drafter, "catchup_seconds", 0.0)
-            self.controller.observe_draft(depth, len(verdict.accepted), drafting, len(draft))
+        if self.controllers:
+            controller = self.controllers[member]
+            controller.observe_call(len(tokens), t2 - t1)
+            drafting -= getattr(self.members[member], "catchup_seconds", 0.0)
+            controller.observe_draft(depth, len(verdict.accepted), drafting, len(draft))
         self.engine.commit(base, verdict.accepted, draft)
         self.pending = verdict.next_token
         return [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]

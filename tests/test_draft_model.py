@@ -194,3 +194,54 @@ def test_chat_status_line_shows_acceptance(bundle):
     line = _status(engine.generate(PROMPTS[0], PARAMS).wait())
     assert "draft-model:" in line and "tokens/call" in line and "accepted by depth" in line
     assert line.count("%") == 4  # one share per draft depth (max draft 4)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_draft_model_mixed_with_ngram_is_lossless_and_uses_both(bundle, adaptive):
+    """The mix drafts with prompt lookup where the context repeats and with the draft model elsewhere;
+    greedy output equals plain decoding either way."""
+    engine = specrt.load(str(bundle), device="cpu", drafter="draft-model+ngram")
+    engine.adaptive = adaptive
+    used: dict[str, int] = {}
+    for prompt in PROMPTS:
+        plain = engine.generate(prompt, PARAMS, drafter=None).wait()
+        spec = engine.generate(prompt, PARAMS).wait()
+        assert spec.token_ids == plain.token_ids
+        assert spec.stats.drafter == "draft-model+ngram"
+        for name, n in spec.stats.drafts_by_drafter.items():
+            used[name] = used.get(name, 0) + n
+    assert set(used) <= {"draft-model", "ngram"}
+    if not adaptive:  # asked in order: the draft model always offers a draft
+        assert used.get("draft-model", 0) > 0
+
+
+def test_the_mix_asks_the_member_with_the_better_rate_first(bundle):
+    """With prompt lookup's acceptance measured high and the draft model's low, the stepper asks prompt lookup
+    first, and falls back to the draft model when prompt lookup has no match."""
+    from specrt.runtime.speculative import SpeculativeStepper
+
+    engine = specrt.load(str(bundle), device="cpu", drafter="draft-model+ngram")
+    stepper = SpeculativeStepper(engine, PARAMS, engine.drafter, max_draft=4)
+    assert [m.name for m in stepper.members] == ["draft-model", "ngram"]
+    dm, ng = stepper.controllers
+    assert dm.cost is ng.cost  # one table of target call costs
+    for _ in range(20):
+        dm.observe_draft(4, 0, 0.01, 4)  # the draft model misses at once
+        ng.observe_draft(4, 4, 0.0, 4)  # prompt lookup is always right
+    plans = stepper._plans(budget=30)
+    assert plans and plans[0][0] == 1  # ngram first
+    assert all(i != 0 for i, _ in plans)  # the draft model no longer pays for itself
+
+
+def test_auto_means_the_mix_for_a_bundle_with_a_draft_model(bundle):
+    engine = specrt.load(str(bundle), device="cpu", drafter="auto")
+    assert engine.drafter.name == "draft-model+ngram"
+
+
+@pytest.mark.parametrize("name,message", [
+    ("ngram+ngram", "two or more different"), ("draft-model+none", "two or more different"),
+    ("ngram+nope", "unknown"),
+])
+def test_bad_mixes_are_refused(bundle, name, message):
+    with pytest.raises(SpecrtError, match=message):
+        specrt.load(str(bundle), device="cpu", drafter=name)
