@@ -71,13 +71,14 @@ def _load(model: str, precision: str, drafters: list[str], device: str, threads:
     """Engine and drafter objects for one precision; drafters the bundle cannot serve are skipped with a note."""
     providers = providers_for(device)
     wanted = [d for d in drafters if d != "none"]
+    drafting = [d for d in wanted if "draft-model" in d.split("+")]  # rows that need the draft model
     try:
-        bundle = resolve_bundle(model, precision, stages, drafter="draft-model" if "draft-model" in wanted else None)
+        bundle = resolve_bundle(model, precision, stages, drafter="draft-model" if drafting else None)
     except SpecrtError as exc:
-        if "draft-model" not in wanted:
+        if not drafting:
             raise
-        _log(f"skipping draft-model at {precision}: {exc}")
-        wanted.remove("draft-model")
+        _log(f"skipping {', '.join(drafting)} at {precision}: {exc}")
+        wanted = [d for d in wanted if d not in drafting]
         bundle = resolve_bundle(model, precision, stages)
     manifest = load_bundle(bundle, check_hashes=False)
     engine = Engine(bundle, manifest, providers, threads=threads)
