@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import errno
+import functools
 import os
 import shutil
 import sys
@@ -46,6 +47,7 @@ class ConvertOptions:
     force: bool = False
     hidden_layers: tuple[int, ...] = ()
     drafter: str | tuple[str, ...] | None = None  # "draft-model:PATH_OR_NAME", "eagle3:FOLDER", ... (or several)
+    int4_block_size: int = 32  # weights per int4 block (target and draft model): 32, 64 or 128
 
 
 class Stages:
@@ -91,6 +93,8 @@ def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None 
     out = Path(out).expanduser().absolute()
     if opts.precision not in PRECISIONS:
         raise SpecrtError(f"precision must be one of {', '.join(PRECISIONS)}")
+    if opts.int4_block_size not in INT4_BLOCK_SIZES:
+        raise SpecrtError(f"--int4-block-size {opts.int4_block_size}: one of {', '.join(map(str, INT4_BLOCK_SIZES))}")
     _check_output(out, opts.force)
     providers = providers_for(opts.device)
     if opts.precision == "fp16" and opts.device == "cpu":
@@ -126,6 +130,9 @@ def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None 
     stages.log(f"converted {resolved.name} ({opts.precision}) in {time.time() - t0:.1f} s, peak memory "
                f"{peak_memory_gib():.1f} GiB -> {out}")
     return manifest
+
+
+INT4_BLOCK_SIZES = (32, 64, 128)
 
 
 def peak_memory_gib() -> float:
@@ -181,7 +188,7 @@ def _torch_model(cfg, weights: dict):
 
 
 def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int, hidden_layers: tuple[int, ...],
-                 providers, stages: Stages) -> tuple[TargetGraph, dict]:
+                 providers, stages: Stages, int4_block_size: int = 32) -> tuple[TargetGraph, dict]:
     """Build `<stem>.onnx` (+ .data) for a loaded model, save it and validate it against torch.
 
     Returns the graph entry for the manifest and the validation record. The tokenizer must already be in tmp.
@@ -190,13 +197,14 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
 
     cfg = loaded.config
     stages.start(f"build {stem} graph")
-    graph_opts = GraphOptions(precision=precision, max_context=max_context, hidden_layers=tuple(sorted(hidden_layers)))
+    graph_opts = GraphOptions(precision=precision, max_context=max_context, hidden_layers=tuple(sorted(hidden_layers)),
+                              int4_block_size=int4_block_size)
     source_model = _torch_model(cfg, loaded.weights)
     weights, quantized = loaded.weights, None
     if precision == "int4":
         calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context)
         weights = smooth_down_proj(loaded.weights, down_proj_input_max(source_model, calibration))
-        quantized = quantize_model(cfg, weights)
+        quantized = quantize_model(cfg, weights, int4_block_size)
         # the graph needs only the int4 values of the projections: drop their float copies (the smoothed ones
         # alone are 3 GB for a 1.5B model)
         weights = {n: w for n, w in weights.items() if n not in quantized}
@@ -235,7 +243,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     outputs = ["logits"] + (["hidden_states"] if hidden_layers else [])
     graph = TargetGraph(file=f"{stem}.onnx", data_file=f"{stem}.onnx.data", precision=precision,
                         inputs=tuple(io["inputs"]), outputs=tuple(outputs),
-                        hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size)
+                        hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
+                        int4_block_size=int4_block_size if precision == "int4" else 0)
     return graph, validation
 
 
@@ -250,8 +259,9 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     stages.done()
     specs = drafter_specs(opts.drafter)
     taps = tuple(sorted(set(opts.hidden_layers).union(*(hidden_layers_for(s, loaded) for s in specs))))
-    target, validation = _build_graph(tmp, "target", loaded, opts.precision, max_context, taps, providers, stages)
-    drafters = tuple(add_drafter(s, tmp, loaded, opts.precision, max_context, providers, stages, _build_graph)
+    build = functools.partial(_build_graph, int4_block_size=opts.int4_block_size)
+    target, validation = build(tmp, "target", loaded, opts.precision, max_context, taps, providers, stages)
+    drafters = tuple(add_drafter(s, tmp, loaded, opts.precision, max_context, providers, stages, build)
                      for s in specs)
 
     stages.start("write manifest")

@@ -107,7 +107,8 @@ def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec, sta
     except ImportError:
         raise SpecrtError(f"{model} is not converted yet and conversion needs: pip install 'specrt[convert]'") from None
     bundle.parent.mkdir(parents=True, exist_ok=True)
-    convert(model, bundle, ConvertOptions(precision=precision, force=True, drafter=drafter_spec), stages)
+    convert(model, bundle, ConvertOptions(precision=precision, force=True, drafter=drafter_spec,
+                                          int4_block_size=CATALOG[model].int4_block_size), stages)
 
 
 def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: str | None = None) -> Path:
@@ -131,7 +132,7 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
                               f"add --precision fp32")
         drafter_spec, suffix = f"draft-model:{draft}", "-draft"
     bundle = cache_dir() / "bundles" / f"{model}-{precision}{suffix}"
-    if not (bundle / MANIFEST).is_file() or _stale_head(bundle, drafter_spec):
+    if not (bundle / MANIFEST).is_file() or _stale_head(bundle, drafter_spec) or _stale_blocks(bundle, model):
         _convert_catalog(model, bundle, precision, drafter_spec, stages)
     return bundle
 
@@ -152,6 +153,15 @@ def _stale_head(bundle: Path, spec) -> bool:
         if entry is None or entry.get("source_sha256") != checkpoint_sha256(Path(folder)):
             return True
     return False
+
+
+def _stale_blocks(bundle: Path, model: str) -> bool:
+    """A cached int4 bundle quantized in other blocks than the catalog entry now asks for (converted again)."""
+    try:
+        target = load_bundle(bundle, check_hashes=False).target
+    except SpecrtError:
+        return True
+    return target.precision == "int4" and (target.int4_block_size or 32) != CATALOG[model].int4_block_size
 
 
 def auto_drafter(manifest: Manifest) -> str | None:

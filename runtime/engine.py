@@ -297,8 +297,10 @@ class Engine:
     @batch_invariant.setter
     def batch_invariant(self, on: bool) -> None:
         """Every target call feeds >= 2 rows, so that an int4 graph's output does not depend on how tokens
-        were grouped into calls (speculative == plain token for token); plain steps cost ~1.2x (docs/perf.md)."""
+        were grouped into calls (speculative == plain token for token); plain steps cost ~1.2x (docs/perf.md).
+        Graphs quantized in blocks larger than 32 weights also feed an even number of rows."""
         self.target.min_rows = 2 if on else 1
+        self.target.even_rows = on and self.manifest.target.int4_block_size > 32
 
     def reset(self) -> None:
         """Forget the cached conversation (the next prompt is prefilled whole)."""

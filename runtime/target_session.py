@@ -64,6 +64,9 @@ class TargetSession:
         # several rows (whose results agree with each other bit for bit, docs/perf.md), so a one-token call
         # is padded with a copy of its token in the next slot, then that slot is dropped.
         self.min_rows = 1
+        # with min_rows 2, also pad odd row counts to even: at int4 blocks of 64 or 128 weights MatMulNBits
+        # handles the last row of an odd count alone, so only even counts agree with each other (docs/perf.md)
+        self.even_rows = False
         self.kernel_compaction = False  # True: compact with the Triton kernel even on a host cache (tests)
         self.binding = self.session.io_binding()
         for i in range(spec.num_layers):
@@ -113,6 +116,13 @@ class TargetSession:
         window = np.where(too_far[:, None], -np.inf, 0.0).astype(self.np_dtype)
         return np.ascontiguousarray(attention_bias + window, dtype=self.np_dtype)
 
+    def padded_rows(self, s: int) -> int:
+        """How many rows a call of s new tokens feeds: at least min_rows, and an even count when even_rows."""
+        rows = max(s, self.min_rows)
+        if self.even_rows and self.min_rows > 1 and rows % 2:
+            rows += 1
+        return rows
+
     def forward(self, input_ids: np.ndarray, position_ids: np.ndarray | None = None, attention_bias: np.ndarray | None = None,
                 device_logits: bool = False, extra_inputs: dict | None = None):
         """input_ids [B, S] -> logits [B, S, V] (and hidden_states [B, S, F] when the graph has them).
@@ -124,11 +134,12 @@ class TargetSession:
         position_ids default to the slot numbers; attention_bias [B, 1, S, length + S] is additive.
         """
         b, s = input_ids.shape
-        if s < self.min_rows and position_ids is None and attention_bias is None and not extra_inputs \
-                and self.length + self.min_rows <= self.spec.max_context:
-            pad = np.repeat(input_ids[:, -1:], self.min_rows - s, axis=1)
+        rows = self.padded_rows(s)
+        if rows > s and position_ids is None and attention_bias is None and not extra_inputs \
+                and self.length + rows <= self.spec.max_context:
+            pad = np.repeat(input_ids[:, -1:], rows - s, axis=1)
             out = self.forward(np.concatenate([input_ids, pad], axis=1), device_logits=device_logits)
-            self.length -= self.min_rows - s  # the pad's slot is rolled back
+            self.length -= rows - s  # the pad's slots are rolled back
             return tuple(o[:, :s] for o in out) if isinstance(out, tuple) else out[:, :s]
         total = self.length + s
         if total > self.spec.max_context:

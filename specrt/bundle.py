@@ -45,6 +45,7 @@ class TargetGraph:
     present_value: str = "present.{i}.value"
     hidden_layers: tuple[int, ...] = ()  # residual stream after these layers, concatenated
     hidden_size: int = 0
+    int4_block_size: int = 0  # int4 graphs: weights per quantization block (0: written before it was recorded, 32)
 
 
 @dataclass(frozen=True)

