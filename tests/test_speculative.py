@@ -198,14 +198,14 @@ def test_int4_blocks_of_64_record_their_size_and_stay_exact(block64_bundle):
     from specrt.bundle import load_bundle
 
     assert load_bundle(block64_bundle).target.int4_block_size == 64
-    engine = specrt.load(str(block64_bundle), device="cpu", drafter="ngram")
-    assert engine.batch_invariant and engine.target.even_rows
+    b64 = specrt.load(str(block64_bundle), device="cpu", drafter="ngram")
+    assert b64.batch_invariant and b64.target.even_rows
     for prompt in PROMPTS:
-        plain = engine.generate(prompt, PARAMS, drafter=None).wait()
-        spec = engine.generate(prompt, PARAMS).wait()
+        plain = b64.generate(prompt, PARAMS, drafter=None).wait()
+        spec = b64.generate(prompt, PARAMS).wait()
         assert spec.token_ids == plain.token_ids
-    engine.batch_invariant = False
-    assert not engine.target.even_rows
+    b64.batch_invariant = False
+    assert not b64.target.even_rows
 
 
 def test_int4_block_size_is_checked(tmp_path, capsys):
