@@ -4,8 +4,9 @@
 set -euo pipefail
 OUT=${1:-docs/bench}
 LIMIT=${LIMIT:-8}
+NAME=${NAME:-issue9-b128}  # issue9: the first run, at int4 blocks of 32
 M=qwen2.5-coder-1.5b-instruct
 specrt bench $M --dataset humaneval --dataset mt-bench --limit $LIMIT --max-new-tokens 128 \
     --drafter draft-model --drafter ngram --drafter draft-model+ngram \
     --compare llama.cpp --compare onnxruntime-genai \
-    --json $OUT/issue9.json --markdown $OUT/issue9.md --plot $OUT/issue9.png
+    --json $OUT/$NAME.json --markdown $OUT/$NAME.md --plot $OUT/$NAME.png

