@@ -201,11 +201,15 @@ def test_training_lowers_the_loss_and_resumes(tmp_path):
     embed = target.model.embed_tokens.weight.detach().clone()
     lm_head = target.lm_head.weight.detach().clone()
 
-    def fresh():
-        return DFlashTrainee(random_draft(5), embed, lm_head)
+    def fresh(frequent=None):
+        return DFlashTrainee(random_draft(5), embed, lm_head, frequent)
 
     data = sequences(n=16, length=24)
     losses = train(target, fresh(), data, steps=30, folder=tmp_path / "run", lr=3e-3, log=lambda m: None, anchors=4)
+    assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5])
+    # the same over candidates (every row's top tokens + a few frequent ones) instead of the whole vocabulary
+    losses = train(target, fresh(torch.tensor([0, 5, 7])), data, steps=30, folder=tmp_path / "candidates", lr=3e-3,
+                   log=lambda m: None, anchors=4)
     assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5])
     whole = fresh()
     train(target, whole, data, steps=6, folder=tmp_path / "whole", log=lambda m: None, save_every=3, anchors=4)
@@ -238,3 +242,34 @@ def test_cached_bundle_with_an_older_shipped_drafter_is_noticed(dflash_bundle, t
     assert not _stale_head(manifest, specs)
     write_reference_checkpoint(drafter, random_draft(9))  # a newer DFlash drafter
     assert _stale_head(manifest, specs) and not _stale_head(manifest, specs[:1])
+
+
+def test_position_weights_follow_the_drafters_confidence():
+    from specrt.drafters.dflash.train import confidence_weights
+
+    q = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.5, 0.2, 0.9]], requires_grad=True)
+    w = confidence_weights(q)
+    torch.testing.assert_close(w, torch.tensor([[1.0, 0.5, 0.25], [1.0, 1.0, 1.0], [1.0, 0.75, 0.45]]))
+    assert not w.requires_grad  # weights, not a path for the gradient
+
+
+def test_candidate_loss_equals_the_whole_vocabulary_loss_when_it_covers_it():
+    from specrt.drafters.dflash.train import DFlashTrainee, block_loss, loss_candidates, target_pass
+    from tests.test_eagle3_train import tiny_target
+
+    target = tiny_target()
+    trainee = DFlashTrainee(random_draft(3), target.model.embed_tokens.weight.detach().clone(),
+                            target.lm_head.weight.detach().clone())
+    torch.manual_seed(0)
+    ids = torch.randint(0, TARGET.vocab_size, (2, 20))
+    feats, logits = target_pass(target, ids, trainee.draft.cfg.target_layer_ids)
+    anchors = torch.tensor([1, 6, 11])
+    whole = block_loss(trainee, ids[0], feats[0], logits[0], anchors)
+    every = block_loss(trainee, ids[0], feats[0], logits[0], anchors, torch.arange(TARGET.vocab_size))
+    torch.testing.assert_close(whole[0], every[0])
+    assert whole[1] == every[1]
+    some = loss_candidates(logits, torch.tensor([90, 3]), top=2)
+    assert torch.equal(some, torch.unique(some)) and {3, 90} <= set(some.tolist())
+    assert set(logits.argmax(-1).flatten().tolist()) <= set(some.tolist())  # every row's target token
+    assert len(some) < TARGET.vocab_size
+    assert loss_candidates(logits, None) is None

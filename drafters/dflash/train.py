@@ -6,8 +6,18 @@ training block: input [x_a, mask, ..., mask] at positions a..a+B-1, reading the 
 < a (what the drafter has at inference: the target has not read x_a yet), non-causal inside the block. All
 blocks of a sequence go through the drafter in one pass under an attention mask (each block sees its own
 context prefix and itself only). Block position j (1..B-1) is trained towards the target's distribution of
-x_{a+j} given the true prefix (KL, soft labels over the whole vocabulary, through the target's frozen lm_head),
-weighted exp(-(j - 1) / decay) as DFlash does, since an early miss voids every later position.
+x_{a+j} given the true prefix (KL, soft labels, through the target's frozen lm_head).
+
+Two choices make it learn on a CPU budget (docs/perf.md, "Issue 7: why the first DFlash drafter was weak"):
+- Position weights follow the drafter's own confidence: position j weighs prod_{i<j} (1 + q_i) / 2, with q_i the
+  drafter's probability of the target's token at position i (detached). Early in training only the first
+  positions count, as an early miss voids every later one; later positions gain weight as the earlier ones
+  become right. A fixed exp(-(j - 1) / 4) decay spent most of the loss on positions that cannot be right yet.
+- The softmax runs over candidates, not the whole vocabulary: the target's top-16 tokens of every row in the
+  batch, the training data's most frequent tokens, and the drafter's own top-4 of each row over the whole
+  vocabulary (found without gradient; without them tokens never among the candidates are never pushed down and
+  win the whole-vocabulary argmax). The lm_head's backward pass over 49k tokens was most of a drafter step;
+  held-back agreement is always measured over the whole vocabulary.
 
 Checkpoints (weights + Adam moments, safetensors) and resumption are shared with EAGLE-3's trainer.
 """
@@ -24,11 +34,15 @@ from specrt.models.dflash import DFlashDraft
 class DFlashTrainee(torch.nn.Module):
     """The drafter plus the frozen target embedding and lm_head it uses (only the drafter is saved)."""
 
-    def __init__(self, draft: DFlashDraft, embed: torch.Tensor, lm_head: torch.Tensor):
+    def __init__(self, draft: DFlashDraft, embed: torch.Tensor, lm_head: torch.Tensor,
+                 frequent: torch.Tensor | None = None):
+        """frequent [K]: token ids always among the loss's candidates (the data's most frequent tokens); None:
+        the loss runs over the whole vocabulary."""
         super().__init__()
         self.draft = draft
         self.register_buffer("embed", embed, persistent=False)
         self.register_buffer("lm_head", lm_head, persistent=False)
+        self.register_buffer("frequent", frequent, persistent=False)
 
     def state_dict(self, *args, **kwargs):  # what checkpoints hold: the drafter's own weights
         return self.draft.state_dict(*args, **kwargs)
@@ -51,10 +65,19 @@ def block_mask(anchors: torch.Tensor, block: int, ctx_len: int) -> torch.Tensor:
     return torch.where(visible, 0.0, float("-inf"))[None, None]
 
 
+def confidence_weights(q: torch.Tensor) -> torch.Tensor:
+    """q [A, B - 1]: the drafter's probability of the target's token at each block position -> weights
+    [A, B - 1]: position j weighs prod_{i<j} (1 + q_i) / 2 (1 at the first position), no gradient."""
+    q = q.detach()
+    half = 0.5 + 0.5 * q[:, :-1]
+    return torch.cumprod(torch.cat((torch.ones_like(q[:, :1]), half), dim=1), dim=1)
+
+
 def block_loss(trainee: DFlashTrainee, ids: torch.Tensor, features: torch.Tensor, target_logits: torch.Tensor,
-               anchors: torch.Tensor, decay: float = 4.0) -> tuple[torch.Tensor, list[float]]:
+               anchors: torch.Tensor, candidates: torch.Tensor | None = None) -> tuple[torch.Tensor, list[float]]:
     """ids [L], features [L, F], target_logits [L, V] (row t: distribution of x_{t+1}), anchors [A] with
-    a + block <= L. Returns the weighted KL and top-1 agreement with the target by block position."""
+    a + block <= L, candidates [C] token ids holding every row's target argmax (None: the whole vocabulary).
+    Returns the confidence-weighted KL and top-1 agreement with the target by block position."""
     cfg = trainee.draft.cfg
     b = cfg.block_size
     dev = ids.device
@@ -67,14 +90,31 @@ def block_loss(trainee: DFlashTrainee, ids: torch.Tensor, features: torch.Tensor
     ctx_pos = torch.arange(len(ids), device=dev)[None]
     hidden, _ = trainee.draft(features[None], embeds, ctx_pos, positions, trainee.draft.empty_cache(1), mask)
     hidden = hidden.view(len(anchors), b, -1)[:, 1:]  # [A, b - 1, H]: the masked positions
-    logits = hidden @ trainee.lm_head.t()  # [A, b - 1, V]
+    if candidates is not None:  # add the drafter's own favourites over the whole vocabulary (hard negatives)
+        with torch.no_grad():
+            favourites = (hidden.detach() @ trainee.lm_head.t()).topk(4, dim=-1).indices.flatten()
+        candidates = torch.unique(torch.cat((candidates, favourites)))
+    head = trainee.lm_head if candidates is None else trainee.lm_head[candidates]  # [C, H]
+    log_q = F.log_softmax(hidden @ head.t(), -1)  # [A, b - 1, C]
     rows = (anchors[:, None] + offsets[1:] - 1)  # target row predicting x_{a + j}
-    labels = torch.softmax(target_logits[rows].float(), -1)  # [A, b - 1, V]
-    kl = (labels * (torch.log(labels.clamp_min(1e-20)) - F.log_softmax(logits, -1))).sum(-1)  # [A, b - 1]
-    weights = torch.exp(-torch.arange(b - 1, device=dev, dtype=torch.float32) / decay)
-    loss = (kl * weights).sum(-1).mean() / weights.sum()
-    agree = (logits.argmax(-1) == labels.argmax(-1)).float().mean(0)
+    teacher = target_logits[rows].float()  # [A, b - 1, V]
+    if candidates is not None:
+        teacher = teacher[..., candidates]
+    labels = torch.softmax(teacher, -1)  # [A, b - 1, C]
+    kl = (labels * (torch.log(labels.clamp_min(1e-20)) - log_q)).sum(-1)  # [A, b - 1]
+    best = labels.argmax(-1, keepdim=True)  # [A, b - 1, 1]
+    weights = confidence_weights(log_q.gather(-1, best)[..., 0].exp())
+    loss = (kl * weights).sum() / weights.sum()
+    agree = (log_q.argmax(-1) == best[..., 0]).float().mean(0)
     return loss, [round(float(x), 3) for x in agree]
+
+
+def loss_candidates(logits: torch.Tensor, frequent: torch.Tensor | None, top: int = 16) -> torch.Tensor | None:
+    """logits [B, L, V] -> the sorted union of every row's top tokens and `frequent` (None: whole vocabulary)."""
+    if frequent is None:
+        return None
+    tops = logits.topk(top, dim=-1).indices.flatten()
+    return torch.unique(torch.cat((tops, frequent.to(tops.device))))
 
 
 @torch.no_grad()
@@ -99,10 +139,11 @@ def batch_loss(trainee, target, ids: torch.Tensor, rng: np.random.Generator, anc
     """ids [B, L]: mean loss over the sequences; agreement by position averaged too."""
     cfg = trainee.draft.cfg
     feats, logits = target_pass(target, ids, cfg.target_layer_ids)
+    candidates = loss_candidates(logits, trainee.frequent) if trainee.training else None
     total, agree = 0.0, np.zeros(cfg.block_size - 1)
     for i in range(ids.shape[0]):
         a = torch.from_numpy(pick_anchors(rng, ids.shape[1], cfg.block_size, anchors)).to(ids.device)
-        loss, ag = block_loss(trainee, ids[i], feats[i], logits[i], a)
+        loss, ag = block_loss(trainee, ids[i], feats[i], logits[i], a, candidates)
         total = total + loss
         agree += ag
     return total / ids.shape[0], (agree / ids.shape[0]).round(3).tolist()
@@ -124,8 +165,9 @@ def train(target, trainee: DFlashTrainee, sequences: list[np.ndarray], steps: in
 
 @torch.no_grad()
 def held_back_agreement(target, trainee: DFlashTrainee, held: list[np.ndarray], anchors: int = 8) -> list[float]:
-    """Top-1 agreement with the target by block position on held-back sequences (fixed anchors)."""
-    trainee.draft.eval()
+    """Top-1 agreement with the target by block position on held-back sequences (fixed anchors, whole
+    vocabulary)."""
+    trainee.eval()
     dev = trainee.embed.device
     rng = np.random.default_rng(12345)
     sums = np.zeros(trainee.draft.cfg.block_size - 1)

@@ -106,10 +106,11 @@ def dflash_config(target_cfg, block_size: int, mask_token_id: int, layers: int =
     return dflash_config_from_hf(hf, t)
 
 
-def _dflash_trainee(loaded, block_size: int, counts: np.ndarray):
+def _dflash_trainee(loaded, block_size: int, counts: np.ndarray, frequent: int = 4096):
     """A one-layer DFlash drafter; its layer starts as a copy of the target's last layer (q/k norms at one) and
     its output norm as the target's final norm, so its first outputs already look like the target's. The mask
-    token is the target token least used in the training data (its embedding row is the mask's)."""
+    token is the target token least used in the training data (its embedding row is the mask's). The loss's
+    softmax always includes the `frequent` most frequent tokens of the data (drafters/dflash/train.py)."""
     import torch
 
     from specrt.drafters.dflash.train import DFlashTrainee
@@ -129,7 +130,8 @@ def _dflash_trainee(loaded, block_size: int, counts: np.ndarray):
     embed = torch.from_numpy(np.array(w["model.embed_tokens.weight"], dtype=np.float32))
     head = w.get("lm_head.weight")
     lm_head = embed if head is None or t.tie_word_embeddings else torch.from_numpy(np.array(head, dtype=np.float32))
-    return DFlashTrainee(draft, embed, lm_head)
+    common = torch.from_numpy(np.sort(np.argsort(-counts, kind="stable")[:frequent]))
+    return DFlashTrainee(draft, embed, lm_head, common)
 
 
 def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int, epochs: float, seq_len: int = 256,
@@ -222,10 +224,10 @@ def _train_dflash(loaded, target: str, seqs, counts, out: Path, epochs: float, b
     def report_held(step):
         log(f"step {step}: held-back top-1 by block position {dflash_agreement(target_model, trainee, held[:8])}")
 
-    # 32 blocks per sequence: the target pass over the sequence is most of a step's cost, so each pass feeds
+    # 64 blocks per sequence: the target pass over the sequence is most of a step's cost, so each pass feeds
     # many blocks
     losses = train_dflash(target_model, trainee, train_seqs, steps, out / "train", lr=lr, batch_size=batch_size,
-                          anchors=32, log=log, device=device, on_checkpoint=report_held)
+                          anchors=64, log=log, device=device, on_checkpoint=report_held)
     agree = dflash_agreement(target_model, trainee, held)
     save_dflash_checkpoint(out, trainee.draft.cfg, dflash_state(trainee.draft))
     report = {"target": target, "kind": "dflash", "sequences": len(train_seqs),
