@@ -151,16 +151,17 @@ def batch_loss(trainee, target, ids: torch.Tensor, rng: np.random.Generator, anc
 
 def train(target, trainee: DFlashTrainee, sequences: list[np.ndarray], steps: int, folder, lr: float = 1e-3,
           batch_size: int = 4, anchors: int = 8, log=print, save_every: int = 50, device: str = "cpu",
-          on_checkpoint=None) -> list[float]:
-    """`steps` optimizer steps in total, resuming from folder's checkpoint (the loop EAGLE-3's trainer uses);
-    returns the losses of this run."""
+          on_checkpoint=None, warmup: int = 20, clip: float | None = 1.0) -> list[float]:
+    """`steps` optimizer steps in total, resuming from folder's checkpoint (the loop EAGLE-3's trainer uses,
+    with a warm-up and clipped gradients: without them the drafter stayed at a constant prediction in the
+    experiments of docs/perf.md); returns the losses of this run."""
     from specrt.drafters.eagle3.train import train_loop
 
     return train_loop(target, trainee, sequences, steps, folder,
                       lambda ids, rng: batch_loss(trainee, target, ids, rng, anchors),
                       lambda agree: f"top-1 by block position {agree[:8]}",
                       lr=lr, batch_size=batch_size, log=log, save_every=save_every, device=device,
-                      on_checkpoint=on_checkpoint)
+                      on_checkpoint=on_checkpoint, warmup=warmup, clip=clip)
 
 
 @torch.no_grad()

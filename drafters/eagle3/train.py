@@ -102,11 +102,12 @@ def load_checkpoint(folder: Path, head: Eagle3Draft, opt: torch.optim.Optimizer)
 
 def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: Path, step_loss, describe,
                lr: float = 1e-3, batch_size: int = 4, log=print, save_every: int = 50, device: str = "cpu",
-               on_checkpoint=None) -> list[float]:
+               on_checkpoint=None, warmup: int = 0, clip: float | None = None) -> list[float]:
     """The optimizer loop every drafter trainer shares: `steps` AdamW steps in total (resuming from folder's
-    checkpoint) on `device` (target and module are moved there), linear decay to a tenth of lr, a checkpoint
-    every `save_every` steps. step_loss(ids [B, L], rng) -> (loss, agreement); describe(agreement) -> the end of
-    the step's log line. Returns the losses of this run; on_checkpoint(step) runs after each checkpoint."""
+    checkpoint) on `device` (target and module are moved there), a linear warm-up over the first `warmup` steps,
+    then linear decay to a tenth of lr, gradients clipped to norm `clip` (None: not clipped), a checkpoint every
+    `save_every` steps. step_loss(ids [B, L], rng) -> (loss, agreement); describe(agreement) -> the end of the
+    step's log line. Returns the losses of this run; on_checkpoint(step) runs after each checkpoint."""
     target.to(device)
     module.to(device)
     for p in target.parameters():
@@ -121,10 +122,12 @@ def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: 
         width = min(len(sequences[i]) for i in picks)
         ids = torch.from_numpy(np.stack([sequences[i][:width] for i in picks]).astype(np.int64)).to(device)
         loss, agree = step_loss(ids, rng)
-        for group in opt.param_groups:  # linear decay to a tenth of lr over the run (a function of the step: resumes exactly)
-            group["lr"] = lr * (1.0 - 0.9 * counters["step"] / steps)
+        for group in opt.param_groups:  # warm-up, then linear decay to a tenth of lr (a function of the step: resumes exactly)
+            group["lr"] = lr * (1.0 - 0.9 * counters["step"] / steps) * min(1.0, (counters["step"] + 1) / max(1, warmup))
         opt.zero_grad()
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], clip)
         opt.step()
         counters["step"] += 1
         losses.append(float(loss.detach()))
