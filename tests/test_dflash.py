@@ -273,3 +273,21 @@ def test_candidate_loss_equals_the_whole_vocabulary_loss_when_it_covers_it():
     assert set(logits.argmax(-1).flatten().tolist()) <= set(some.tolist())  # every row's target token
     assert len(some) < TARGET.vocab_size
     assert loss_candidates(logits, None) is None
+
+
+@pytest.mark.parametrize("warmup", [0, 10])
+def test_warm_up_scales_the_first_steps(tmp_path, warmup):
+    """The shared loop's warm-up (the DFlash trainer uses 20 steps): Adam's first step moves each weight by
+    about lr, so with a warm-up of 10 it moves by about lr / 10."""
+    from specrt.drafters.eagle3.train import train_loop
+    from tests.test_eagle3_train import sequences, tiny_target
+
+    torch.manual_seed(0)
+    module = torch.nn.Linear(4, 4)
+    before = module.weight.detach().clone()
+    x = torch.randn(8, 4)
+    train_loop(tiny_target(), module, sequences(n=4, length=8), 1, tmp_path / "run",
+               lambda ids, rng: (module(x).pow(2).sum(), [0.0]), lambda agree: "", lr=1e-2, log=lambda m: None,
+               warmup=warmup, clip=1.0)
+    moved = (module.weight.detach() - before).abs().max().item()
+    assert moved == pytest.approx(1e-2 if warmup == 0 else 1e-3, rel=0.05)

@@ -8,7 +8,7 @@ blocks of a sequence go through the drafter in one pass under an attention mask 
 context prefix and itself only). Block position j (1..B-1) is trained towards the target's distribution of
 x_{a+j} given the true prefix (KL, soft labels, through the target's frozen lm_head).
 
-Two choices make it learn on a CPU budget (docs/perf.md, "Issue 7: why the first DFlash drafter was weak"):
+Choices from the experiments on a CPU budget (docs/perf.md, issue 7, "Why the first DFlash drafter was weak"):
 - Position weights follow the drafter's own confidence: position j weighs prod_{i<j} (1 + q_i) / 2, with q_i the
   drafter's probability of the target's token at position i (detached). Early in training only the first
   positions count, as an early miss voids every later one; later positions gain weight as the earlier ones
@@ -18,6 +18,7 @@ Two choices make it learn on a CPU budget (docs/perf.md, "Issue 7: why the first
   vocabulary (found without gradient; without them tokens never among the candidates are never pushed down and
   win the whole-vocabulary argmax). The lm_head's backward pass over 49k tokens was most of a drafter step;
   held-back agreement is always measured over the whole vocabulary.
+- A 20-step warm-up and gradients clipped to norm 1.
 
 Checkpoints (weights + Adam moments, safetensors) and resumption are shared with EAGLE-3's trainer.
 """

@@ -1,5 +1,5 @@
 """Cache the target's features and top-16 next-token distributions for the DFlash recipe experiments
-(docs/perf.md, "Issue 7: why the first DFlash drafter was weak").
+(docs/perf.md, issue 7, "Why the first DFlash drafter was weak").
 
     python scripts/dflash_recipe/cache_features.py 96   # -> cache96.pt: 96 ShareGPT sequences of 256 tokens
 

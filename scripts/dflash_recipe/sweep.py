@@ -1,4 +1,4 @@
-"""DFlash recipe experiments on cached target data (docs/perf.md, "Issue 7: why the first DFlash drafter was
+"""DFlash recipe experiments on cached target data (docs/perf.md, issue 7, "Why the first DFlash drafter was
 weak"): one variation of the drafter or its loss per run, held-back top-1 agreement by block position every 50
 steps (8 held-back sequences, anchors every 3rd position). For speed the softmax runs over a reduced
 vocabulary (the tokens in the data and in the target's top-4 anywhere in it, ~6.8k), for training and
