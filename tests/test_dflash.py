@@ -208,8 +208,8 @@ def test_training_lowers_the_loss_and_resumes(tmp_path):
     losses = train(target, fresh(), data, steps=30, folder=tmp_path / "run", lr=3e-3, log=lambda m: None, anchors=4)
     assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5])
     # the same over candidates (every row's top tokens + a few frequent ones) instead of the whole vocabulary
-    losses = train(target, fresh(torch.tensor([0, 5, 7])), data, steps=30, folder=tmp_path / "candidates", lr=3e-3,
-                   log=lambda m: None, anchors=4)
+    losses = train(target, fresh(torch.tensor([0, 5, 7])), data, steps=30, folder=tmp_path / "candidates",
+                   lr=3e-3, log=lambda m: None, anchors=4)
     assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5])
     whole = fresh()
     train(target, whole, data, steps=6, folder=tmp_path / "whole", log=lambda m: None, save_every=3, anchors=4)

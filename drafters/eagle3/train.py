@@ -122,8 +122,9 @@ def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: 
         width = min(len(sequences[i]) for i in picks)
         ids = torch.from_numpy(np.stack([sequences[i][:width] for i in picks]).astype(np.int64)).to(device)
         loss, agree = step_loss(ids, rng)
-        for group in opt.param_groups:  # warm-up, then linear decay to a tenth of lr (a function of the step: resumes exactly)
-            group["lr"] = lr * (1.0 - 0.9 * counters["step"] / steps) * min(1.0, (counters["step"] + 1) / max(1, warmup))
+        step = counters["step"]  # lr is a function of the step, so a resumed run continues exactly
+        for group in opt.param_groups:  # warm-up, then linear decay to a tenth of lr
+            group["lr"] = lr * (1.0 - 0.9 * step / steps) * min(1.0, (step + 1) / max(1, warmup))
         opt.zero_grad()
         loss.backward()
         if clip is not None:
