@@ -98,10 +98,9 @@ def block_loss(trainee: DFlashTrainee, ids: torch.Tensor, features: torch.Tensor
     head = trainee.lm_head if candidates is None else trainee.lm_head[candidates]  # [C, H]
     log_q = F.log_softmax(hidden @ head.t(), -1)  # [A, b - 1, C]
     rows = (anchors[:, None] + offsets[1:] - 1)  # target row predicting x_{a + j}
-    teacher = target_logits[rows].float()  # [A, b - 1, V]
-    if candidates is not None:
-        teacher = teacher[..., candidates]
-    labels = torch.softmax(teacher, -1)  # [A, b - 1, C]
+    # one gather of the rows' candidate columns, not a copy of whole rows first
+    teacher = target_logits[rows] if candidates is None else target_logits[rows[..., None], candidates]
+    labels = torch.softmax(teacher.float(), -1)  # [A, b - 1, C]
     kl = (labels * (torch.log(labels.clamp_min(1e-20)) - log_q)).sum(-1)  # [A, b - 1]
     best = labels.argmax(-1, keepdim=True)  # [A, b - 1, 1]
     weights = confidence_weights(log_q.gather(-1, best)[..., 0].exp())

@@ -112,7 +112,8 @@ def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: 
     module.to(device)
     for p in target.parameters():
         p.requires_grad_(False)
-    opt = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    trained = [p for p in module.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
     counters = load_checkpoint(folder, module, opt)
     losses = []
     module.train()
@@ -128,7 +129,7 @@ def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: 
         opt.zero_grad()
         loss.backward()
         if clip is not None:
-            torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], clip)
+            torch.nn.utils.clip_grad_norm_(trained, clip)
         opt.step()
         counters["step"] += 1
         losses.append(float(loss.detach()))

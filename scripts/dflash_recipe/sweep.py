@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from specrt.convert import sources
-from specrt.drafters.dflash.train import block_mask
+from specrt.drafters.dflash.train import block_mask, confidence_weights
 from specrt.drafters.eagle3.recipe import dflash_config
 from specrt.models.dflash import DFlashDraft
 
@@ -108,9 +108,7 @@ def loss_of(i, anchors):
     ti, tp = top_ids[i][rows], top_p[i][rows]  # [A, B - 1, 16]
     ce = -(tp * log_q.gather(-1, ti)).sum(-1) if a.loss == "soft" else -log_q.gather(-1, ti[..., :1])[..., 0]
     if a.weights == "confidence":
-        with torch.no_grad():
-            q = log_q.gather(-1, ti[..., :1])[..., 0].exp()  # [A, B - 1]
-            wts = torch.cumprod(torch.cat([torch.ones_like(q[:, :1]), 0.5 + 0.5 * q[:, :-1]], 1), 1)
+        wts = confidence_weights(log_q.gather(-1, ti[..., :1])[..., 0].exp())  # [A, B - 1]
         loss = (ce * wts).sum() / wts.sum()
     else:
         wts = torch.exp(-torch.arange(B - 1, dtype=torch.float32) / a.decay)
