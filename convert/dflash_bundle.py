@@ -3,7 +3,9 @@ into the bundle as dflash.onnx (convert/dflash_graph.py), validated against the 
 then emits the hidden states of the drafter's layers (the pipeline asks `hidden_layers_for` first).
 
 The drafter runs in fp32 beside every target precision (its graph is exported from torch, without specrt's
-int4 quantizer); its block size is capped by the target graph's context.
+int4 quantizer); its block size is capped by the target graph's context. A checkpoint with a draft vocabulary
+(d2t, models/dflash.py) keeps only those rows of the target's lm_head, and its d2t goes beside the graph as
+dflash.d2t.safetensors (the EAGLE-3 head's format).
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ def hidden_layers_for(arg: str, target_cfg) -> tuple[int, ...]:
 def add_dflash(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages) -> dict:
     import onnxruntime as ort
 
+    from safetensors.numpy import save_file
+
     from specrt.convert.dflash_graph import DFlashGraphModule, compare_with_torch, export_dflash_graph
-    from specrt.models.dflash import load_dflash_checkpoint, model_from_tensors
+    from specrt.models.dflash import D2T, load_dflash_checkpoint, model_from_tensors
 
     folder = Path(arg).expanduser()
     cfg, tensors = load_dflash_checkpoint(folder, loaded.config)
@@ -40,6 +44,12 @@ def add_dflash(spec: str, arg: str, tmp: Path, loaded, precision: str, max_conte
     embed = loaded.weights["model.embed_tokens.weight"].astype(np.float32)
     head = loaded.weights.get("lm_head.weight")
     lm_head = embed if head is None or loaded.config.tie_word_embeddings else head.astype(np.float32)
+    extra = {}
+    if D2T in tensors:  # a draft vocabulary: those rows of the lm_head only
+        d2t = tensors[D2T]
+        lm_head = lm_head[np.arange(len(d2t)) + d2t]  # [V_draft, H]
+        save_file({"d2t": np.ascontiguousarray(d2t)}, str(tmp / f"{STEM}.d2t.safetensors"))
+        extra = {"draft_vocab_size": len(d2t), "extra_files": [f"{STEM}.d2t.safetensors"]}
     module = DFlashGraphModule(model_from_tensors(cfg, tensors), embed, lm_head)  # raw embeddings, as the reference
     stages.start(f"build {STEM} graph")
     export_dflash_graph(module, tmp / f"{STEM}.onnx")
@@ -61,5 +71,5 @@ def add_dflash(spec: str, arg: str, tmp: Path, loaded, precision: str, max_conte
                "max_context": max_context, "dtype": "float32"},
         "block_size": cfg.block_size, "mask_token_id": cfg.mask_token_id,
         "target_layer_ids": list(cfg.target_layer_ids), "target_hidden_size": cfg.target_hidden_size,
-        "vocab_size": loaded.config.vocab_size, "validation": {"max_abs_diff": diff},
+        "vocab_size": loaded.config.vocab_size, "validation": {"max_abs_diff": diff}, **extra,
     }

@@ -4,7 +4,7 @@ Inputs: input_ids [1, S] (the anchor token and S - 1 mask tokens, embedded with 
 the graph), features [1, C, F] (the target's hidden states at the drafter's layers for the C context positions
 it has not read yet), position_ids [1, C + S] (those C positions, then the block's S), and per draft layer
 past_key_values.{i}.key|value [1, KV, P, D] (the context read before). Outputs: logits [1, S - 1, V] for the
-masked positions (through the target's lm_head) and present.{i}.key|value [1, KV, P + C, D]: the past plus the
+masked positions (through the target's lm_head, or its draft-vocabulary rows [V_draft]) and present.{i}.key|value [1, KV, P + C, D]: the past plus the
 new context, never the block, so a rejected draft leaves nothing to undo. The cache is small (context keys of a
 few layers) and is carried between calls by the drafter as arrays.
 """
@@ -41,7 +41,7 @@ class DFlashGraphModule(nn.Module):
             block = block * self.embed_scale
         pairs = [(past[2 * i], past[2 * i + 1]) for i in range(len(past) // 2)]
         hidden, new = self.draft(features, block, position_ids[:, :c], position_ids[:, c:], pairs)
-        logits = hidden[:, 1:] @ self.lm_head.t()  # [1, S - 1, V]
+        logits = hidden[:, 1:] @ self.lm_head.t()  # [1, S - 1, V or V_draft]
         outs = [logits]
         for (pk, pv), (k, v) in zip(pairs, new):
             outs += [torch.cat((pk, k), 2), torch.cat((pv, v), 2)]

@@ -16,6 +16,11 @@ num_key_value_heads, head_dim, intermediate_size, rms_norm_eps, rope_theta, voca
 `dflash_config: {target_layer_ids, block_size, mask_token_id}`, or those keys at the top level) and safetensors
 with fc.weight, hidden_norm.weight, norm.weight and layers.{i}.{self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
 mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm}.weight. No embedding, no lm_head.
+
+specrt's extension: an optional int64 tensor `d2t` [V_draft] restricts the drafter's output to a draft
+vocabulary, as EAGLE-3's does (draft id d is target id d + d2t[d]). The lm_head then holds only those rows of
+the target's, which is most of a call's cost on a CPU (7 rows x 49152 x 576 for the default model). A checkpoint
+without it predicts over the whole target vocabulary, as the reference does.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from specrt.models.config import ModelConfig, config_from_hf
 from specrt.models.transformer import MLP, RMSNorm, rotate
 
 ARCHITECTURE = "DFlashDraftModel"
+D2T = "d2t"  # optional draft vocabulary (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -196,24 +202,46 @@ def load_dflash_checkpoint(folder: Path, target: ModelConfig) -> tuple[DFlashCon
     hf, files = open_checkpoint(folder, "a DFlash checkpoint folder")
     cfg = dflash_config_from_hf(hf, target)
     tensors = read_tensors(files, lambda name: name.removeprefix("model."))
-    check_tensors(folder, tensors, expected_shapes(cfg), "DFlash checkpoint")
-    return cfg, {k: v.astype(np.float32) for k, v in tensors.items()}
+    check_tensors(folder, tensors, expected_shapes(cfg), "DFlash checkpoint", optional={D2T})
+    out = {k: v.astype(np.float32) for k, v in tensors.items() if k != D2T}
+    if D2T in tensors:
+        out[D2T] = d2t_for(draft_vocab_targets(folder, tensors[D2T], target.vocab_size))
+    return cfg, out
+
+
+def draft_vocab_targets(folder: Path, d2t: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Target id of each draft id [V_draft] (int64); a d2t that is not a set of distinct target ids in
+    increasing order is a SourceError."""
+    if d2t.ndim != 1 or not np.issubdtype(d2t.dtype, np.integer) or len(d2t) == 0:
+        raise SourceError(f"{folder}: DFlash d2t must be a non-empty 1-D integer tensor, got {d2t.dtype} "
+                          f"{tuple(d2t.shape)}")
+    ids = np.arange(len(d2t), dtype=np.int64) + d2t.astype(np.int64)
+    if ids[0] < 0 or ids[-1] >= vocab_size or np.any(np.diff(ids) <= 0):
+        raise SourceError(f"{folder}: DFlash d2t maps to ids outside the target's vocabulary of {vocab_size} or "
+                          f"not increasing")
+    return ids
+
+
+def d2t_for(draft_ids: np.ndarray) -> np.ndarray:
+    """The d2t offsets [V_draft] of a sorted array of target ids."""
+    return np.asarray(draft_ids, np.int64) - np.arange(len(draft_ids), dtype=np.int64)
 
 
 def save_dflash_checkpoint(folder: Path, cfg: DFlashConfig, tensors: dict[str, np.ndarray]) -> None:
-    """Write the reference layout: config.json + model.safetensors."""
+    """Write the reference layout: config.json + model.safetensors (with d2t when tensors has one)."""
     from safetensors.numpy import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    want = expected_shapes(cfg)
-    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items() if k in want}, str(folder / "model.safetensors"))
+    want = {**expected_shapes(cfg), D2T: None}
+    save_file({k: np.ascontiguousarray(v.astype(np.int64) if k == D2T else v) for k, v in tensors.items() if k in want},
+              str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(cfg.to_hf(), indent=2))
 
 
 def model_from_tensors(cfg: DFlashConfig, tensors: dict[str, np.ndarray]) -> DFlashDraft:
     model = DFlashDraft(cfg).eval()
-    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in tensors.items()}, strict=True)
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in tensors.items() if k != D2T}, strict=True)
     return model
 
 

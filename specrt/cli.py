@@ -363,7 +363,7 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="checkpoint folder to write")
 @click.option("--max-tokens", type=int, default=200_000, show_default=True, help="training tokens to use")
 @click.option("--epochs", type=float, default=1.0, show_default=True)
-@click.option("--draft-vocab", type=int, default=8192, show_default=True, help="size of the head's vocabulary")
+@click.option("--draft-vocab", type=int, default=8192, show_default=True, help="eagle3, dflash: the drafter's output vocabulary (most frequent tokens)")
 @click.option("--lr", type=float, default=1e-3, show_default=True)
 @click.option("--seq-len", type=int, default=256, show_default=True, help="tokens per training sequence")
 @click.option("--device", default="cpu", show_default=True, help="torch device to train on (cpu, cuda, cuda:1, ...)")

@@ -291,3 +291,54 @@ def test_warm_up_scales_the_first_steps(tmp_path, warmup):
                warmup=warmup, clip=1.0)
     moved = (module.weight.detach() - before).abs().max().item()
     assert moved == pytest.approx(1e-2 if warmup == 0 else 1e-3, rel=0.05)
+
+
+def test_train_drafter_dflash_writes_a_draft_vocabulary_that_drafts_losslessly(tmp_path, capsys):
+    """specrt train-drafter --kind dflash: the checkpoint restricts the drafter to the --draft-vocab most frequent
+    tokens (d2t); convert keeps only those lm_head rows, and the drafter proposes only those tokens (greedy and
+    sampled), losslessly."""
+    import specrt
+    from specrt.bundle import load_bundle
+    from specrt.cli import main
+    from specrt.runtime.sampling import SamplingParams
+    from tests.test_eagle3_train import write_conversations
+    from tests.tiny_models import save_tiny_bundle_source
+
+    src = save_tiny_bundle_source("llama", tmp_path / "target")
+    write_conversations(tmp_path / "data.jsonl")
+    out = tmp_path / "dflash"
+    code = main(["train-drafter", str(src), "--kind", "dflash", "--data", str(tmp_path / "data.jsonl"), "--out",
+                 str(out), "--max-tokens", "1500", "--epochs", "1", "--seq-len", "64", "--block-size", "4",
+                 "--draft-vocab", "40"])
+    assert code == 0, capsys.readouterr().err
+    cfg, tensors = load_dflash_checkpoint(out, TARGET)
+    vocab = np.arange(40) + tensors["d2t"]  # the 40 target ids the drafter may propose
+    assert len(np.unique(vocab)) == 40 and vocab.max() < TARGET.vocab_size
+    bundle = tmp_path / "bundle"
+    assert main(["convert", str(src), "-o", str(bundle), "--max-context", "96", "--drafter", f"dflash:{out}"]) == 0
+    entry = load_bundle(bundle).drafter("dflash")
+    assert entry["draft_vocab_size"] == 40 and entry["validation"]["max_abs_diff"] < 1e-3
+    engine = specrt.load(str(bundle), device="cpu", drafter="dflash")
+    engine.adaptive = False
+    params = SamplingParams(max_new_tokens=30, stop_token_ids=())
+    for prompt in ("the cat and the dog", "a man in the house of the world"):
+        plain = engine.generate(prompt, params, drafter=None).wait()
+        assert engine.generate(prompt, params).wait().token_ids == plain.token_ids
+    context = engine.cached_tokens() + [5]
+    assert set(engine.drafter.propose(context, 3).tokens) <= set(vocab.tolist())
+    engine.drafter.reset(SamplingParams(temperature=1.0), np.random.default_rng(0))
+    draft = engine.drafter.propose(context, 3)
+    outside = np.setdiff1d(np.arange(TARGET.vocab_size), vocab)
+    assert draft.probs.shape[1] == TARGET.vocab_size and np.all(draft.probs[:, outside] == 0)
+    np.testing.assert_allclose(draft.probs.sum(-1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("ids, message", [([3, 3, 5], "not increasing"), ([0, 1, 500], "outside the target")])
+def test_bad_draft_vocabulary_is_named(tmp_path, ids, message):
+    from specrt.models.dflash import d2t_for
+
+    model = random_draft()
+    write_reference_checkpoint(tmp_path, model)
+    save_file({**state_dict_of(model), "d2t": d2t_for(np.array(ids))}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(SourceError, match=message):
+        load_dflash_checkpoint(tmp_path, TARGET)

@@ -4,7 +4,8 @@ For a context x_0..x_n (x_n the pending token, not yet read by the target) the d
 features of the positions it has not read yet (its context cache holds the keys/values of the ones before,
 kept while the tokens there stay the same) and the block [x_n, mask, ..., mask] at positions n..n+B-1; the
 logits of the masked positions give the draft chain (greedy: argmax; sampling: each position drawn from its
-own distribution, which is the q the verifier needs). The chain is cut by confidence (schedule.py) where the
+own distribution, which is the q the verifier needs). A drafter with a draft vocabulary (d2t beside its graph)
+maps its ids back to target ids; its q is zero outside that vocabulary. The chain is cut by confidence (schedule.py) where the
 engine's measured verification costs say further tokens no longer pay.
 """
 
@@ -42,6 +43,14 @@ class DFlashDrafter:
         self.max_context = kv["max_context"]
         self.block_size, self.mask = int(entry["block_size"]), int(entry["mask_token_id"])
         h = entry["target_hidden_size"]
+        d2t = [f for f in entry.get("extra_files", ()) if f.endswith(".d2t.safetensors")]
+        self.vocab_size = int(entry["vocab_size"])
+        self.targets = None  # [V_draft] target id of each draft id; None: the drafter predicts every target id
+        if d2t:
+            from safetensors.numpy import load_file
+
+            offsets = load_file(str(Path(bundle_dir) / d2t[0]))["d2t"].astype(np.int64)
+            self.targets = np.arange(len(offsets)) + offsets
         self.columns = np.concatenate([np.arange(h) + target_hidden_layers.index(layer) * h
                                        for layer in entry["target_layer_ids"]])
         self.max_draft: int | None = self.block_size - 1  # the engine may ask for the whole block
@@ -81,11 +90,16 @@ class DFlashDrafter:
         names = ["input_ids", "features", "position_ids"] + [
             f"past_key_values.{i}.{kv}" for i in range(self.layers) for kv in ("key", "value")]
         out = self.session.run(None, dict(zip(names, [ids, feats.astype(np.float32), positions, *self.past])))
-        logits, self.past, self.read = out[0][0], out[1:], list(context[:n])  # logits [block - 1, V]
+        logits, self.past, self.read = out[0][0], out[1:], list(context[:n])  # logits [block - 1, V or V_draft]
         if self.params.greedy:
-            tokens, probs = [int(t) for t in logits.argmax(-1)], None
-            confidence = _softmax_max(logits)
+            best = logits.argmax(-1)
+            tokens = [int(t) for t in (best if self.targets is None else self.targets[best])]
+            probs, confidence = None, _softmax_max(logits)
         else:
+            if self.targets is not None:  # the whole vocabulary, -inf outside the draft's
+                full = np.full((len(logits), self.vocab_size), -np.inf, np.float32)
+                full[:, self.targets] = logits
+                logits = full
             rows = [target_probs(row, self.params) for row in logits]
             tokens = [int(self.rng.choice(len(q), p=q)) for q in rows]
             probs = np.stack(rows)

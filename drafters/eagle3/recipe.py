@@ -1,4 +1,4 @@
-"""`specrt train-drafter TARGET --kind eagle3|mtp`: data -> target features -> trained head -> checkpoint folder.
+"""`specrt train-drafter TARGET --kind eagle3|mtp|dflash`: data -> target features -> trained head -> checkpoint folder.
 
 Conversations (ShareGPT or a JSONL file) go through the target's chat template and tokenizer, are packed
 end to end and cut into sequences of `seq_len` tokens up to `max_tokens` in total; the last 5% is held back.
@@ -6,6 +6,8 @@ EAGLE-3: the draft vocabulary is the `draft_vocab` most frequent target tokens i
 vocabulary; d2t maps it back), the head copies the target's layer shape and reads EAGLE's default layers
 (2, N // 2, N - 3); the result is written in the vLLM/SGLang layout (`--drafter eagle3:OUT`). MTP: a module
 over the whole vocabulary reading the last layer, written in the DeepSeek-V3 layout (`--drafter mtp:OUT`).
+DFlash (drafters/dflash/train.py): trained over the whole vocabulary, written in the reference layout plus a
+d2t that restricts its output to the same `draft_vocab` most frequent tokens (`--drafter dflash:OUT`).
 Training (drafters/eagle3/train.py, shared) checkpoints into OUT/train and resumes from there.
 """
 
@@ -157,11 +159,12 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     if not seqs:
         raise SpecrtError(f"no training sequences (the data holds fewer than {seq_len} tokens)")
     counts = np.bincount(np.concatenate(seqs), minlength=loaded.config.vocab_size)
-    vocab = min(draft_vocab, loaded.config.vocab_size) if kind == "eagle3" else loaded.config.vocab_size
+    vocab = min(draft_vocab, loaded.config.vocab_size) if kind in ("eagle3", "dflash") else loaded.config.vocab_size
     draft_ids = np.sort(np.argsort(-counts, kind="stable")[:vocab])  # the most frequent target tokens
     torch.manual_seed(0)
     if kind == "dflash":
-        return _train_dflash(loaded, target, seqs, counts, out, epochs, batch_size, lr, block_size, log, device)
+        return _train_dflash(loaded, target, seqs, counts, draft_ids, out, epochs, batch_size, lr, block_size, log,
+                             device)
     head = _eagle3_head(loaded, draft_ids) if kind == "eagle3" else _mtp_head(loaded)
     train_seqs, held, steps = _split(seqs, epochs, batch_size)
     log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); {kind} vocabulary "
@@ -208,16 +211,19 @@ def held_back_agreement(target_model, head, held, unroll: int) -> list[float]:
     return (sums / len(held)).tolist()
 
 
-def _train_dflash(loaded, target: str, seqs, counts, out: Path, epochs: float, batch_size: int, lr: float,
-                  block_size: int, log, device: str) -> dict:
+def _train_dflash(loaded, target: str, seqs, counts, draft_ids, out: Path, epochs: float, batch_size: int,
+                  lr: float, block_size: int, log, device: str) -> dict:
+    """Train a DFlash drafter over the whole vocabulary; the checkpoint restricts its output to the draft_ids
+    (d2t): a few tokens lost to the drafter, most of the lm_head's cost saved at every call."""
     from specrt.convert.pipeline import _torch_model
     from specrt.drafters.dflash.train import held_back_agreement as dflash_agreement, train as train_dflash
-    from specrt.models.dflash import save_dflash_checkpoint, state_dict_of as dflash_state
+    from specrt.models.dflash import D2T, d2t_for, save_dflash_checkpoint, state_dict_of as dflash_state
 
     trainee = _dflash_trainee(loaded, block_size, counts)
     train_seqs, held, steps = _split(seqs, epochs, batch_size)
     log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); DFlash block "
-        f"{block_size}, mask token {trainee.draft.cfg.mask_token_id}; {steps} steps")
+        f"{block_size}, mask token {trainee.draft.cfg.mask_token_id}; draft vocabulary {len(draft_ids)} covers "
+        f"{counts[draft_ids].sum() / counts.sum():.1%} of the data; {steps} steps")
     target_model = _torch_model(loaded.config, loaded.weights)
     t0 = time.time()
 
@@ -229,7 +235,7 @@ def _train_dflash(loaded, target: str, seqs, counts, out: Path, epochs: float, b
     losses = train_dflash(target_model, trainee, train_seqs, steps, out / "train", lr=lr, batch_size=batch_size,
                           anchors=64, log=log, device=device, on_checkpoint=report_held)
     agree = dflash_agreement(target_model, trainee, held)
-    save_dflash_checkpoint(out, trainee.draft.cfg, dflash_state(trainee.draft))
+    save_dflash_checkpoint(out, trainee.draft.cfg, {**dflash_state(trainee.draft), D2T: d2t_for(draft_ids)})
     report = {"target": target, "kind": "dflash", "sequences": len(train_seqs),
               "tokens": int(sum(len(s) for s in train_seqs)), "steps": steps, "seconds": round(time.time() - t0, 1),
               "held_back_top1_by_position": agree, "losses": losses}
