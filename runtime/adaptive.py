@@ -4,7 +4,8 @@ Per generation the controller keeps (a) the measured seconds of a target call by
 (an exponential moving average per count, seeded by the plain-step time and a prior slope until measured)
 and (b) the acceptance rate at each draft depth given that the previous depth was accepted. For a draft
 of k tokens the expected output of one call is 1 + a_1 + a_1 a_2 + ... + a_1...a_k tokens; the controller
-chooses k in 0..max_draft maximizing that over cost(k + 1) (plus the drafting time per token), guessing
+chooses k in 0..max_draft maximizing that over cost(k + 1) (plus the drafting time: per token for a drafter
+that makes one call per token, per call for a block drafter that drafts any length in one call), guessing
 unmeasured costs optimistically so that they get measured. k = 0 is plain decoding; every `probe_every`
 plain steps it drafts one token again, so acceptance that improves (a repetitive stretch for n-gram
 lookup) is noticed.
@@ -27,7 +28,8 @@ class DraftController:
     cost: dict[int, float] = field(default_factory=dict)  # tokens fed -> seconds per call
     hits: list[float] = field(default_factory=list)  # depth d (0-based): decayed count of accepts given d-1 accepted
     tries: list[float] = field(default_factory=list)  # depth d: decayed count of drafts that reached depth d
-    draft_cost: float = 0.0  # seconds of drafting per drafted token
+    draft_cost: float = 0.0  # seconds of drafting per drafted token (per call when per_call)
+    per_call: bool = False  # a block drafter (DFlash): one call costs the same for any draft length
     plain_streak: int = 0
 
     def __post_init__(self):
@@ -60,7 +62,8 @@ class DraftController:
 
     def rate(self, k: int) -> float:
         """Expected tokens per second of a step drafting k tokens (k = 0: a plain step)."""
-        return self.expected_tokens(k) / (self.seconds(k + 1) + self.draft_cost * k)
+        drafting = 0.0 if k == 0 else self.draft_cost if self.per_call else self.draft_cost * k
+        return self.expected_tokens(k) / (self.seconds(k + 1) + drafting)
 
     def choose(self, budget: int) -> int:
         """Draft length for the next step (0: plain decoding)."""
@@ -88,5 +91,5 @@ class DraftController:
             self.hits[d] = DECAY * self.hits[d] + (1.0 if d < accepted else 0.0)
             self.tries[d] = DECAY * self.tries[d] + 1.0
         if drafted:
-            per_token = seconds / drafted
-            self.draft_cost = per_token if self.draft_cost == 0 else (1 - EMA) * self.draft_cost + EMA * per_token
+            unit = seconds if self.per_call else seconds / drafted
+            self.draft_cost = unit if self.draft_cost == 0 else (1 - EMA) * self.draft_cost + EMA * unit

@@ -81,7 +81,8 @@ class SpeculativeStepper(PlainStepper):
         self.drafter, self.params, self.max_draft = drafter, params, max_draft
         self.members = list(getattr(drafter, "members", [drafter]))  # a mixed drafter's members, else itself
         shared_costs: dict[int, float] = {}  # the target's call costs: one table for every member
-        self.controllers = [DraftController(max_draft, cost=shared_costs) for _ in self.members] if adaptive else []
+        self.controllers = [DraftController(max_draft, cost=shared_costs, per_call=getattr(m, "block_drafter", False))
+                            for m in self.members] if adaptive else []
         self.controller = self.controllers[0] if adaptive else None
         self.name = drafter.name
         for member, controller in zip(self.members, self.controllers or [None] * len(self.members)):

@@ -29,6 +29,7 @@ def _softmax_max(logits: np.ndarray) -> np.ndarray:
 
 class DFlashDrafter:
     name = "dflash"
+    block_drafter = True  # one call drafts the whole block: its cost does not grow with the draft length
 
     def __init__(self, bundle_dir: Path, entry: dict, target_hidden_layers: tuple[int, ...], providers,
                  threads: int = 0):
