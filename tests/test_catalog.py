@@ -141,3 +141,13 @@ def test_coder_pair_entries():
     assert target.draft_model == draft.name
     assert catalog.default_drafter_spec(target.name) == (f"draft-model:{draft.name}",)
     assert catalog.default_drafter_spec(draft.name) is None
+
+
+def test_default_model_ships_both_trained_drafters():
+    """`specrt convert smollm2-135m-instruct` (and `specrt chat`'s first run) converts in the EAGLE-3 head and the
+    DFlash drafter trained here; each folder is a loadable checkpoint with the files the spec names."""
+    spec = catalog.default_drafter_spec("smollm2-135m-instruct")
+    assert [s.partition(":")[0] for s in spec] == ["eagle3", "dflash"]
+    for s in spec:
+        folder = Path(s.partition(":")[2])
+        assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()

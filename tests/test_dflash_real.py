@@ -24,6 +24,7 @@ def dflash_engine(tmp_path_factory):
     assert main(["convert", "smollm2-135m-instruct", "-o", str(out), "--drafter", f"dflash:{DFLASH}"]) == 0
     entry = load_bundle(out).drafter("dflash")
     assert entry["source"] == str(DFLASH) and entry["validation"]["max_abs_diff"] < 1e-3
+    assert entry["draft_vocab_size"] == 8192  # the shipped drafter predicts over the 8192 most frequent tokens
     return specrt.load(str(out), device="cpu", drafter="dflash")
 
 
@@ -32,4 +33,4 @@ def test_dflash_greedy_equals_plain_on_10_prompts(dflash_engine, mode):
     engine = dflash_engine
     engine.adaptive = mode == "adaptive-cut"  # adaptive: the controller's length, then the confidence cut
     mean = _compare_with_plain(engine, lambda prompt, plain: engine.drafter)
-    assert mean >= 1.0
+    assert mean > (1.05 if mode == "whole-block" else 1.0)  # the trained drafter gets some of its blocks accepted
