@@ -1,0 +1,34 @@
+"""Held-back top-1 agreement by block position of several DFlash checkpoints on one common set, the last N
+sequences of the first 960k tokens of ShareGPT (beyond what a run with --max-tokens 640000 trains on or holds
+back), so drafters trained on different amounts of data are compared on the same sequences.
+
+    python scripts/dflash_recipe/compare_heads.py 48 FOLDER [FOLDER ...]
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specrt.convert import sources
+from specrt.convert.pipeline import _torch_model
+from specrt.datasets import load_conversations
+from specrt.drafters.dflash.train import DFlashTrainee, held_back_agreement
+from specrt.drafters.eagle3.recipe import _tokenize
+from specrt.models.dflash import load_dflash_checkpoint, model_from_tensors
+
+
+def main(count: int, folders: list[str]) -> None:
+    loaded = sources.load(sources.resolve("smollm2-135m-instruct", log=lambda m: None))
+    held = _tokenize(loaded, load_conversations(None), 960_000, 256)[-count:]
+    target = _torch_model(loaded.config, loaded.weights)
+    embed = torch.from_numpy(np.array(loaded.weights["model.embed_tokens.weight"], dtype=np.float32))  # tied
+    for folder in folders:
+        cfg, tensors = load_dflash_checkpoint(Path(folder), loaded.config)
+        trainee = DFlashTrainee(model_from_tensors(cfg, tensors), embed, embed, None)
+        print(folder, held_back_agreement(target, trainee, held), flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2:])
