@@ -4,9 +4,10 @@ Inputs: input_ids [1, S] (the anchor token and S - 1 mask tokens, embedded with 
 the graph), features [1, C, F] (the target's hidden states at the drafter's layers for the C context positions
 it has not read yet), position_ids [1, C + S] (those C positions, then the block's S), and per draft layer
 past_key_values.{i}.key|value [1, KV, P, D] (the context read before). Outputs: logits [1, S - 1, V] for the
-masked positions (through the target's lm_head, or its draft-vocabulary rows [V_draft]) and present.{i}.key|value [1, KV, P + C, D]: the past plus the
-new context, never the block, so a rejected draft leaves nothing to undo. The cache is small (context keys of a
-few layers) and is carried between calls by the drafter as arrays.
+masked positions (through the target's lm_head, or [1, S - 1, V_draft] through its draft-vocabulary rows) and
+present.{i}.key|value [1, KV, P + C, D]: the past plus the new context, never the block, so a rejected draft
+leaves nothing to undo. The cache is small (context keys of a few layers) and is carried between calls by the
+drafter as arrays.
 """
 
 from __future__ import annotations

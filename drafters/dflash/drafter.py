@@ -5,8 +5,8 @@ features of the positions it has not read yet (its context cache holds the keys/
 kept while the tokens there stay the same) and the block [x_n, mask, ..., mask] at positions n..n+B-1; the
 logits of the masked positions give the draft chain (greedy: argmax; sampling: each position drawn from its
 own distribution, which is the q the verifier needs). A drafter with a draft vocabulary (d2t beside its graph)
-maps its ids back to target ids; its q is zero outside that vocabulary. The chain is cut by confidence (schedule.py) where the
-engine's measured verification costs say further tokens no longer pay.
+maps its ids back to target ids; its q is zero outside that vocabulary. The chain is cut by confidence
+(schedule.py) where the engine's measured verification costs say further tokens no longer pay.
 """
 
 from __future__ import annotations
