@@ -195,6 +195,7 @@ def test_confidence_cut():
 
 def test_training_lowers_the_loss_and_resumes(tmp_path):
     from specrt.drafters.dflash.train import DFlashTrainee, train
+    from specrt.drafters.eagle3.train import loss_history
     from tests.test_eagle3_train import sequences, tiny_target
 
     target = tiny_target()
@@ -212,7 +213,8 @@ def test_training_lowers_the_loss_and_resumes(tmp_path):
                    lr=3e-3, log=lambda m: None, anchors=4)
     assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5])
     whole = fresh()
-    train(target, whole, data, steps=6, folder=tmp_path / "whole", log=lambda m: None, save_every=3, anchors=4)
+    whole_losses = train(target, whole, data, steps=6, folder=tmp_path / "whole", log=lambda m: None, save_every=3,
+                         anchors=4)
 
     def interrupt_at_step_5(message):
         if message.startswith("step 5/"):
@@ -223,6 +225,8 @@ def test_training_lowers_the_loss_and_resumes(tmp_path):
     resumed = fresh()
     rest = train(target, resumed, data, steps=6, folder=tmp_path / "part", log=lambda m: None, save_every=3, anchors=4)
     assert len(rest) == 3
+    # the checkpoint keeps every step's loss across the interrupt (what the training report lists)
+    np.testing.assert_allclose(loss_history(tmp_path / "part"), whole_losses, rtol=1e-4)
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 

@@ -146,7 +146,7 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     from specrt.convert import sources
     from specrt.convert.pipeline import _torch_model
     from specrt.datasets import load_conversations
-    from specrt.drafters.eagle3.train import train
+    from specrt.drafters.eagle3.train import loss_history, train
     from specrt.models.eagle3 import save_eagle3_checkpoint, state_dict_of
     from specrt.models.mtp import save_mtp_checkpoint
 
@@ -171,10 +171,10 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
         f"{vocab} covers {counts[draft_ids].sum() / counts.sum():.1%} of the data; {steps} steps")
     target_model = _torch_model(loaded.config, loaded.weights)
     t0 = time.time()
-    losses = train(target_model, head, train_seqs, steps, out / "train", lr=lr, unroll=unroll,
-                   batch_size=batch_size, log=log, device=device,
-                   on_checkpoint=lambda step: log(f"step {step}: held-back top-1 by draft step "
-                                                  f"{[round(a, 3) for a in held_back_agreement(target_model, head, held[:16], unroll)]}"))
+    train(target_model, head, train_seqs, steps, out / "train", lr=lr, unroll=unroll,
+          batch_size=batch_size, log=log, device=device,
+          on_checkpoint=lambda step: log(f"step {step}: held-back top-1 by draft step "
+                                         f"{[round(a, 3) for a in held_back_agreement(target_model, head, held[:16], unroll)]}"))
     agree = held_back_agreement(target_model, head, held, unroll)
     if kind == "eagle3":
         save_eagle3_checkpoint(out, head.cfg, state_dict_of(head), half=True)
@@ -182,7 +182,7 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
         save_mtp_checkpoint(out, head.cfg, state_dict_of(head), half=True)
     report = {"target": target, "sequences": len(train_seqs), "tokens": int(sum(len(s) for s in train_seqs)),
               "steps": steps, "seconds": round(time.time() - t0, 1), "held_back_top1_by_step": agree,
-              "losses": losses}
+              "losses": loss_history(out / "train")}
     (out / "training_report.json").write_text(json.dumps(report))
     log(f"held-back top-1 agreement with the target by draft step: {[round(a, 3) for a in agree]} -> {out}")
     return report
@@ -217,6 +217,7 @@ def _train_dflash(loaded, target: str, seqs, counts, draft_ids, out: Path, epoch
     (d2t): a few tokens lost to the drafter, most of the lm_head's cost saved at every call."""
     from specrt.convert.pipeline import _torch_model
     from specrt.drafters.dflash.train import held_back_agreement as dflash_agreement, train as train_dflash
+    from specrt.drafters.eagle3.train import loss_history
     from specrt.models.dflash import D2T, d2t_for, save_dflash_checkpoint, state_dict_of as dflash_state
 
     trainee = _dflash_trainee(loaded, block_size, counts)
@@ -232,13 +233,13 @@ def _train_dflash(loaded, target: str, seqs, counts, draft_ids, out: Path, epoch
 
     # 64 blocks per sequence: the target pass over the sequence is most of a step's cost, so each pass feeds
     # many blocks
-    losses = train_dflash(target_model, trainee, train_seqs, steps, out / "train", lr=lr, batch_size=batch_size,
-                          anchors=64, log=log, device=device, on_checkpoint=report_held)
+    train_dflash(target_model, trainee, train_seqs, steps, out / "train", lr=lr, batch_size=batch_size,
+                 anchors=64, log=log, device=device, on_checkpoint=report_held)
     agree = dflash_agreement(target_model, trainee, held)
     save_dflash_checkpoint(out, trainee.draft.cfg, {**dflash_state(trainee.draft), D2T: d2t_for(draft_ids)})
     report = {"target": target, "kind": "dflash", "sequences": len(train_seqs),
               "tokens": int(sum(len(s) for s in train_seqs)), "steps": steps, "seconds": round(time.time() - t0, 1),
-              "held_back_top1_by_position": agree, "losses": losses}
+              "held_back_top1_by_position": agree, "losses": loss_history(out / "train")}
     (out / "training_report.json").write_text(json.dumps(report))
     log(f"held-back top-1 agreement with the target by block position: {agree} -> {out}")
     return report

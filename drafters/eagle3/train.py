@@ -100,6 +100,13 @@ def load_checkpoint(folder: Path, head: Eagle3Draft, opt: torch.optim.Optimizer)
     return counters
 
 
+def loss_history(folder: Path) -> list[float]:
+    """The loss of every step a checkpoint folder has trained, across resumed runs (older checkpoints kept
+    none: empty)."""
+    state = Path(folder) / "train_state.json"
+    return json.loads(state.read_text()).get("losses", []) if state.is_file() else []
+
+
 def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: Path, step_loss, describe,
                lr: float = 1e-3, batch_size: int = 4, log=print, save_every: int = 50, device: str = "cpu",
                on_checkpoint=None, warmup: int = 0, clip: float | None = None) -> list[float]:
@@ -107,7 +114,8 @@ def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: 
     checkpoint) on `device` (target and module are moved there), a linear warm-up over the first `warmup` steps,
     then linear decay to a tenth of lr, gradients clipped to norm `clip` (None: not clipped), a checkpoint every
     `save_every` steps. step_loss(ids [B, L], rng) -> (loss, agreement); describe(agreement) -> the end of the
-    step's log line. Returns the losses of this run; on_checkpoint(step) runs after each checkpoint."""
+    step's log line. Returns the losses of this run (loss_history(folder): of every step since the start);
+    on_checkpoint(step) runs after each checkpoint."""
     target.to(device)
     module.to(device)
     for p in target.parameters():
@@ -115,6 +123,7 @@ def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: 
     trained = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
     counters = load_checkpoint(folder, module, opt)
+    counters["losses"] = counters.get("losses", [])[:counters["step"]]  # one per step up to the checkpoint
     losses = []
     module.train()
     while counters["step"] < steps:
@@ -133,6 +142,7 @@ def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: 
         opt.step()
         counters["step"] += 1
         losses.append(float(loss.detach()))
+        counters["losses"].append(losses[-1])
         log(f"step {counters['step']}/{steps} loss {losses[-1]:.4f} {describe(agree)}")
         if counters["step"] % save_every == 0 or counters["step"] == steps:
             save_checkpoint(folder, module, opt, counters)
