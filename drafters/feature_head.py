@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt.drafters.base import Draft
+from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
 from specrt.runtime.engine import common_prefix
 from specrt.runtime.sampling import SamplingParams, target_probs
 from specrt.runtime.target_session import TargetSession, TargetSpec
@@ -51,15 +52,12 @@ class FeatureHeadDrafter:
 
     def __init__(self, bundle_dir: Path, entry: dict, target_hidden_layers: tuple[int, ...], target_vocab: int,
                  providers, threads: int = 0, topk: int = 1, max_depth: int = 3):
-        from safetensors.numpy import load_file
-
         kv, graph = entry["kv"], entry["graph"]
         vocab = entry["draft_vocab_size"]
         spec = TargetSpec(1, kv["kv_heads"], kv["head_dim"], kv["max_context"], vocab, extra_outputs=("hidden_out",))
         self.session = TargetSession(Path(bundle_dir) / graph["file"], spec, providers, threads=threads)
-        d2t = [f for f in entry.get("extra_files", ()) if f.endswith(".d2t.safetensors")]
-        offsets = load_file(str(Path(bundle_dir) / d2t[0]))["d2t"].astype(np.int64) if d2t else 0
-        self.d2t_targets = np.arange(vocab) + offsets  # [V_head] target id of each head id
+        targets = load_draft_targets(bundle_dir, entry)
+        self.d2t_targets = np.arange(vocab) if targets is None else targets  # [V_head] target id of each head id
         h = entry["target_hidden_size"]
         # columns of the engine's feature buffer holding the head's layers, in the head's order
         self.columns = np.concatenate([np.arange(h) + target_hidden_layers.index(layer) * h for layer in entry["aux_layers"]])
@@ -98,9 +96,7 @@ class FeatureHeadDrafter:
         """A target token id from the head's logits (and its distribution over the target vocabulary)."""
         if self.params.greedy:
             return int(self.d2t_targets[int(np.argmax(head_logits))]), None
-        full = np.full(self.target_vocab, -np.inf, dtype=np.float32)
-        full[self.d2t_targets] = head_logits
-        q = target_probs(full, self.params)
+        q = target_probs(to_target_vocab(head_logits, self.d2t_targets, self.target_vocab), self.params)
         return int(self.rng.choice(len(q), p=q)), q
 
     def propose(self, context: list[int], max_tokens: int) -> Draft | None:

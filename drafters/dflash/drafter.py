@@ -17,6 +17,7 @@ import numpy as np
 
 from specrt.drafters.base import Draft
 from specrt.drafters.dflash.schedule import cut_length
+from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
 from specrt.runtime.engine import common_prefix
 from specrt.runtime.sampling import SamplingParams, target_probs
 
@@ -44,14 +45,9 @@ class DFlashDrafter:
         self.max_context = kv["max_context"]
         self.block_size, self.mask = int(entry["block_size"]), int(entry["mask_token_id"])
         h = entry["target_hidden_size"]
-        d2t = [f for f in entry.get("extra_files", ()) if f.endswith(".d2t.safetensors")]
         self.vocab_size = int(entry["vocab_size"])
-        self.targets = None  # [V_draft] target id of each draft id; None: the drafter predicts every target id
-        if d2t:
-            from safetensors.numpy import load_file
-
-            offsets = load_file(str(Path(bundle_dir) / d2t[0]))["d2t"].astype(np.int64)
-            self.targets = np.arange(len(offsets)) + offsets
+        # [V_draft] target id of each draft id; None: the drafter predicts every target id
+        self.targets = load_draft_targets(bundle_dir, entry)
         self.columns = np.concatenate([np.arange(h) + target_hidden_layers.index(layer) * h
                                        for layer in entry["target_layer_ids"]])
         self.max_draft: int | None = self.block_size - 1  # the engine may ask for the whole block
@@ -97,10 +93,8 @@ class DFlashDrafter:
             tokens = [int(t) for t in (best if self.targets is None else self.targets[best])]
             probs, confidence = None, _softmax_max(logits)
         else:
-            if self.targets is not None:  # the whole vocabulary, -inf outside the draft's
-                full = np.full((len(logits), self.vocab_size), -np.inf, np.float32)
-                full[:, self.targets] = logits
-                logits = full
+            if self.targets is not None:
+                logits = to_target_vocab(logits, self.targets, self.vocab_size)  # [block - 1, V]
             rows = [target_probs(row, self.params) for row in logits]
             tokens = [int(self.rng.choice(len(q), p=q)) for q in rows]
             probs = np.stack(rows)

@@ -1,0 +1,28 @@
+"""Drafters that predict over a reduced draft vocabulary (EAGLE-3 heads, DFlash drafters with a d2t): the
+bundle keeps the map beside the drafter's graph as NAME.d2t.safetensors, draft id d being target id d + d2t[d].
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def load_draft_targets(bundle_dir: Path, entry: dict) -> np.ndarray | None:
+    """[V_draft] target id of each draft id, from the d2t file among the drafter's extra_files (None: it has
+    none and predicts over the whole target vocabulary)."""
+    from safetensors.numpy import load_file
+
+    files = [f for f in entry.get("extra_files", ()) if f.endswith(".d2t.safetensors")]
+    if not files:
+        return None
+    offsets = load_file(str(Path(bundle_dir) / files[0]))["d2t"].astype(np.int64)
+    return np.arange(len(offsets)) + offsets
+
+
+def to_target_vocab(logits: np.ndarray, targets: np.ndarray, vocab: int) -> np.ndarray:
+    """Draft logits [..., V_draft] -> target logits [..., vocab], -inf outside the draft vocabulary."""
+    full = np.full((*logits.shape[:-1], vocab), -np.inf, np.float32)
+    full[..., targets] = logits
+    return full
