@@ -205,7 +205,8 @@ def load_dflash_checkpoint(folder: Path, target: ModelConfig) -> tuple[DFlashCon
     check_tensors(folder, tensors, expected_shapes(cfg), "DFlash checkpoint", optional={D2T})
     out = {k: v.astype(np.float32) for k, v in tensors.items() if k != D2T}
     if D2T in tensors:
-        out[D2T] = d2t_for(draft_vocab_targets(folder, tensors[D2T], target.vocab_size))
+        draft_vocab_targets(folder, tensors[D2T], target.vocab_size)  # raises on a bad map
+        out[D2T] = tensors[D2T].astype(np.int64)
     return cfg, out
 
 

@@ -123,8 +123,8 @@ def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: 
     trained = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
     counters = load_checkpoint(folder, module, opt)
-    counters["losses"] = counters.get("losses", [])[:counters["step"]]  # one per step up to the checkpoint
-    losses = []
+    start = counters["step"]
+    losses = counters["losses"] = counters.get("losses", [])[:start]  # one per step since the first run
     module.train()
     while counters["step"] < steps:
         rng = np.random.default_rng(counters["step"])  # batch k is the same whether or not training resumed
@@ -142,7 +142,6 @@ def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: 
         opt.step()
         counters["step"] += 1
         losses.append(float(loss.detach()))
-        counters["losses"].append(losses[-1])
         log(f"step {counters['step']}/{steps} loss {losses[-1]:.4f} {describe(agree)}")
         if counters["step"] % save_every == 0 or counters["step"] == steps:
             save_checkpoint(folder, module, opt, counters)
@@ -150,7 +149,7 @@ def train_loop(target, module, sequences: list[np.ndarray], steps: int, folder: 
                 on_checkpoint(counters["step"])
                 module.train()
     module.eval()
-    return losses
+    return losses[start:]
 
 
 def train(target, head: Eagle3Draft, sequences: list[np.ndarray], steps: int, folder: Path, lr: float = 1e-3,
