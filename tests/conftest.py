@@ -1,4 +1,8 @@
-"""Shared fixtures: tiny random models, an isolated specrt cache."""
+"""Shared fixtures: the test tiers, the real default model's bundles (converted once per run), tiny models.
+
+Two tiers, one suite. The default tier (what `bash .ci/run` runs) keeps the real model in, with short runs; tests
+marked `full` (the long real-model matrices, Gemma 3, every compared system, the datasets, the Qwen pair) run
+only with SPECRT_FULL=1."""
 
 from __future__ import annotations
 
@@ -9,30 +13,58 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# The repository root holds the source folders that install as specrt.kernels, specrt.models, ...; at the front of
+# sys.path (where `python -m pytest` and pytest's rootdir insertion put it) `kernels/` would shadow the installed
+# package of that name, which transformers (>= 5.25) imports. Keep the root importable for `tests.*`, behind
+# site-packages (pytest inserts it again only when it is missing).
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT] + [str(ROOT)]
+
+FULL = os.environ.get("SPECRT_FULL") == "1"
+DEFAULT_MODEL = "smollm2-135m-instruct"
+EAGLE3_HEAD = ROOT / "drafters" / "eagle3" / "heads" / DEFAULT_MODEL
+DFLASH_HEAD = ROOT / "drafters" / "dflash" / "heads" / DEFAULT_MODEL
 
 
-@pytest.fixture(scope="session")
-def real_cache() -> Path:
-    """The cache that holds the real default model (shared across tests and runs)."""
-    return Path(os.environ.get("SPECRT_CACHE") or Path.home() / ".cache" / "specrt")
+def pytest_collection_modifyitems(config, items):
+    if FULL:
+        return
+    skip = pytest.mark.skip(reason="full tier: runs with SPECRT_FULL=1")
+    for item in items:
+        if item.get_closest_marker("full") is not None:
+            item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
-def bundles(tmp_path_factory):
-    """int4 and fp32 bundles of the real default model, converted once per test session."""
+def _convert(root: Path, name: str, *args: str) -> Path:
     from specrt.cli import main
 
-    root = tmp_path_factory.mktemp("real")
-    out = {"int4": root / "int4", "fp32": root / "fp32"}
-    # without the catalog's EAGLE-3 head (its hidden-state outputs would keep the graph from serving as a draft model)
-    assert main(["convert", "smollm2-135m-instruct", "-o", str(out["int4"]), "--precision", "int4",
-                 "--drafter", "none"]) == 0
-    # the fp32 bundle carries the int4 graph as its draft model (self-int4 drafting, copied, not reconverted)
-    assert main(["convert", "smollm2-135m-instruct", "-o", str(out["fp32"]), "--precision", "fp32",
-                 "--drafter", f"draft-model:{out['int4']}"]) == 0
+    out = root / name
+    assert main(["convert", DEFAULT_MODEL, "-o", str(out), *args]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def real_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("real")
+
+
+@pytest.fixture(scope="session")
+def int4_bundle(real_root) -> Path:
+    """What `specrt chat` runs on a fresh machine: the catalog's int4 conversion of the default model, with its
+    shipped EAGLE-3 head and DFlash drafter (int4 too). Converted once per test run, shared by every test."""
+    return _convert(real_root, "int4", "--precision", "int4")
+
+
+@pytest.fixture(scope="session")
+def fp32_bundle(real_root) -> Path:
+    """The default model at fp32 with every drafter it has: the shipped EAGLE-3 head and DFlash drafter, and its
+    own int4 graph as a draft model (self-int4). Converted once per test run, shared by every test."""
+    return _convert(real_root, "fp32", "--precision", "fp32", "--drafter", f"eagle3:{EAGLE3_HEAD}",
+                    "--drafter", f"dflash:{DFLASH_HEAD}", "--drafter", "draft-model:self-int4")
+
+
+@pytest.fixture(scope="session")
+def bundles(int4_bundle, fp32_bundle) -> dict[str, Path]:
+    return {"int4": int4_bundle, "fp32": fp32_bundle}
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +74,7 @@ def hf_gguf_model():
 
     from specrt.catalog import fetch
 
-    gguf = fetch("smollm2-135m-instruct")
+    gguf = fetch(DEFAULT_MODEL)
     return AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name).eval()
 
 

@@ -158,6 +158,15 @@ def test_environment_is_reused_once_installed(tmp_path, monkeypatch):
     messages = []
     python = ensure_environment("empty", (), messages.append)
     assert python.is_file() and any("installing empty" in m for m in messages)
+    # layered over the running Python's environment (a virtual environment in CI), behind its own site-packages
+    import site
+    import subprocess
+
+    probe = "import sys, numpy; print(numpy.__file__); print(sys.prefix)"
+    numpy_file, prefix = subprocess.run([str(python), "-c", probe], capture_output=True, text=True,
+                                        check=True).stdout.split()
+    assert any(numpy_file.startswith(p) for p in site.getsitepackages())
+    assert Path(prefix) == python.parent.parent  # its own environment, not the running one
     messages.clear()
     assert ensure_environment("empty", (), messages.append) == python and messages == []
     with pytest.raises(SystemUnavailable, match="could not install"):

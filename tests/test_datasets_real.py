@@ -6,7 +6,7 @@ import pytest
 
 from specrt.datasets import load_conversations, load_prompts
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.full]
 
 
 @pytest.mark.parametrize("name, count, marker", [

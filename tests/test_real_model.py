@@ -8,6 +8,7 @@ import pytest
 
 from specrt.bundle import load_bundle
 from specrt.runtime.target_session import TargetSession, TargetSpec
+from tests.conftest import FULL
 
 pytestmark = pytest.mark.real_model
 
@@ -19,6 +20,7 @@ PROMPTS = (
     "What is 7 times 8?",
 )
 NEW_TOKENS = 64
+REFERENCE_PROMPTS = PROMPTS if FULL else PROMPTS[:2]  # transformers' eager side is slow (~12 tokens/s)
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +29,7 @@ def prompt_ids(bundles):
 
     tok = AutoTokenizer.from_pretrained(str(bundles["fp32"]))
     return [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True,
-                                    return_dict=False) for p in PROMPTS], tok
+                                    return_dict=False) for p in REFERENCE_PROMPTS], tok
 
 
 def specrt_greedy(bundle, ids: list[int], n: int) -> list[int]:
@@ -43,7 +45,18 @@ def specrt_greedy(bundle, ids: list[int], n: int) -> list[int]:
     return out
 
 
+_reference: dict[tuple, list[int]] = {}
+
+
 def transformers_greedy(model, ids: list[int], n: int) -> list[int]:
+    """Greedy continuation by transformers (eager, ~12 tokens/s here), remembered for the session's other tests."""
+    key = (id(model), tuple(ids), n)
+    if key not in _reference:
+        _reference[key] = _transformers_greedy(model, ids, n)
+    return _reference[key]
+
+
+def _transformers_greedy(model, ids: list[int], n: int) -> list[int]:
     import torch
 
     out, past = [], None

@@ -1,6 +1,7 @@
-"""`specrt serve` on the real model (the int4 catalog bundle, its EAGLE-3 head drafting), driven by the official
-`openai` client and raw HTTP: answers, streaming equal to non-streaming at temperature 0, stop strings, usage,
-4xx for bad requests (and the server goes on), concurrency, a client that disconnects mid-stream, the API key."""
+"""`specrt serve` on the real model (the shared int4 catalog bundle, its EAGLE-3 head drafting), driven by the
+official `openai` client and raw HTTP: answers, streaming equal to non-streaming at temperature 0, stop strings,
+usage, 4xx for bad requests (and the server goes on), concurrency, a client that disconnects mid-stream, the API
+key."""
 
 from __future__ import annotations
 
@@ -27,15 +28,15 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(int4_bundle):
     import httpx
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-c", "from specrt.cli import run; run()", "serve", MODEL, "--port",
-                             str(port), "--api-key", KEY, "--queue-size", "8"],
+    proc = subprocess.Popen([sys.executable, "-c", "from specrt.cli import run; run()", "serve", str(int4_bundle),
+                             "--model-id", MODEL, "--port", str(port), "--api-key", KEY, "--queue-size", "8"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 600  # a fresh cache converts the catalog model first
+    deadline = time.time() + 120
     while time.time() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"server exited: {proc.stdout.read()[-2000:]}")

@@ -1,15 +1,17 @@
 """Isolated environments for the systems `specrt bench --compare` measures against.
 
 Each system gets its own virtual environment in the cache (SPECRT_CACHE/systems/NAME/venv), layered over the
-running Python's packages (--system-site-packages) so that torch and transformers are not fetched again, while
-whatever the system installs (its own onnxruntime, another transformers) stays inside it and never changes
-specrt's environment. Installed on first use, reused afterwards: a marker file records what the environment
+running Python's packages (a .pth file lists specrt's site-packages behind the environment's own) so that torch
+and transformers are not fetched again, while whatever the system installs (its own onnxruntime, another
+transformers) stays inside it and never changes specrt's environment. (venv's --system-site-packages would
+expose the base interpreter's packages, not those of the virtual environment specrt itself runs in.) Installed on first use, reused afterwards: a marker file records what the environment
 holds, and it is written only after pip succeeded.
 """
 
 from __future__ import annotations
 
 import json
+import site
 import subprocess
 import sys
 import time
@@ -39,10 +41,10 @@ def ensure_environment(name: str, requirements: tuple[str, ...], log) -> Path:
     log(f"installing {name} ({' '.join(want) or 'nothing extra'}) into {root / 'venv'} (first use only)")
     t0 = time.perf_counter()
     if not python.is_file():
-        proc = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root / "venv")],
-                              capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemUnavailable(f"could not create an environment for {name}: {_last_line(proc.stderr)}")
+        _layer_over_running_python(python)
     if want:
         with open(root / "install.log", "w") as logf:
             proc = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *want],
@@ -54,6 +56,16 @@ def ensure_environment(name: str, requirements: tuple[str, ...], log) -> Path:
     marker.write_text(json.dumps({"requirements": want, "seconds": round(time.perf_counter() - t0, 1)}))
     log(f"{name} installed in {time.perf_counter() - t0:.0f} s")
     return python
+
+
+def _layer_over_running_python(python: Path) -> None:
+    """Put the running Python's site-packages folders behind those of the environment at python."""
+    proc = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemUnavailable(f"could not read the new environment's site-packages: {_last_line(proc.stderr)}")
+    own = Path(proc.stdout.strip())
+    (own / "_specrt_parent.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
 
 
 def _last_line(text: str, prefer: str = "") -> str:

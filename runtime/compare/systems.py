@@ -82,7 +82,9 @@ class ExternalSystem:
 
 class OrtGenai(ExternalSystem):
     name = "onnxruntime-genai"
-    requirements = ("onnxruntime-genai==0.18.0",)
+    # its wheel requires only numpy and onnxruntime; its model builder also imports these (torch and transformers
+    # are usually found in specrt's own environment, which the system's environment is layered over)
+    requirements = ("onnxruntime-genai==0.18.0", "onnx-ir", "onnx", "safetensors", "torch", "transformers")
     worker = "ort_genai_worker.py"
 
     def variants(self, group, groups, ctx, python):
@@ -94,10 +96,13 @@ class OrtGenai(ExternalSystem):
             ctx.log(f"{self.name}: its model builder converts {hf} at {group}")
             out.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
-                cmd = [str(python), "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", f"{tmp}/model",
-                       "-p", group, "-e", "cpu", "-c", f"{tmp}/cache"]
+                tmp = str(Path(tmp).resolve())
+                cmd = [str(python), "-m", "onnxruntime_genai.models.builder", "-i", str(Path(hf).resolve()), "-o",
+                       f"{tmp}/model", "-p", group, "-e", "cpu", "-c", f"{tmp}/cache"]
                 with open(out.parent / f"build-{group}.log", "w") as logf:
-                    proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT)
+                    # run from the build folder: `python -m` puts the working directory first on sys.path, and
+                    # specrt's source tree (kernels/, models/) would shadow packages the builder imports
+                    proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=tmp)
                 if proc.returncode != 0:
                     raise SystemUnavailable(f"its model builder failed (log: {out.parent / f'build-{group}.log'})")
                 shutil.rmtree(f"{tmp}/cache", ignore_errors=True)
