@@ -4,8 +4,9 @@ Each system gets its own virtual environment in the cache (SPECRT_CACHE/systems/
 running Python's packages (a .pth file lists specrt's site-packages behind the environment's own) so that torch
 and transformers are not fetched again, while whatever the system installs (its own onnxruntime, another
 transformers) stays inside it and never changes specrt's environment. (venv's --system-site-packages would
-expose the base interpreter's packages, not those of the virtual environment specrt itself runs in.) Installed on first use, reused afterwards: a marker file records what the environment
-holds, and it is written only after pip succeeded.
+expose the base interpreter's packages, not those of the virtual environment specrt itself runs in.) Installed
+on first use, reused afterwards: a marker file records what the environment holds, and it is written only after
+pip succeeded.
 """
 
 from __future__ import annotations
