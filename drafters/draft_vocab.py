@@ -8,17 +8,22 @@ from pathlib import Path
 
 import numpy as np
 
+from specrt.errors import BundleError
+from specrt.tensor_file import read_safetensors
+
 
 def load_draft_targets(bundle_dir: Path, entry: dict) -> np.ndarray | None:
     """[V_draft] target id of each draft id, from the d2t file among the drafter's extra_files (None: it has
-    none and predicts over the whole target vocabulary)."""
-    from safetensors.numpy import load_file
-
+    none and predicts over the whole target vocabulary). Read with numpy alone: a runtime-only install has no
+    safetensors package."""
     files = [f for f in entry.get("extra_files", ()) if f.endswith(".d2t.safetensors")]
     if not files:
         return None
-    offsets = load_file(str(Path(bundle_dir) / files[0]))["d2t"].astype(np.int64)
-    return np.arange(len(offsets)) + offsets
+    path = Path(bundle_dir) / files[0]
+    d2t = read_safetensors(path).get("d2t")
+    if d2t is None or d2t.ndim != 1 or d2t.dtype.kind not in "iu":
+        raise BundleError(f"{path}: no one-dimensional integer tensor 'd2t'")
+    return np.arange(len(d2t)) + d2t.astype(np.int64)
 
 
 def to_target_vocab(logits: np.ndarray, targets: np.ndarray, vocab: int) -> np.ndarray:
