@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from specrt.drafter_entry import check_drafter_entries
 from specrt.errors import BundleError
 
 SCHEMA_VERSION = 1
@@ -95,8 +96,9 @@ class Manifest:
                                          "hidden_layers": tuple(d["target"].get("hidden_layers", ()))})
             d["kv"] = KVLayout(**d["kv"])
             d["files"] = {k: FileEntry(**v) for k, v in d["files"].items()}
-            for key in ("stop_token_ids", "tokenizer_files", "execution_providers", "drafters"):
+            for key in ("stop_token_ids", "tokenizer_files", "execution_providers"):
                 d[key] = tuple(d.get(key, ()))
+            d["drafters"] = check_drafter_entries(d.get("drafters", ()))
             return Manifest(**d)
         except (KeyError, TypeError) as exc:
             raise BundleError(f"specrt.json is malformed ({type(exc).__name__}: {exc})") from None
