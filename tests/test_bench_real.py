@@ -45,14 +45,15 @@ def test_bench_compares_every_system_on_the_same_weights(bundles, tmp_path, caps
     and prompt lookup; built from source on first install) run the same prompt token ids, greedy, on two datasets;
     at fp32 the systems that compute in fp32 reproduce specrt's plain decoding."""
     report = _bench(bundles["fp32"], tmp_path, capsys, "--dataset", "mt-bench", "--dataset", "gsm8k", "--limit", "1",
-                    "--max-new-tokens", "16", "--compare", "onnxruntime-genai", "--compare", "transformers", "--compare", "optimum",
-                    "--compare", "llama.cpp")
+                    "--max-new-tokens", "16", "--compare", "onnxruntime-genai", "--compare", "transformers",
+                    "--compare", "optimum", "--compare", "llama.cpp")
     assert report["datasets"] == {"mt-bench": 1, "gsm8k": 1}
     rows = {(r["dataset"], r["system"], r["drafter"], r["precision"]): r for r in report["results"]}
     for dataset in ("mt-bench", "gsm8k"):
-        for key in [("specrt", "none", "fp32"), ("onnxruntime-genai", "none", "fp32"), ("transformers", "none", "fp32"),
-                    ("transformers", "prompt-lookup", "fp32"), ("optimum", "none", "fp32"),
-                    ("llama.cpp", "none", "Q4_1"), ("llama.cpp", "prompt-lookup", "Q4_1")]:
+        for key in [("specrt", "none", "fp32"), ("onnxruntime-genai", "none", "fp32"),
+                    ("transformers", "none", "fp32"), ("transformers", "prompt-lookup", "fp32"),
+                    ("optimum", "none", "fp32"), ("llama.cpp", "none", "Q4_1"),
+                    ("llama.cpp", "prompt-lookup", "Q4_1")]:
             row = rows.get((dataset, *key))
             assert row is not None and "error" not in row, (key, row)
             assert row["tokens_per_second"] > 0

@@ -19,7 +19,8 @@ PROMPT = "Write a haiku about the sea."
 
 def _generate(bundle: Path, *args: str) -> dict:
     proc = subprocess.run([sys.executable, str(RUNNER), "generate", str(bundle), "--prompt", PROMPT,
-                           "--max-new-tokens", "24", "--json", "--device", "cpu", *args], capture_output=True, text=True)
+                           "--max-new-tokens", "24", "--json", "--device", "cpu", *args],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
