@@ -21,14 +21,25 @@ STEM = "dflash"
 MAX_DIFF = 1e-3
 
 
-def hidden_layers_for(arg: str, target_cfg) -> tuple[int, ...]:
+def check(arg: str, precision: str) -> None:
+    """Nothing to refuse before work starts beyond the checkpoint folder (convert/drafter_bundle.py checks it)."""
+
+
+def stages(arg: str) -> int:
+    return 2  # build, validate
+
+
+def hidden_layers_for(arg: str, loaded) -> tuple[int, ...]:
+    """The target layers the drafter reads (its config's target_layer_ids)."""
     from specrt.models.dflash import load_dflash_checkpoint
 
-    cfg, _ = load_dflash_checkpoint(Path(arg).expanduser(), target_cfg)
+    cfg, _ = load_dflash_checkpoint(Path(arg).expanduser(), loaded.config)
     return cfg.target_layer_ids
 
 
-def add_dflash(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages) -> dict:
+def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
+        build_graph=None) -> dict:
+    """Write the drafter's graph (and d2t) into tmp; returns its manifest entry."""
     import onnxruntime as ort
 
     from safetensors.numpy import save_file

@@ -17,15 +17,25 @@ from specrt.bundle import KVLayout, TargetGraph, checkpoint_sha256
 STEM = "eagle3"
 
 
-def hidden_layers_for(arg: str, target_cfg) -> tuple[int, ...]:
+def check(arg: str, precision: str) -> None:
+    """Nothing to refuse before work starts beyond the checkpoint folder (convert/drafter_bundle.py checks it)."""
+
+
+def stages(arg: str) -> int:
+    return 2  # build, validate
+
+
+def hidden_layers_for(arg: str, loaded) -> tuple[int, ...]:
     """The target layers the head reads (its config's aux layer ids, or EAGLE's default)."""
     from specrt.models.eagle3 import load_eagle3_checkpoint
 
-    cfg, _ = load_eagle3_checkpoint(Path(arg).expanduser(), target_cfg)
+    cfg, _ = load_eagle3_checkpoint(Path(arg).expanduser(), loaded.config)
     return cfg.aux_layers
 
 
-def add_eagle3(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages) -> dict:
+def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
+        build_graph=None) -> dict:
+    """Write the head's graph and d2t into tmp; returns its manifest entry."""
     from safetensors.numpy import save_file
 
     from specrt.convert.eagle3_graph import _Eagle3Builder, _graph_weights

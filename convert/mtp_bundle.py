@@ -18,7 +18,15 @@ from specrt.errors import SourceError
 STEM = "mtp"
 
 
-def hidden_layers_for(loaded, folder: str = "") -> tuple[int, ...]:
+def check(arg: str, precision: str) -> None:
+    """Nothing to refuse before work starts beyond the checkpoint folder (convert/drafter_bundle.py checks it)."""
+
+
+def stages(arg: str) -> int:
+    return 2  # build, validate
+
+
+def hidden_layers_for(folder: str, loaded) -> tuple[int, ...]:
     """The last layer's residual stream; checks first that the module is there and fits the target."""
     from specrt.models.mtp import load_mtp_from_target
 
@@ -45,7 +53,9 @@ def _weights(loaded, folder: str) -> dict:
             **load_hf_weights(path)}
 
 
-def add_mtp(spec: str, folder: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages) -> dict:
+def add(spec: str, folder: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
+        build_graph=None) -> dict:
+    """Write the module's graph into tmp; returns its manifest entry."""
     from specrt.convert.head_graph import export_head, head_precision
     from specrt.convert.mtp_graph import _graph_weights, _MtpBuilder
     from specrt.convert.target_graph import GraphOptions

@@ -8,15 +8,16 @@ from pathlib import Path
 
 import numpy as np
 
+from specrt.drafter_entry import DrafterEntry
 from specrt.errors import BundleError
 from specrt.tensor_file import read_safetensors
 
 
-def load_draft_targets(bundle_dir: Path, entry: dict) -> np.ndarray | None:
+def load_draft_targets(bundle_dir: Path, entry: DrafterEntry) -> np.ndarray | None:
     """[V_draft] target id of each draft id, from the d2t file among the drafter's extra_files (None: it has
     none and predicts over the whole target vocabulary). Read with numpy alone: a runtime-only install has no
     safetensors package."""
-    files = [f for f in entry.get("extra_files", ()) if f.endswith(".d2t.safetensors")]
+    files = [f for f in entry.extra_files if f.endswith(".d2t.safetensors")]
     if not files:
         return None
     path = Path(bundle_dir) / files[0]

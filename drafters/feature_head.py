@@ -1,6 +1,6 @@
 """Drafting with a head that reads the target's hidden states (EAGLE-3, MTP): chain and EAGLE-2 dynamic tree.
 
-Head position t pairs the target's features f_t (read from the engine's per-slot feature buffer) with the next
+Head position t pairs the target's features f_t (read through the TargetView the loop binds it to) with the next
 token x_{t+1}, at position t, and predicts x_{t+2}. For a context x_0..x_n (x_n the pending token, not yet
 seen by the target) the head catches up on the positions it has not read with true features (up to t = n - 1,
 whose row predicts the first draft token), then drafts on: each further step feeds a draft token with the
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specrt.drafters.base import Draft
+from specrt.drafter_entry import DrafterEntry
 from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
-from specrt.runtime.engine import common_prefix
+from specrt.runtime.drafter import Draft, Drafter, TargetView, common_prefix
 from specrt.runtime.sampling import SamplingParams, target_probs
 from specrt.runtime.target_session import TargetSession, TargetSpec
 
@@ -47,33 +47,37 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
     return (x - m) - np.log(np.exp(x - m, dtype=np.float64).sum())
 
 
-class FeatureHeadDrafter:
+class FeatureHeadDrafter(Drafter):
     name = "feature-head"
+    reads_hidden_states = True
 
-    def __init__(self, bundle_dir: Path, entry: dict, target_hidden_layers: tuple[int, ...], target_vocab: int,
-                 providers, threads: int = 0, topk: int = 1, max_depth: int = 3):
-        kv, graph = entry["kv"], entry["graph"]
-        vocab = entry["draft_vocab_size"]
-        spec = TargetSpec(1, kv["kv_heads"], kv["head_dim"], kv["max_context"], vocab, extra_outputs=("hidden_out",))
-        self.session = TargetSession(Path(bundle_dir) / graph["file"], spec, providers, threads=threads)
+    def __init__(self, bundle_dir: Path, entry: DrafterEntry, target_vocab: int, providers, threads: int = 0,
+                 topk: int = 1, max_depth: int = 3):
+        kv, vocab = entry.kv, entry.draft_vocab_size
+        spec = TargetSpec(1, kv.kv_heads, kv.head_dim, kv.max_context, vocab, extra_outputs=("hidden_out",))
+        self.session = TargetSession(Path(bundle_dir) / entry.graph.file, spec, providers, threads=threads)
         targets = load_draft_targets(bundle_dir, entry)
         self.d2t_targets = np.arange(vocab) if targets is None else targets  # [V_head] target id of each head id
-        h = entry["target_hidden_size"]
-        # columns of the engine's feature buffer holding the head's layers, in the head's order
-        self.columns = np.concatenate([np.arange(h) + target_hidden_layers.index(layer) * h for layer in entry["aux_layers"]])
-        self.hidden_size, self.width, self.target_vocab = graph["hidden_size"], len(entry["aux_layers"]) * h, target_vocab
+        self.aux_layers = entry.aux_layers
+        self.columns: np.ndarray | None = None  # columns of the target's taps holding the head's layers, in its order
+        self.hidden_size, self.target_vocab = entry.graph.hidden_size, target_vocab
+        self.width = len(self.aux_layers) * entry.target_hidden_size
         self.topk, self.max_depth = topk, max_depth
         self.max_draft: int | None = None  # draft tokens per call the engine may ask for (None: the engine's own)
         self.tokens: list[int] = []  # x_{t+1} fed at head position t with true features
-        self.engine = None
+        self.target: TargetView | None = None
         self.params, self.rng = SamplingParams(temperature=0.0), np.random.default_rng()
+
+    @classmethod
+    def from_bundle(cls, bundle_dir, entry, manifest, providers, threads: int = 0) -> "FeatureHeadDrafter":
+        return cls(bundle_dir, entry, manifest.vocab_size, providers, threads=threads)
 
     def use_tree(self, topk: int = 3, max_depth: int = 3, max_draft: int = 6) -> None:
         """Draft EAGLE-2 dynamic trees: topk children per node, up to max_depth deep, up to max_draft nodes."""
         self.topk, self.max_depth, self.max_draft = topk, max_depth, max_draft
 
-    def attach(self, engine) -> None:
-        self.engine = engine
+    def bind(self, target: TargetView) -> None:
+        self.target, self.columns = target, target.columns(self.aux_layers)
 
     def reset(self, params: SamplingParams | None = None, rng: np.random.Generator | None = None) -> None:
         self.params = params or SamplingParams(temperature=0.0)
@@ -103,12 +107,12 @@ class FeatureHeadDrafter:
         n = len(context) - 1  # the target has read context[:n]: features f_0 .. f_{n-1} exist
         room = self.session.spec.max_context - n
         k = min(max_tokens, room)
-        if self.engine is None or n < 1 or k < 1:
+        if self.target is None or n < 1 or k < 1:
             return None
         want = context[1:n + 1]  # head position t reads x_{t+1}
         keep = min(common_prefix(self.tokens, want), n - 1)
         self.session.rollback(keep)
-        feats = self.engine.features[keep:n][:, self.columns]  # [n - keep, F]
+        feats = self.target.features(keep, n, self.columns)  # [n - keep, F]
         logits, hidden = self._run(want[keep:], feats, None)
         self.tokens = list(want)
         if self.topk > 1 and k > 1:

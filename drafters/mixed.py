@@ -8,22 +8,27 @@ context repeats itself (code edits, quoting), so a draft model fills the other s
 
 from __future__ import annotations
 
+from specrt.runtime.drafter import Drafter
 
-class MixedDrafter:
-    def __init__(self, members: list):
+
+class MixedDrafter(Drafter):
+    def __init__(self, members: list[Drafter]):
         if len(members) < 2:
             raise ValueError("a mixed drafter needs at least two members")
-        self.members = list(members)
+        self._members = list(members)
         self.name = "+".join(m.name for m in self.members)
 
     def reset(self, params=None, rng=None) -> None:
         for m in self.members:
             m.reset(params, rng)
 
+    @property
+    def members(self) -> list[Drafter]:
+        return self._members
+
     def prefill(self, prompt: list[int]) -> None:
         for m in self.members:
-            if hasattr(m, "prefill"):
-                m.prefill(prompt)
+            m.prefill(prompt)
 
     def propose(self, context: list[int], max_tokens: int):
         """Outside the adaptive loop: the first member's draft that exists."""

@@ -6,7 +6,7 @@ Each turn renders the whole conversation, and the engine's prefix cache prefills
 
 from __future__ import annotations
 
-from specrt.runtime.engine import Generation, GenerationResult
+from specrt.runtime.generation import Generation, GenerationResult
 from specrt.runtime.sampling import SamplingParams
 
 

@@ -13,77 +13,26 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from specrt.bundle import Manifest
 from specrt.errors import SpecrtError
+from specrt.runtime.chat import ChatSession
 from specrt.runtime.detokenize import StreamDecoder
+from specrt.runtime.drafter import Drafter, TargetTaps, TargetView, common_prefix
+from specrt.runtime.generation import Generation, GenerationResult, GenerationStats
 from specrt.runtime.sampling import SamplingParams
+from specrt.runtime.speculative import PlainStepper, SpeculativeStepper
 from specrt.runtime.target_session import ContextOverflowError, TargetSession, TargetSpec
 from specrt.runtime.tokenizer import BundleTokenizer, PromptError
-
-if TYPE_CHECKING:
-    from specrt.runtime.chat import ChatSession
 
 PREFILL_CHUNK = 256  # prompt tokens per target call while prefilling (bounds the activation memory)
 
 
 class EngineBusyError(SpecrtError):
     """Another generation is running on this engine."""
-
-
-@dataclass(frozen=True)
-class GenerationStats:
-    new_tokens: int
-    prompt_tokens: int
-    reused_tokens: int  # prompt tokens whose KV was already cached
-    target_calls: int
-    mean_accepted: float  # new tokens per target call after prefill (1.0 for plain decoding)
-    tokens_per_second: float  # decode speed, first new token to last
-    prefill_seconds: float
-    drafter: str = "none"
-    acceptance_by_position: list = field(default_factory=list)  # share of drafts accepted at depth 1, 2, ...
-    drafted_by_position: list = field(default_factory=list)  # how many drafts reached depth 1, 2, ...
-    draft_seconds: float = 0.0
-    verify_seconds: float = 0.0  # target calls after prefill (verification, or plain decode steps)
-    drafts_by_drafter: dict = field(default_factory=dict)  # verified drafts per drafter (a mix has several)
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    text: str
-    token_ids: list[int]
-    finish_reason: str  # "stop" | "length"
-    stats: GenerationStats
-
-
-class Generation:
-    """Iterator of text chunks; `.result` is set once the iteration ends (or `.wait()` runs it out)."""
-
-    def __init__(self, chunks: Iterator[str]):
-        self._chunks = chunks
-        self.result: GenerationResult | None = None
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> str:
-        return next(self._chunks)
-
-    def wait(self) -> GenerationResult:
-        for _ in self:
-            pass
-        return self.result
-
-    def close(self) -> None:
-        self._chunks.close()
 
 
 def _kernels_available() -> bool:
@@ -93,15 +42,6 @@ def _kernels_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists (what a KV cache can keep)."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 class StopStringFilter:
@@ -147,9 +87,9 @@ class Engine:
         # verify with the Triton kernel on the logits where they are (GPU providers, with torch + triton)
         self.device_verify = self.target.device != "cpu" and _kernels_available()
         self.max_context = manifest.kv.max_context
-        # the target's hidden-state taps per cache slot [max_context, F] (what EAGLE-3 heads read), if it has them
-        width = len(manifest.target.hidden_layers) * manifest.target.hidden_size
-        self.features = np.zeros((self.max_context, width), np.float32) if spec.hidden_output else None
+        # the target's hidden-state taps per cache slot (what feature-reading drafters see), if it has them
+        self.taps = TargetTaps(manifest.target.hidden_layers, manifest.target.hidden_size,
+                               self.max_context) if spec.hidden_output else None
         self.stop_ids = frozenset(manifest.stop_token_ids)
         self._cached: list[int] = []  # token ids whose KV the target cache holds, in order
         self._lock = threading.Lock()
@@ -173,7 +113,7 @@ class Engine:
     # -- generation ----------------------------------------------------------------------------
     def generate(self, prompt, params: SamplingParams | None = None, *, system: str | None = None,
                  raw: bool = False, wait: bool = True, drafter="default") -> Generation:
-        """drafter: "default" (the engine's), None (plain decoding) or a Drafter object."""
+        """drafter: "default" (the engine's), None (plain decoding) or a Drafter (runtime/drafter.py)."""
         params = params or SamplingParams()
         ids = self.prompt_ids(prompt, system=system, raw=raw)
         if len(ids) >= self.max_context:
@@ -211,9 +151,9 @@ class Engine:
         where the session runs with device_logits)."""
         start = self.target.length
         out = self.target.forward(np.array([tokens], dtype=np.int64), position_ids, attention_bias, device_logits)
-        if self.features is not None:
+        if self.taps is not None:
             out, hidden = out
-            self.features[start:start + len(tokens)] = hidden[0]
+            self.taps.write(start, hidden[0])
         self._cached.extend(tokens)
         return out[0]
 
@@ -222,24 +162,29 @@ class Engine:
         keep = base + 1 + len(accepted)
         path = [base + 1 + i for i in accepted]
         self.target.compact(base + 1, path)
-        if self.features is not None and path:
-            self.features[base + 1:base + 1 + len(path)] = self.features[path]
+        if self.taps is not None:
+            self.taps.keep_path(base + 1, path)
         self.target.rollback(keep)
         self._cached[base + 1:] = [int(draft.tokens[i]) for i in accepted]
 
-    def _stepper(self, params: SamplingParams, drafter):
-        from specrt.runtime.speculative import PlainStepper, SpeculativeStepper
+    def target_view(self) -> TargetView:
+        """What drafters that read hidden states see of the target (SpecrtError when the graph has no taps)."""
+        if self.taps is None:
+            raise SpecrtError("this bundle's target graph has no hidden-state outputs, which this drafter reads "
+                              "(convert the model with the drafter)")
+        return TargetView(self.taps)
 
+    def _stepper(self, params: SamplingParams, drafter: Drafter | None):
         if drafter is None:
             return PlainStepper(self, params)
-        max_draft = getattr(drafter, "max_draft", None) or self.max_draft  # a tree drafter asks for more nodes
+        max_draft = drafter.max_draft or self.max_draft  # a tree drafter asks for more nodes
         return SpeculativeStepper(self, params, drafter, max_draft=max_draft, adaptive=self.adaptive)
 
     def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None):
         t0 = time.perf_counter()
         stop_ids = self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids)
         logits, reused = self._prefill(ids)
-        if drafter is not None and hasattr(drafter, "prefill"):
+        if drafter is not None:
             drafter.prefill(ids)  # a draft model reads the prompt too: part of the time to first token
         t_first = time.perf_counter()
         stepper = self._stepper(params, drafter)
@@ -286,7 +231,7 @@ class Engine:
                                                           stepper.stats.drafted_by_position)],
             drafted_by_position=list(stepper.stats.drafted_by_position),
             draft_seconds=stepper.stats.draft_seconds, verify_seconds=stepper.stats.verify_seconds,
-            drafts_by_drafter=dict(getattr(stepper.stats, "drafts_by_drafter", {})),
+            drafts_by_drafter=dict(stepper.stats.drafts_by_drafter),
         )
         gen.result = GenerationResult(stops.text, out, finish, stats)
 
@@ -308,7 +253,5 @@ class Engine:
             self._cached = []
             self.target.reset()
 
-    def chat(self, system: str | None = None) -> "ChatSession":
-        from specrt.runtime.chat import ChatSession
-
+    def chat(self, system: str | None = None) -> ChatSession:
         return ChatSession(self, system)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specrt.drafters.base import Draft
+from specrt.runtime.drafter import Draft, Drafter
 from specrt.runtime.adaptive import DraftController
 from specrt.runtime.sampling import Sampler, SamplingParams
 from specrt.runtime.verify import verify, verify_on_device
@@ -76,20 +76,20 @@ def tree_bias(draft: Draft, past: int) -> np.ndarray:
 class SpeculativeStepper(PlainStepper):
     """Draft (as long as the adaptive controller says pays), verify in one target call, commit the path."""
 
-    def __init__(self, engine, params: SamplingParams, drafter, max_draft: int = 4, adaptive: bool = True):
+    def __init__(self, engine, params: SamplingParams, drafter: Drafter, max_draft: int = 4, adaptive: bool = True):
         super().__init__(engine, params)
         self.drafter, self.params, self.max_draft = drafter, params, max_draft
-        self.members = list(getattr(drafter, "members", [drafter]))  # a mixed drafter's members, else itself
+        self.members = drafter.members  # a mix's members, else the drafter itself
         shared_costs: dict[int, float] = {}  # the target's call costs: one table for every member
-        self.controllers = [DraftController(max_draft, cost=shared_costs, per_call=getattr(m, "block_drafter", False))
+        self.controllers = [DraftController(max_draft, cost=shared_costs, per_call=m.block_drafter)
                             for m in self.members] if adaptive else []
         self.controller = self.controllers[0] if adaptive else None
         self.name = drafter.name
         for member, controller in zip(self.members, self.controllers or [None] * len(self.members)):
-            if hasattr(member, "attach"):
-                member.attach(engine)  # drafters that read the target's hidden states (EAGLE-3)
-            if hasattr(member, "use_costs"):  # block drafters cut their draft where verification stops paying
-                member.use_costs(controller.seconds if controller else None)
+            if member.reads_hidden_states:
+                member.bind(engine.target_view())
+            # block drafters cut their draft where verification stops paying
+            member.use_costs(controller.seconds if controller else None)
         drafter.reset(params, self.sampler.rng)
 
     def _plain(self, budget: int) -> list[int]:
@@ -146,7 +146,7 @@ class SpeculativeStepper(PlainStepper):
         if self.controllers:
             controller = self.controllers[member]
             controller.observe_call(len(tokens), t2 - t1)
-            drafting -= getattr(self.members[member], "catchup_seconds", 0.0)
+            drafting -= self.members[member].catchup_seconds
             controller.observe_draft(depth, len(verdict.accepted), drafting, len(draft))
         self.engine.commit(base, verdict.accepted, draft)
         self.pending = verdict.next_token

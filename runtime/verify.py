@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specrt.drafters.base import Draft
+from specrt.runtime.drafter import Draft
 from specrt.kernels.verify_ref import verify_tree_ref
 from specrt.runtime.sampling import SamplingParams
 

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrt.drafter_entry import check_drafter_entries
+from specrt.drafter_entry import DrafterEntry, check_drafter_entries
 from specrt.errors import BundleError
 
 SCHEMA_VERSION = 1
@@ -70,15 +70,24 @@ class Manifest:
     execution_providers: tuple[str, ...]
     files: dict[str, FileEntry]
     provenance: dict
-    drafters: tuple[dict, ...] = ()
+    drafters: tuple[DrafterEntry, ...] = ()  # convert may pass the entries as dicts: they are checked and typed
     schema_version: int = SCHEMA_VERSION
 
-    def drafter(self, kind: str) -> dict | None:
+    def __post_init__(self):
+        if any(not isinstance(d, DrafterEntry) for d in self.drafters):
+            object.__setattr__(self, "drafters", check_drafter_entries(
+                [d.raw if isinstance(d, DrafterEntry) else d for d in self.drafters]))
+
+    def drafter(self, kind: str) -> DrafterEntry | None:
         """The manifest entry of the bundle's drafter of this kind, if it has one."""
-        return next((d for d in self.drafters if d.get("kind") == kind), None)
+        return next((d for d in self.drafters if d.kind == kind), None)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=False)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d = {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in d.items()}
+        d["files"] = {name: dataclasses.asdict(entry) for name, entry in self.files.items()}
+        d["drafters"] = [entry.raw for entry in self.drafters]
+        return json.dumps(d, indent=2, sort_keys=False)
 
     @staticmethod
     def from_dict(d: dict) -> "Manifest":
@@ -146,8 +155,7 @@ def validate_files(bundle: Path, manifest: Manifest, check_hashes: bool = True) 
     bundle = Path(bundle)
     needed = {manifest.target.file, manifest.target.data_file, *manifest.tokenizer_files}
     for drafter in manifest.drafters:
-        graph = drafter.get("graph") or {}
-        needed |= ({graph.get("file"), graph.get("data_file")} | set(drafter.get("extra_files", ()))) - {None}
+        needed |= drafter.files()
     unlisted = sorted(n for n in needed if n not in manifest.files)
     if unlisted:
         raise BundleError(f"{bundle}: manifest lists no checksum for {unlisted[0]}")

@@ -128,14 +128,17 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 def shipped_head_dir(name: str, kind: str = "eagle3") -> Path | None:
-    """The drafter folder (kind eagle3 or dflash) shipped for a catalog model (None when it has none)."""
+    """The drafter folder of this kind (one the registry marks as shipped: eagle3, dflash) shipped for a catalog
+    model (None when it has none)."""
     import importlib.util
+
+    from specrt.drafter_kinds import KINDS
 
     entry = CATALOG.get(name)
     head = getattr(entry, f"{kind}_head", None) if entry is not None else None
-    if head is None:
+    if head is None or kind not in KINDS or not KINDS[kind].shipped:
         return None
-    spec = importlib.util.find_spec(f"specrt.drafters.{kind}")
+    spec = importlib.util.find_spec(KINDS[kind].proposer.partition(":")[0])
     folder = Path(list(spec.submodule_search_locations)[0]) / "heads" / head
     return folder if (folder / "config.json").is_file() else None  # an install without package data: no head
 
@@ -147,8 +150,9 @@ def eagle3_head_dir(name: str) -> Path | None:
 def default_drafter_spec(name: str) -> tuple[str, ...] | None:
     """What `specrt convert NAME` adds when no --drafter is given: the drafters the catalog ships for it (its
     EAGLE-3 head, its DFlash drafter) and its draft model where the entry makes it a default, if any."""
-    specs = tuple(f"{kind}:{head}" for kind in ("eagle3", "dflash")
-                  if (head := shipped_head_dir(name, kind)) is not None)
+    from specrt.drafter_kinds import KINDS
+
+    specs = tuple(f"{kind}:{head}" for kind in KINDS if (head := shipped_head_dir(name, kind)) is not None)
     entry = CATALOG.get(name)
     if entry is not None and entry.draft_model_by_default and entry.draft_model:
         specs += (f"draft-model:{entry.draft_model}",)

@@ -1,4 +1,7 @@
-"""The `specrt` command line: convert, info, models.
+"""The `specrt` command line: convert, info, models, generate, chat, bench, serve, train-drafter.
+
+Each command parses its options and hands the work to convert/ (convert), app/ (load, bench, serve, chat) or
+train/ (train-drafter).
 
 Errors a user can act on (SpecrtError) print one line on stderr and exit with code 2; anything
 else is an internal error (exit code 1; set SPECRT_DEBUG=1 for the traceback).
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from specrt import drafter_kinds
 from specrt.errors import SpecrtError
 
 
@@ -118,9 +122,9 @@ def info(bundle, no_hash):
     click.echo(f"files: {len(manifest.files)} ok ({'sizes' if no_hash else 'sizes and sha256'} checked)")
 
 
-def _drafter_line(d: dict) -> str:
-    graph = d.get("graph", {})
-    return f"{d.get('kind', '?')} ({d.get('spec', '')}, {graph.get('precision', '?')}, {graph.get('file', '?')})"
+def _drafter_line(d) -> str:  # d: a DrafterEntry
+    graph = d.raw.get("graph") if isinstance(d.raw.get("graph"), dict) else {}
+    return f"{d.kind} ({d.raw.get('spec', '')}, {graph.get('precision', '?')}, {graph.get('file', '?')})"
 
 
 def describe(m) -> str:
@@ -189,8 +193,9 @@ sampling_options = [
     click.option("--top-k", type=int, default=0, show_default=True, help="0 = off"),
     click.option("--seed", type=int, default=None),
     click.option("--drafter", default="auto", show_default=True,
-                 help="ngram, draft-model, eagle3, mtp (eagle3:tree / mtp:tree for tree drafts), none for plain "
-                      "decoding, or auto: the bundle's EAGLE-3 or MTP head if it has one, else none"),
+                 help=f"{', '.join(drafter_kinds.KINDS)} ({' / '.join(k + ':tree' for k in drafter_kinds.tree_kinds())} "
+                      f"for tree drafts, A+B to mix), none for plain decoding, or auto: the bundle's EAGLE-3 head, "
+                      f"else its MTP module, else its DFlash drafter, else its draft model mixed with ngram, else none"),
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True),
     click.option("--precision", type=click.Choice(["fp32", "int4"]), default="int4", show_default=True,
                  help="precision a catalog model is converted to on first use"),
@@ -244,7 +249,7 @@ def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperat
 @with_sampling
 def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision, batch_invariant):
     """Chat with MODEL (default: smollm2-135m-instruct). /reset, /stats, /exit; Ctrl-C stops an answer."""
-    from specrt.runtime.chat_cli import run_chat
+    from specrt.app.chat_cli import run_chat
 
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed)
     engine = _load_engine(model, device, drafter, precision, batch_invariant)
@@ -281,8 +286,8 @@ def bench(model, prompts_file, datasets, limit, max_new_tokens, drafters, precis
     import json as jsonlib
 
     from specrt.datasets import load_prompts
-    from specrt.runtime.bench import run_bench
-    from specrt.runtime.bench_report import format_markdown, format_table
+    from specrt.app.bench import run_bench
+    from specrt.app.bench_report import format_markdown, format_table
 
     if (prompts_file is None) == (not datasets):
         raise SpecrtError("give exactly one of --prompts FILE.jsonl or --dataset NAME (repeatable)")
@@ -311,7 +316,7 @@ def bench(model, prompts_file, datasets, limit, max_new_tokens, drafters, precis
         _write_atomic(markdown_out, format_markdown(report, "specrt " + " ".join(shlex.quote(a) for a in sys.argv[1:])))
         click.echo(f"table written: {markdown_out}")
     if plot_out:
-        from specrt.runtime.bench_plot import plot_report
+        from specrt.app.bench_plot import plot_report
 
         plot_report(report, plot_out)
         click.echo(f"plot written: {plot_out}")
@@ -327,7 +332,8 @@ def _write_atomic(path: Path, text: str) -> None:
 @click.argument("model", required=False, default="smollm2-135m-instruct")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (loopback unless told)")
 @click.option("--port", type=int, default=8000, show_default=True)
-@click.option("--drafter", default="auto", show_default=True, help="auto (the bundle's best drafter), none, ngram, ...")
+@click.option("--drafter", default="auto", show_default=True,
+              help="auto (the bundle's best drafter), none, or a drafter as for generate")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
 @click.option("--precision", type=click.Choice(["fp32", "int4"]), default="int4", show_default=True,
               help="precision a catalog model is converted to on first use")
@@ -341,7 +347,7 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
     try:
         import uvicorn
 
-        from specrt.runtime.serve.app import build_app
+        from specrt.app.serve.app import build_app
     except ImportError:
         raise SpecrtError("specrt serve needs starlette and uvicorn: pip install 'specrt[serve]'") from None
     if queue_size < 1:
@@ -357,7 +363,7 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
 
 @cli.command("train-drafter")
 @click.argument("target")
-@click.option("--kind", type=click.Choice(["eagle3", "mtp", "dflash"]), default="eagle3", show_default=True)
+@click.option("--kind", type=click.Choice(list(drafter_kinds.trainable_kinds())), default="eagle3", show_default=True)
 @click.option("--block-size", type=int, default=8, show_default=True, help="dflash: tokens per drafted block")
 @click.option("--data", default="sharegpt", show_default=True, help="sharegpt, or a JSONL file of {\"messages\": [...]}")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="checkpoint folder to write")
@@ -369,7 +375,7 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
 @click.option("--device", default="cpu", show_default=True, help="torch device to train on (cpu, cuda, cuda:1, ...)")
 def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, lr, seq_len, device, block_size):
     """Train a drafter for TARGET on its own hidden states (resumes from OUT/train after an interrupt)."""
-    from specrt.drafters.eagle3.recipe import train_drafter
+    from specrt.train.recipe import train_drafter
 
     if max_tokens < 1 or epochs <= 0 or seq_len < 8:
         raise SpecrtError("--max-tokens and --epochs must be positive, --seq-len at least 8")
@@ -379,8 +385,6 @@ def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, 
         torch.empty(1, device=device)
     except (RuntimeError, AssertionError) as exc:
         raise SpecrtError(f"--device {device}: not usable here ({str(exc).splitlines()[0]})") from None
-    if kind == "dflash" and not 2 <= block_size <= seq_len // 2:
-        raise SpecrtError(f"--block-size must be between 2 and half of --seq-len ({seq_len // 2})")
     train_drafter(target, kind, data, out, max_tokens, epochs, seq_len=seq_len, draft_vocab=draft_vocab, lr=lr,
                   log=lambda m: click.echo(m, err=True), device=device, block_size=block_size)
     click.echo(f"drafter written: {out} (use: specrt convert {target} --drafter {kind}:{out} -o BUNDLE)")

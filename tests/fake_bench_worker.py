@@ -1,4 +1,4 @@
-"""A fake benchmarked system's worker, speaking the real worker protocol (runtime/compare/workers/protocol.py).
+"""A fake benchmarked system's worker, speaking the real worker protocol (app/compare/workers/protocol.py).
 
 config: {"name", "log": FILE, "tokens_per_second": R, "fail_load": bool, "fail_at": N | null}. Its "decode time"
 is set, not slept: n tokens take exactly n / R seconds, so medians and speedups can be checked to the digit. Every
@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runtime" / "compare" / "workers"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "app" / "compare" / "workers"))
 from protocol import serve  # noqa: E402
 
 

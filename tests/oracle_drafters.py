@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from specrt.drafters.base import Draft
+from specrt.runtime.drafter import Draft, Drafter
 
 
-class OracleDrafter:
+class OracleDrafter(Drafter):
     """Knows the plain greedy output for one prompt; proposes it (right) or shifted tokens (wrong)."""
 
     def __init__(self, prompt_len: int, greedy: list[int], vocab: int, mode: str = "right"):

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from specrt.errors import SpecrtError
-from specrt.runtime.bench import rotation, run_bench
-from specrt.runtime.bench_plot import plot_report
-from specrt.runtime.bench_report import format_markdown, format_table
-from specrt.runtime.compare.environment import SystemUnavailable, ensure_environment
-from specrt.runtime.compare.systems import ExternalSystem, Variant
+from specrt.app.bench import rotation, run_bench
+from specrt.app.bench_plot import plot_report
+from specrt.app.bench_report import format_markdown, format_table
+from specrt.app.compare.environment import SystemUnavailable, ensure_environment
+from specrt.app.compare.systems import ExternalSystem, Variant
 from specrt.runtime.sampling import SamplingParams
 from tests.tiny_models import save_tiny_bundle_source
 

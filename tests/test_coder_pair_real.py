@@ -28,9 +28,9 @@ def engine():
 
 def test_catalog_bundle_holds_both_graphs(engine):
     entry = engine.manifest.drafter("draft-model")
-    assert engine.manifest.target.precision == "int4" and entry["graph"]["precision"] == "int4"
-    assert entry["source"].endswith(".gguf") and DRAFT in entry["source"]
-    assert engine.manifest.model_config["num_layers"] == 28 and entry["model_config"]["num_layers"] == 24
+    assert engine.manifest.target.precision == "int4" and entry.raw["graph"]["precision"] == "int4"
+    assert entry.source.endswith(".gguf") and DRAFT in entry.source
+    assert engine.manifest.model_config["num_layers"] == 28 and entry.model_config["num_layers"] == 24
     assert engine.drafter.name == "draft-model+ngram"  # what drafter="auto" means for this bundle
     assert engine.batch_invariant  # int4 with a drafter: every call feeds >= 2 rows
     assert engine.manifest.target.int4_block_size == 128 and engine.target.even_rows  # ... an even number of them
@@ -38,7 +38,7 @@ def test_catalog_bundle_holds_both_graphs(engine):
 
 @pytest.mark.parametrize("drafter", ["draft-model", "ngram", "draft-model+ngram"])
 def test_greedy_speculative_equals_plain_on_10_humaneval_prompts(engine, drafter):
-    from specrt.runtime.api import make_drafter
+    from specrt.app.api import make_drafter
 
     member = engine.drafter if drafter == "draft-model+ngram" else make_drafter(
         drafter, engine.bundle_dir, engine.manifest, engine.providers)

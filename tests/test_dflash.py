@@ -130,8 +130,8 @@ def test_bundle_holds_both_drafters_and_the_graph_equals_torch(dflash_bundle):
 
     manifest = load_bundle(dflash_bundle)
     entry = manifest.drafter("dflash")
-    assert entry["validation"]["max_abs_diff"] < 1e-3  # convert compared the ONNX graph with torch
-    assert entry["block_size"] == 4 and entry["mask_token_id"] == 96
+    assert entry.raw["validation"]["max_abs_diff"] < 1e-3  # convert compared the ONNX graph with torch
+    assert entry.block_size == 4 and entry.mask_token_id == 96
     assert manifest.drafter("eagle3") is not None
     assert manifest.target.hidden_layers == (0, 1, 2)  # the union of both drafters' layers
 
@@ -194,8 +194,8 @@ def test_confidence_cut():
 
 
 def test_training_lowers_the_loss_and_resumes(tmp_path):
-    from specrt.drafters.dflash.train import DFlashTrainee, train
-    from specrt.drafters.eagle3.train import loss_history
+    from specrt.train.dflash import DFlashTrainee, train
+    from specrt.train.eagle3 import loss_history
     from tests.test_eagle3_train import sequences, tiny_target
 
     target = tiny_target()
@@ -236,7 +236,7 @@ def test_cached_bundle_with_an_older_shipped_drafter_is_noticed(dflash_bundle, t
     import shutil
 
     from specrt.bundle import load_bundle
-    from specrt.runtime.api import _stale_head
+    from specrt.app.api import _stale_head
 
     head, drafter = tmp_path / "head", tmp_path / "drafter"
     shutil.copytree(dflash_bundle.parent / "head", head)
@@ -249,7 +249,7 @@ def test_cached_bundle_with_an_older_shipped_drafter_is_noticed(dflash_bundle, t
 
 
 def test_position_weights_follow_the_drafters_confidence():
-    from specrt.drafters.dflash.train import confidence_weights
+    from specrt.train.dflash import confidence_weights
 
     q = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.5, 0.2, 0.9]], requires_grad=True)
     w = confidence_weights(q)
@@ -258,7 +258,7 @@ def test_position_weights_follow_the_drafters_confidence():
 
 
 def test_candidate_loss_equals_the_whole_vocabulary_loss_when_it_covers_it():
-    from specrt.drafters.dflash.train import DFlashTrainee, block_loss, loss_candidates, target_pass
+    from specrt.train.dflash import DFlashTrainee, block_loss, loss_candidates, target_pass
     from tests.test_eagle3_train import tiny_target
 
     target = tiny_target()
@@ -283,7 +283,7 @@ def test_candidate_loss_equals_the_whole_vocabulary_loss_when_it_covers_it():
 def test_warm_up_scales_the_first_steps(tmp_path, warmup):
     """The shared loop's warm-up (the DFlash trainer uses 20 steps): Adam's first step moves each weight by
     about lr, so with a warm-up of 10 it moves by about lr / 10."""
-    from specrt.drafters.eagle3.train import train_loop
+    from specrt.train.eagle3 import train_loop
     from tests.test_eagle3_train import sequences, tiny_target
 
     torch.manual_seed(0)
@@ -321,7 +321,7 @@ def test_train_drafter_dflash_writes_a_draft_vocabulary_that_drafts_losslessly(t
     bundle = tmp_path / "bundle"
     assert main(["convert", str(src), "-o", str(bundle), "--max-context", "96", "--drafter", f"dflash:{out}"]) == 0
     entry = load_bundle(bundle).drafter("dflash")
-    assert entry["draft_vocab_size"] == 40 and entry["validation"]["max_abs_diff"] < 1e-3
+    assert entry.raw["draft_vocab_size"] == 40 and entry.raw["validation"]["max_abs_diff"] < 1e-3
     engine = specrt.load(str(bundle), device="cpu", drafter="dflash")
     engine.adaptive = False
     params = SamplingParams(max_new_tokens=30, stop_token_ids=())

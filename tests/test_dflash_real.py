@@ -18,8 +18,8 @@ def dflash_engine(fp32_bundle):
     from specrt.bundle import load_bundle
 
     entry = load_bundle(fp32_bundle).drafter("dflash")
-    assert entry["source"] == str(DFLASH_HEAD) and entry["validation"]["max_abs_diff"] < 1e-3
-    assert entry["draft_vocab_size"] == 8192  # the shipped drafter predicts over the 8192 most frequent tokens
+    assert entry.source == str(DFLASH_HEAD) and entry.raw["validation"]["max_abs_diff"] < 1e-3
+    assert entry.raw["draft_vocab_size"] == 8192  # the shipped drafter predicts over the 8192 most frequent tokens
     return specrt.load(str(fp32_bundle), device="cpu", drafter="dflash")
 
 

@@ -45,9 +45,9 @@ def run(argv, capsys):
 def test_bundle_holds_the_draft_graph(bundle, capsys):
     manifest = load_bundle(bundle)  # sizes and sha256 of the draft graph too
     entry = manifest.drafter("draft-model")
-    assert entry["graph"]["file"] == "draft.onnx" and "draft.onnx.data" in manifest.files
-    assert entry["model_config"]["model_type"] == "qwen3"
-    assert entry["validation"]["source"]["max_abs_diff"] < 1e-3
+    assert entry.graph.file == "draft.onnx" and "draft.onnx.data" in manifest.files
+    assert entry.model_config["model_type"] == "qwen3"
+    assert entry.raw["validation"]["source"]["max_abs_diff"] < 1e-3
     code, out, _ = run(["info", str(bundle)], capsys)
     assert code == 0 and "draft-model (draft-model:" in out
 
@@ -187,7 +187,7 @@ def test_bench_needs_exactly_one_prompt_source(bundle, capsys):
 
 
 def test_chat_status_line_shows_acceptance(bundle):
-    from specrt.runtime.chat_cli import _status
+    from specrt.app.chat_cli import _status
 
     engine = specrt.load(str(bundle), device="cpu", drafter="draft-model")
     engine.adaptive = False

@@ -31,7 +31,10 @@ ENTRIES = {
 
 def test_well_formed_entries_pass_and_unknown_kinds_are_kept():
     entries = [*ENTRIES.values(), {"kind": "from-a-newer-specrt", "anything": 1}]
-    assert check_drafter_entries(entries) == tuple(entries)
+    checked = check_drafter_entries(entries)
+    assert [e.raw for e in checked] == entries and [e.kind for e in checked] == [*ENTRIES, "from-a-newer-specrt"]
+    assert checked[1].aux_layers == (0, 1, 2) and checked[1].kv.max_context == 96  # typed
+    assert checked[1].files() == {"eagle3.onnx", "eagle3.onnx.data", "eagle3.d2t.safetensors"}
 
 
 @pytest.mark.parametrize("kind, edit, message", [

@@ -152,8 +152,8 @@ def test_eagle3_bundle_and_lossless_drafting(eagle_bundle):
 
     manifest = load_bundle(eagle_bundle)
     entry = manifest.drafter("eagle3")
-    assert entry["aux_layers"] == [2, 1, 0] and manifest.target.hidden_layers == (0, 1, 2)
-    assert entry["validation"]["max_abs_diff"] < 1e-3 and "eagle3.d2t.safetensors" in manifest.files
+    assert entry.aux_layers == (2, 1, 0) and manifest.target.hidden_layers == (0, 1, 2)
+    assert entry.raw["validation"]["max_abs_diff"] < 1e-3 and "eagle3.d2t.safetensors" in manifest.files
     engine = specrt.load(str(eagle_bundle), device="cpu", drafter="eagle3")
     engine.adaptive = False
     params = SamplingParams(max_new_tokens=30, stop_token_ids=())
@@ -214,7 +214,7 @@ def test_cached_bundle_with_an_older_head_is_noticed(eagle_bundle, tmp_path):
     import shutil
 
     from specrt.bundle import load_bundle
-    from specrt.runtime.api import _stale_head
+    from specrt.app.api import _stale_head
 
     head = tmp_path / "head"
     shutil.copytree(eagle_bundle.parent / "head", head)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from specrt.drafters.eagle3.train import train
+from specrt.train.eagle3 import train
 from specrt.models.eagle3 import Eagle3Draft, eagle3_config_from_hf
 from specrt.models.transformer import CausalLM
 from tests.test_eagle3 import HEAD_HF, TARGET
@@ -82,7 +82,7 @@ def test_train_drafter_command_writes_a_checkpoint_convert_reads(tmp_path, capsy
     assert (head / "train" / "train_state.safetensors").is_file()  # what a resumed run starts from
     bundle = tmp_path / "bundle"
     assert main(["convert", str(src), "-o", str(bundle), "--max-context", "64", "--drafter", f"eagle3:{head}"]) == 0
-    assert load_bundle(bundle).drafter("eagle3")["draft_vocab_size"] <= 97
+    assert load_bundle(bundle).drafter("eagle3").draft_vocab_size <= 97
 
 
 def test_conversation_files_are_checked(tmp_path):

@@ -138,7 +138,7 @@ def test_mtp_bundle_drafts_losslessly_chain_and_tree(mtp_bundles, layout):
 
     manifest = load_bundle(mtp_bundles[layout])
     entry = manifest.drafter("mtp")
-    assert entry["layout"] == layout and entry["validation"]["max_abs_diff"] < 1e-3
+    assert entry.raw["layout"] == layout and entry.raw["validation"]["max_abs_diff"] < 1e-3
     assert manifest.target.hidden_layers == (2,)  # the residual stream after the last layer
     engine = specrt.load(str(mtp_bundles[layout]), device="cpu", drafter="mtp")
     engine.adaptive = False
@@ -195,7 +195,7 @@ def test_train_drafter_mtp_for_a_target_without_one(tmp_path, capsys):
     assert cfg.layout.name == "deepseek" and cfg.own_head
     bundle = tmp_path / "bundle"
     assert main(["convert", str(src), "-o", str(bundle), "--max-context", "64", "--drafter", f"mtp:{out}"]) == 0
-    assert load_bundle(bundle).drafter("mtp")["source"] == str(out)
+    assert load_bundle(bundle).drafter("mtp").source == str(out)
     engine = specrt.load(str(bundle), device="cpu", drafter="mtp")
     params = SamplingParams(max_new_tokens=20, stop_token_ids=())
     plain = engine.generate("the cat and the dog", params, drafter=None).wait()
@@ -219,7 +219,7 @@ def test_int4_target_gets_an_int4_module_that_drafts_losslessly(tmp_path):
     out = tmp_path / "int4"
     assert main(["convert", str(src), "-o", str(out), "--precision", "int4", "--max-context", "96", "--drafter", "mtp"]) == 0
     entry = load_bundle(out).drafter("mtp")
-    assert entry["graph"]["precision"] == "int4" and entry["validation"]["max_abs_diff"] < 1.0
+    assert entry.raw["graph"]["precision"] == "int4" and entry.raw["validation"]["max_abs_diff"] < 1.0
     engine = specrt.load(str(out), device="cpu", drafter="mtp")
     assert engine.target.min_rows == 2
     from specrt.errors import SpecrtError

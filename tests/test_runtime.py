@@ -128,7 +128,7 @@ def test_runtime_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, specrt, specrt.runtime.api, specrt.runtime.engine; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    code = "import sys, specrt, specrt.app.api, specrt.runtime.engine; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specrt.runtime.serve.requests import RequestError, parse
+from specrt.app.serve.requests import RequestError, parse
 
 ASK = [{"role": "user", "content": "hi"}]
 
@@ -90,8 +90,8 @@ class _SlowEngine:
 def test_the_queue_is_bounded_and_first_come_first_served():
     import asyncio
 
-    from specrt.runtime.serve.requests import parse
-    from specrt.runtime.serve.worker import EngineWorker, QueueFull
+    from specrt.app.serve.requests import parse
+    from specrt.app.serve.worker import EngineWorker, QueueFull
 
     engine = _SlowEngine()
     worker = EngineWorker(engine, queue_size=2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specrt.drafters.base import Draft
+from specrt.runtime.drafter import Draft
 from specrt.drafters.ngram import NgramDrafter
 from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.speculative import tree_bias

@@ -17,7 +17,7 @@ import pytest
 
 import specrt
 from specrt.drafters.ngram import NgramDrafter
-from specrt.runtime.api import make_drafter
+from specrt.app.api import make_drafter
 from tests.conftest import EAGLE3_HEAD, FULL
 from tests.lossless import PROMPTS, assert_both_paths, compare_with_plain
 from tests.oracle_drafters import OracleDrafter

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from specrt.drafters.base import Draft
+from specrt.drafter_entry import DrafterEntry
 from specrt.drafters.dflash.schedule import cut_length
 from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
-from specrt.runtime.engine import common_prefix
+from specrt.runtime.drafter import Draft, Drafter, TargetView, common_prefix
 from specrt.runtime.sampling import SamplingParams, target_probs
+from specrt.runtime.target_session import make_session_options
 
 
 def _softmax_max(logits: np.ndarray) -> np.ndarray:
@@ -28,41 +29,41 @@ def _softmax_max(logits: np.ndarray) -> np.ndarray:
     return 1.0 / np.exp(logits - m, dtype=np.float64).sum(-1)
 
 
-class DFlashDrafter:
+class DFlashDrafter(Drafter):
     name = "dflash"
+    reads_hidden_states = True
     block_drafter = True  # one call drafts the whole block: its cost does not grow with the draft length
 
-    def __init__(self, bundle_dir: Path, entry: dict, target_hidden_layers: tuple[int, ...], providers,
-                 threads: int = 0):
+    def __init__(self, bundle_dir: Path, entry: DrafterEntry, providers, threads: int = 0):
         import onnxruntime as ort
 
-        from specrt.runtime.target_session import make_session_options
-
-        kv, graph = entry["kv"], entry["graph"]
-        self.session = ort.InferenceSession(str(Path(bundle_dir) / graph["file"]), make_session_options(threads),
+        kv = entry.kv
+        self.session = ort.InferenceSession(str(Path(bundle_dir) / entry.graph.file), make_session_options(threads),
                                             providers=list(providers))
-        self.layers, self.kv_heads, self.head_dim = kv["layers"], kv["kv_heads"], kv["head_dim"]
-        self.max_context = kv["max_context"]
-        self.block_size, self.mask = int(entry["block_size"]), int(entry["mask_token_id"])
-        h = entry["target_hidden_size"]
-        self.vocab_size = int(entry["vocab_size"])
+        self.layers, self.kv_heads, self.head_dim, self.max_context = kv.layers, kv.kv_heads, kv.head_dim, kv.max_context
+        self.block_size, self.mask = entry.block_size, entry.mask_token_id
+        self.vocab_size = entry.vocab_size
         # [V_draft] target id of each draft id; None: the drafter predicts every target id
         self.targets = load_draft_targets(bundle_dir, entry)
-        self.columns = np.concatenate([np.arange(h) + target_hidden_layers.index(layer) * h
-                                       for layer in entry["target_layer_ids"]])
+        self.target_layers = entry.target_layer_ids
+        self.columns: np.ndarray | None = None  # columns of the target's taps holding its layers, in its order
         self.max_draft: int | None = self.block_size - 1  # the engine may ask for the whole block
         self.seconds = None  # call cost by tokens fed, from the engine's controller: cut the block by confidence
-        self.engine = None
+        self.target: TargetView | None = None
         self.params, self.rng = SamplingParams(temperature=0.0), np.random.default_rng()
         self._clear()
+
+    @classmethod
+    def from_bundle(cls, bundle_dir, entry, manifest, providers, threads: int = 0) -> "DFlashDrafter":
+        return cls(bundle_dir, entry, providers, threads=threads)
 
     def _clear(self) -> None:
         empty = np.zeros((1, self.kv_heads, 0, self.head_dim), np.float32)
         self.past = [empty] * (2 * self.layers)  # context keys/values per layer
         self.read: list[int] = []  # tokens whose features the cache holds (positions 0..len-1)
 
-    def attach(self, engine) -> None:
-        self.engine = engine
+    def bind(self, target: TargetView) -> None:
+        self.target, self.columns = target, target.columns(self.target_layers)
 
     def reset(self, params: SamplingParams | None = None, rng: np.random.Generator | None = None) -> None:
         self.params = params or SamplingParams(temperature=0.0)
@@ -76,12 +77,12 @@ class DFlashDrafter:
     def propose(self, context: list[int], max_tokens: int) -> Draft | None:
         n = len(context) - 1  # the target has read context[:n]: features f_0 .. f_{n-1}
         block = min(self.block_size, max_tokens + 1, self.max_context - n)
-        if self.engine is None or n < 1 or block < 2:
+        if self.target is None or n < 1 or block < 2:
             return None
         keep = min(common_prefix(self.read, context[:n]), n - 1)  # at least one new context position
         if keep < len(self.read):
             self.past = [p[:, :, :keep] for p in self.past]
-        feats = self.engine.features[keep:n][:, self.columns][None]  # [1, C, F]
+        feats = self.target.features(keep, n, self.columns)[None]  # [1, C, F]
         ids = np.array([[context[n]] + [self.mask] * (block - 1)], dtype=np.int64)
         positions = np.arange(keep, n + block, dtype=np.int64)[None]
         names = ["input_ids", "features", "position_ids"] + [

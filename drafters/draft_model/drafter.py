@@ -15,28 +15,32 @@ from pathlib import Path
 
 import numpy as np
 
-from specrt.drafters.base import Draft
+from specrt.drafter_entry import DrafterEntry
+from specrt.runtime.drafter import Draft, Drafter, common_prefix
 from specrt.runtime.sampling import SamplingParams, target_probs
-from specrt.runtime.engine import common_prefix
 from specrt.runtime.target_session import TargetSession, TargetSpec
 
 PREFILL_CHUNK = 256
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     name = "draft-model"
 
-    def __init__(self, bundle_dir: Path, entry: dict, target_vocab: int, providers, threads: int = 0):
-        kv, graph = entry["kv"], entry["graph"]
-        window = entry["model_config"].get("sliding_window") or 0
-        spec = TargetSpec(kv["layers"], kv["kv_heads"], kv["head_dim"], kv["max_context"], entry["vocab_size"],
-                          kv_dtype=kv["dtype"], sliding_window=window if "sliding_attention_bias" in graph["inputs"] else 0)
-        self.session = TargetSession(Path(bundle_dir) / graph["file"], spec, providers, threads=threads)
+    def __init__(self, bundle_dir: Path, entry: DrafterEntry, target_vocab: int, providers, threads: int = 0):
+        kv = entry.kv
+        window = entry.model_config.get("sliding_window") or 0
+        spec = TargetSpec(kv.layers, kv.kv_heads, kv.head_dim, kv.max_context, entry.vocab_size, kv_dtype=kv.dtype,
+                          sliding_window=window if "sliding_attention_bias" in entry.graph.inputs else 0)
+        self.session = TargetSession(Path(bundle_dir) / entry.graph.file, spec, providers, threads=threads)
         self.target_vocab = target_vocab
         self.cached: list[int] = []  # token ids whose KV the draft cache holds
         self.params = SamplingParams(temperature=0.0)
         self.rng = np.random.default_rng()
         self.catchup_seconds = 0.0  # of the last propose: feeding context the draft cache had not seen
+
+    @classmethod
+    def from_bundle(cls, bundle_dir, entry, manifest, providers, threads: int = 0) -> "DraftModelDrafter":
+        return cls(bundle_dir, entry, manifest.vocab_size, providers, threads=threads)
 
     def reset(self, params: SamplingParams | None = None, rng: np.random.Generator | None = None) -> None:
         self.params = params or SamplingParams(temperature=0.0)

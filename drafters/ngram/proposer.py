@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specrt.drafters.base import Draft
+from specrt.runtime.drafter import Draft, Drafter
 
 
 @dataclass
-class NgramDrafter:
+class NgramDrafter(Drafter):
     max_n: int = 3
     min_n: int = 1
     name: str = "ngram"

@@ -14,8 +14,8 @@ import torch
 from specrt.convert import sources
 from specrt.convert.pipeline import _torch_model
 from specrt.datasets import load_conversations
-from specrt.drafters.dflash.train import target_pass
-from specrt.drafters.eagle3.recipe import _tokenize
+from specrt.train.dflash import target_pass
+from specrt.train.recipe import _tokenize
 from specrt.models.eagle3 import default_aux_layers
 
 n = int(sys.argv[1])

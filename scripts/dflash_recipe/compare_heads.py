@@ -14,8 +14,8 @@ import torch
 from specrt.convert import sources
 from specrt.convert.pipeline import _torch_model
 from specrt.datasets import load_conversations
-from specrt.drafters.dflash.train import DFlashTrainee, held_back_agreement
-from specrt.drafters.eagle3.recipe import _tokenize
+from specrt.train.dflash import DFlashTrainee, held_back_agreement
+from specrt.train.recipe import _tokenize
 from specrt.models.dflash import load_dflash_checkpoint, model_from_tensors
 
 

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from specrt.convert import sources
-from specrt.drafters.dflash.train import block_mask, confidence_weights
-from specrt.drafters.eagle3.recipe import dflash_config
+from specrt.train.dflash import block_mask, confidence_weights
+from specrt.train.recipe import dflash_config
 from specrt.models.dflash import DFlashDraft
 
 p = argparse.ArgumentParser()

@@ -16,8 +16,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specrt.runtime.compare.environment import SystemUnavailable, ensure_environment, system_dir
-from specrt.runtime.compare.sources import gguf_quant_label, hf_folder
+from specrt.app.compare.environment import SystemUnavailable, ensure_environment, system_dir
+from specrt.app.compare.sources import gguf_quant_label, hf_folder
 
 WORKERS = Path(__file__).parent / "workers"
 PROMPT_LOOKUP_TOKENS = 10  # what llama.cpp and transformers document for prompt-lookup decoding

@@ -1,4 +1,4 @@
-"""The harness side of a benchmark worker (runtime/compare/workers/protocol.py): start, ask, stop."""
+"""The harness side of a benchmark worker (app/compare/workers/protocol.py): start, ask, stop."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrt.runtime.compare.environment import SystemUnavailable
+from specrt.app.compare.environment import SystemUnavailable
 
 
 @dataclass

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrt.runtime.api import default_batch_invariant
-from specrt.runtime.compare.environment import SystemUnavailable, system_dir
-from specrt.runtime.compare.worker_client import WorkerProcess
+from specrt.app.api import default_batch_invariant
+from specrt.app.compare.environment import SystemUnavailable, system_dir
+from specrt.app.compare.worker_client import WorkerProcess
 
 
 @dataclass
@@ -55,14 +55,17 @@ class WorkerContestant:
 
 
 def compare_context(manifest, bundle: Path, engine, threads: int, log):
-    from specrt.runtime.compare.systems import CompareContext
+    from specrt.app.compare.systems import CompareContext
 
     import os
 
     prov = manifest.provenance or {}
-    draft = next((d for d in manifest.drafters if d.get("kind") == "draft-model"), None) or {}
+    from specrt.drafter_kinds import KINDS
+
+    # the independent draft model, if the bundle has one: compared systems that take a draft model get its source
+    draft = next((d for d in manifest.drafters if d.known and KINDS[d.kind].catalog_draft_model), None)
     source = Path(prov["source"]) if prov.get("source") else None
-    draft_source = _model_source(Path(draft["source"])) if draft.get("source") else None
+    draft_source = _model_source(Path(draft.source)) if draft is not None and draft.source else None
     draft_kind = "gguf" if draft_source is not None and draft_source.suffix == ".gguf" else "hf"
 
     return CompareContext(bundle=bundle, source=source, source_kind=prov.get("source_kind"),

@@ -1,4 +1,4 @@
-"""Training a DFlash drafter on the target's own hidden states (the recipe: drafters/eagle3/recipe.py).
+"""Training a DFlash drafter on the target's own hidden states (the recipe: train/recipe.py).
 
 Per sequence [L] the target (torch reference) gives the features of every position (its hidden states at the
 drafter's layers) and its next-token distributions. `anchors` random positions a per sequence each make one
@@ -155,7 +155,7 @@ def train(target, trainee: DFlashTrainee, sequences: list[np.ndarray], steps: in
     """`steps` optimizer steps in total, resuming from folder's checkpoint (the loop EAGLE-3's trainer uses,
     with a warm-up and clipped gradients: without them the drafter stayed at a constant prediction in the
     experiments of docs/perf.md); returns the losses of this run."""
-    from specrt.drafters.eagle3.train import train_loop
+    from specrt.train.eagle3 import train_loop
 
     return train_loop(target, trainee, sequences, steps, folder,
                       lambda ids, rng: batch_loss(trainee, target, ids, rng, anchors),

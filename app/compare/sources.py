@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specrt.bundle import sha256_file
 from specrt.catalog import cache_dir
-from specrt.runtime.compare.environment import SystemUnavailable
+from specrt.app.compare.environment import SystemUnavailable
 
 ARCH_CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
               "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}

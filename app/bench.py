@@ -18,11 +18,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specrt import drafter_kinds
 from specrt.bundle import MANIFEST, load_bundle
 from specrt.errors import SpecrtError
-from specrt.runtime.api import check_drafter_name, make_drafter, resolve_bundle
-from specrt.runtime.bench_contestants import SpecrtContestant, start_external
-from specrt.runtime.compare.environment import SystemUnavailable
+from specrt.app.api import check_drafter_name, make_drafter, resolve_bundle
+from specrt.app.bench_contestants import SpecrtContestant, start_external
+from specrt.app.compare.environment import SystemUnavailable
 from specrt.runtime.engine import Engine
 from specrt.runtime.providers import providers_for
 from specrt.runtime.sampling import SamplingParams
@@ -71,9 +72,9 @@ def _load(model: str, precision: str, drafters: list[str], device: str, threads:
     """Engine and drafter objects for one precision; drafters the bundle cannot serve are skipped with a note."""
     providers = providers_for(device)
     wanted = [d for d in drafters if d != "none"]
-    drafting = [d for d in wanted if "draft-model" in d.split("+")]  # rows that need the draft model
+    drafting = [d for d in wanted if drafter_kinds.uses_catalog_draft_model(d)]  # rows that need the draft model
     try:
-        bundle = resolve_bundle(model, precision, stages, drafter="draft-model" if drafting else None)
+        bundle = resolve_bundle(model, precision, stages, drafter=drafting[0] if drafting else None)
     except SpecrtError as exc:
         if not drafting:
             raise
@@ -103,7 +104,7 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
     """prompt_sets: dataset name -> prompts. compare: names in `systems` (default: compare.systems.SYSTEMS).
     batch_invariant: None runs each specrt row as specrt.load would (int4 drafters batch-invariant, plain decoding
     not); True or False forces it for every specrt row."""
-    from specrt.runtime.compare.systems import SYSTEMS
+    from specrt.app.compare.systems import SYSTEMS
 
     systems = SYSTEMS if systems is None else systems
     for d in drafters:

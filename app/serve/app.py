@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from specrt.runtime.serve.requests import RequestError, parse
-from specrt.runtime.serve.worker import EngineWorker, QueueFull
+from specrt.app.serve.requests import RequestError, parse
+from specrt.app.serve.worker import EngineWorker, QueueFull
 from specrt.runtime.target_session import ContextOverflowError
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specrt import drafter_kinds
 from specrt.bundle import MANIFEST, Manifest, checkpoint_sha256, load_bundle
 from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir, default_drafter_spec, lookup
 from specrt.errors import SpecrtError
@@ -16,85 +17,44 @@ from specrt.runtime.engine import Engine
 from specrt.runtime.providers import providers_for
 
 
-def _ngram(bundle: Path, manifest: Manifest, providers, threads: int):
-    from specrt.drafters.ngram import NgramDrafter
-
-    return NgramDrafter()
-
-
-def _draft_model(bundle: Path, manifest: Manifest, providers, threads: int):
-    from specrt.drafters.draft_model import DraftModelDrafter
-
-    entry = manifest.drafter("draft-model")
-    if entry is None:
-        raise SpecrtError(f"{bundle} has no draft model (convert it with --drafter draft-model:PATH_OR_NAME)")
-    return DraftModelDrafter(bundle, entry, manifest.vocab_size, providers, threads=threads)
-
-
-def _eagle3(bundle: Path, manifest: Manifest, providers, threads: int):
-    from specrt.drafters.eagle3 import Eagle3Drafter
-
-    entry = manifest.drafter("eagle3")
-    if entry is None:
-        raise SpecrtError(f"{bundle} has no EAGLE-3 head (convert it with --drafter eagle3:CHECKPOINT_FOLDER)")
-    return Eagle3Drafter(bundle, entry, manifest.target.hidden_layers, manifest.vocab_size, providers, threads=threads)
-
-
-def _mtp(bundle: Path, manifest: Manifest, providers, threads: int):
-    from specrt.drafters.mtp import MtpDrafter
-
-    entry = manifest.drafter("mtp")
-    if entry is None:
-        raise SpecrtError(f"{bundle} has no MTP module (convert a target that ships one with --drafter mtp)")
-    return MtpDrafter(bundle, entry, manifest.target.hidden_layers, manifest.vocab_size, providers, threads=threads)
-
-
-def _dflash(bundle: Path, manifest: Manifest, providers, threads: int):
-    from specrt.drafters.dflash import DFlashDrafter
-
-    entry = manifest.drafter("dflash")
-    if entry is None:
-        raise SpecrtError(f"{bundle} has no DFlash drafter (convert it with --drafter dflash:CHECKPOINT_FOLDER)")
-    return DFlashDrafter(bundle, entry, manifest.target.hidden_layers, providers, threads=threads)
-
-
-# drafter name -> factory(bundle, manifest, providers, threads)
-DRAFTERS = {"none": lambda *args: None, "ngram": _ngram, "draft-model": _draft_model, "eagle3": _eagle3, "mtp": _mtp,
-            "dflash": _dflash}
-LATER_DRAFTERS = ()
-TREE_DRAFTERS = ("eagle3", "mtp")  # take ":tree" (EAGLE-2 dynamic tree) or ":chain" (the default)
-
-
 def check_drafter_name(name: str) -> None:
-    if "+" in name:  # a mix: the adaptive loop picks one member per step
-        members = name.split("+")
+    """A drafter name: a kind (specrt/drafter_kinds.py), KIND:tree / KIND:chain for kinds that draft trees, or a
+    mix "A+B" of different ones (the adaptive loop picks one per step)."""
+    if "+" in name:
+        members = drafter_kinds.members(name)
         if len(set(members)) != len(members) or any(m in ("", "none", "auto") for m in members):
             raise SpecrtError(f"drafter {name!r}: a mix names two or more different drafters, e.g. draft-model+ngram")
         for member in members:
             check_drafter_name(member)
         return
+    if name == "none":
+        return
     base, _, mode = name.partition(":")
-    if base not in DRAFTERS:
-        state = "not available yet" if base in LATER_DRAFTERS else "unknown"
-        raise SpecrtError(f"drafter {base!r} is {state} (available: {', '.join(DRAFTERS)}; "
-                          f"{' and '.join(TREE_DRAFTERS)} also as NAME:tree)")
-    if mode and (base not in TREE_DRAFTERS or mode not in ("tree", "chain")):
-        raise SpecrtError(f"drafter {name!r}: only {', '.join(TREE_DRAFTERS)} take :tree or :chain")
+    kind = drafter_kinds.kind(base)
+    if mode and (not kind.trees or mode not in ("tree", "chain")):
+        raise SpecrtError(f"drafter {name!r}: only {', '.join(drafter_kinds.tree_kinds())} take :tree or :chain")
 
 
 def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads: int = 0):
     """The drafter object for a name such as "ngram", "eagle3" or "eagle3:tree" (None for "none")."""
     check_drafter_name(name)
+    if name == "none":
+        return None
     if "+" in name:
         from specrt.drafters.mixed import MixedDrafter
 
-        return MixedDrafter([make_drafter(m, bundle, manifest, providers, threads) for m in name.split("+")])
+        return MixedDrafter([make_drafter(m, bundle, manifest, providers, threads)
+                             for m in drafter_kinds.members(name)])
     base, _, mode = name.partition(":")
     if mode == "tree" and manifest.target.precision == "int4":
         raise SpecrtError(f"{name}: tree drafts on an int4 graph are not exact (tree attention sums in another order, "
                           f"and int8 activations turn that rounding into different tokens); use {base} (a chain) "
                           f"or an fp32 bundle")
-    drafter = DRAFTERS[base](bundle, manifest, providers, threads)
+    kind = drafter_kinds.kind(base)
+    entry = manifest.drafter(base)
+    if kind.needs_entry and entry is None:
+        raise SpecrtError(f"{bundle} has no {kind.title} ({kind.missing})")
+    drafter = kind.build_class().from_bundle(bundle, entry, manifest, providers, threads=threads)
     if mode == "tree":
         drafter.use_tree()
         drafter.name = f"{base}:tree"
@@ -122,7 +82,7 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
         lookup(model)  # raises the catalog's unknown-model error
     drafter_spec, suffix = default_drafter_spec(model), ""  # the catalog's own drafters, if any
     draft = CATALOG[model].draft_model
-    if drafter and "draft-model" in drafter.split("+") and f"draft-model:{draft}" not in (drafter_spec or ()):
+    if drafter_kinds.uses_catalog_draft_model(drafter) and f"draft-model:{draft}" not in (drafter_spec or ()):
         # a draft model the default bundle lacks: a bundle of its own
         if draft is None:
             raise SpecrtError(f"{model} has no draft model in the catalog (convert one in: specrt convert {model} "
@@ -150,9 +110,11 @@ def _stale(bundle: Path, model: str, spec) -> bool:
 def _stale_head(manifest: Manifest, spec) -> bool:
     """Converted before its catalog entry shipped these drafters (EAGLE-3 head, DFlash), or with older ones."""
     specs = () if spec is None else (spec,) if isinstance(spec, str) else tuple(spec)
-    for kind, _, folder in (s.partition(":") for s in specs if s.startswith(("eagle3:", "dflash:"))):
+    for kind, _, folder in (s.partition(":") for s in specs):
+        if kind not in drafter_kinds.KINDS or not drafter_kinds.KINDS[kind].shipped:
+            continue
         entry = manifest.drafter(kind)
-        if entry is None or entry.get("source_sha256") != checkpoint_sha256(Path(folder)):
+        if entry is None or entry.source_sha256 != checkpoint_sha256(Path(folder)):
             return True
     return False
 
@@ -164,12 +126,10 @@ def _stale_blocks(manifest: Manifest, model: str) -> bool:
 
 
 def auto_drafter(manifest: Manifest) -> str | None:
-    """The drafter `auto` means for a bundle: its EAGLE-3 head, else its MTP module, else its DFlash drafter,
-    else its draft model mixed with prompt lookup (the adaptive loop picks per step), else plain decoding."""
-    head = next((kind for kind in ("eagle3", "mtp", "dflash") if manifest.drafter(kind) is not None), None)
-    if head is None and manifest.drafter("draft-model") is not None:
-        return "draft-model+ngram"
-    return head
+    """The drafter `auto` means for a bundle (the registry's order): its EAGLE-3 head, else its MTP module, else
+    its DFlash drafter, else its draft model mixed with prompt lookup (the adaptive loop picks per step), else
+    plain decoding."""
+    return drafter_kinds.auto_choice(entry.kind for entry in manifest.drafters)
 
 
 def default_batch_invariant(drafter, precision: str) -> bool:
@@ -179,7 +139,7 @@ def default_batch_invariant(drafter, precision: str) -> bool:
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
          threads: int = 0, stages=None, batch_invariant: bool | None = None) -> Engine:
-    """drafter: a name (see DRAFTERS; eagle3/mtp also as NAME:tree), None or "none" for plain decoding, or
+    """drafter: a name (a kind of specrt/drafter_kinds.py; eagle3/mtp also as NAME:tree), None or "none" for plain decoding, or
     "auto" (the bundle's EAGLE-3 head, else its MTP module, else its DFlash drafter, else its draft model mixed
     with ngram, else none); "A+B" mixes drafters (the adaptive loop picks one per step).
     batch_invariant: every target call feeds >= 2 rows, which makes int4 output independent of how tokens

@@ -6,9 +6,9 @@ EAGLE-3: the draft vocabulary is the `draft_vocab` most frequent target tokens i
 vocabulary; d2t maps it back), the head copies the target's layer shape and reads EAGLE's default layers
 (2, N // 2, N - 3); the result is written in the vLLM/SGLang layout (`--drafter eagle3:OUT`). MTP: a module
 over the whole vocabulary reading the last layer, written in the DeepSeek-V3 layout (`--drafter mtp:OUT`).
-DFlash (drafters/dflash/train.py): trained over the whole vocabulary, written in the reference layout plus a
+DFlash (train/dflash.py): trained over the whole vocabulary, written in the reference layout plus a
 d2t that restricts its output to the same `draft_vocab` most frequent tokens (`--drafter dflash:OUT`).
-Training (drafters/eagle3/train.py, shared) checkpoints into OUT/train and resumes from there.
+Training (train/eagle3.py, shared) checkpoints into OUT/train and resumes from there.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -112,10 +114,10 @@ def _dflash_trainee(loaded, block_size: int, counts: np.ndarray, frequent: int =
     """A one-layer DFlash drafter; its layer starts as a copy of the target's last layer (q/k norms at one) and
     its output norm as the target's final norm, so its first outputs already look like the target's. The mask
     token is the target token least used in the training data (its embedding row is the mask's). The loss's
-    softmax always includes the `frequent` most frequent tokens of the data (drafters/dflash/train.py)."""
+    softmax always includes the `frequent` most frequent tokens of the data (train/dflash.py)."""
     import torch
 
-    from specrt.drafters.dflash.train import DFlashTrainee
+    from specrt.train.dflash import DFlashTrainee
     from specrt.models.dflash import DFlashDraft
 
     t, w = loaded.config, loaded.weights
@@ -136,51 +138,97 @@ def _dflash_trainee(loaded, block_size: int, counts: np.ndarray, frequent: int =
     return DFlashTrainee(draft, embed, lm_head, common)
 
 
+@dataclass(frozen=True)
+class TrainingJob:
+    """What `specrt train-drafter` asks for, beside the data."""
+
+    target: str
+    out: Path
+    epochs: float
+    batch_size: int = 4
+    draft_vocab: int = 8192
+    lr: float = 1e-3
+    unroll: int = 3
+    device: str = "cpu"
+    block_size: int = 8
+    seq_len: int = 256
+
+
 def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int, epochs: float, seq_len: int = 256,
                   batch_size: int = 4, draft_vocab: int = 8192, lr: float = 1e-3, unroll: int = 3, log=print,
                   device: str = "cpu", block_size: int = 8) -> dict:
-    """kind eagle3: a head over a reduced draft vocabulary, written in the vLLM/SGLang EAGLE-3 layout; kind mtp:
-    an MTP module over the whole vocabulary, written in the DeepSeek-V3 layout (convert --drafter mtp:OUT)."""
-    import torch
-
+    """Train a drafter of this kind for the target: the shared part (data, target, draft vocabulary) here, the
+    kind's own part in the trainer the registry names (specrt/drafter_kinds.py: train_eagle3, train_mtp,
+    train_dflash below)."""
+    from specrt import drafter_kinds
     from specrt.convert import sources
-    from specrt.convert.pipeline import _torch_model
     from specrt.datasets import load_conversations
-    from specrt.drafters.eagle3.train import loss_history, train
-    from specrt.models.eagle3 import save_eagle3_checkpoint, state_dict_of
-    from specrt.models.mtp import save_mtp_checkpoint
 
-    if kind not in ("eagle3", "mtp", "dflash"):
-        raise SpecrtError(f"train-drafter --kind {kind} is not available (available: eagle3, mtp, dflash)")
-    out = Path(out).expanduser()
+    trainable = [k.name for k in drafter_kinds.KINDS.values() if k.trainer]
+    spec = drafter_kinds.KINDS.get(kind)
+    if spec is None or spec.trainer is None:
+        raise SpecrtError(f"train-drafter --kind {kind} is not available (available: {', '.join(trainable)})")
+    job = TrainingJob(target, Path(out).expanduser(), epochs, batch_size, draft_vocab, lr, unroll, device, block_size,
+                      seq_len)
+    trainer = drafter_kinds.load_object(spec.trainer)
+    trainer.check(job)
     loaded = sources.load(sources.resolve(target, log=log))
     conversations = load_conversations(None if data == "sharegpt" else data)
     seqs = _tokenize(loaded, conversations, max_tokens, seq_len)
     if not seqs:
         raise SpecrtError(f"no training sequences (the data holds fewer than {seq_len} tokens)")
     counts = np.bincount(np.concatenate(seqs), minlength=loaded.config.vocab_size)
-    vocab = min(draft_vocab, loaded.config.vocab_size) if kind in ("eagle3", "dflash") else loaded.config.vocab_size
-    draft_ids = np.sort(np.argsort(-counts, kind="stable")[:vocab])  # the most frequent target tokens
+    import torch
+
     torch.manual_seed(0)
-    if kind == "dflash":
-        return _train_dflash(loaded, target, seqs, counts, draft_ids, out, epochs, batch_size, lr, block_size, log,
-                             device)
-    head = _eagle3_head(loaded, draft_ids) if kind == "eagle3" else _mtp_head(loaded)
-    train_seqs, held, steps = _split(seqs, epochs, batch_size)
+    return trainer(loaded, job, seqs, counts, log)
+
+
+def _draft_ids(counts: np.ndarray, size: int) -> np.ndarray:
+    """The `size` most frequent target tokens of the data, sorted by id."""
+    return np.sort(np.argsort(-counts, kind="stable")[:min(size, len(counts))])
+
+
+def _no_check(job: TrainingJob) -> None:
+    """Nothing to refuse before the target is loaded."""
+
+
+def train_eagle3(loaded, job: TrainingJob, seqs, counts, log) -> dict:
+    """An EAGLE-3 head over a reduced draft vocabulary, written in the vLLM/SGLang EAGLE-3 layout."""
+    from specrt.models.eagle3 import save_eagle3_checkpoint, state_dict_of
+
+    draft_ids = _draft_ids(counts, job.draft_vocab)
+    return _train_head(loaded, job, seqs, counts, log, _eagle3_head(loaded, draft_ids), draft_ids, "eagle3",
+                       lambda out, head: save_eagle3_checkpoint(out, head.cfg, state_dict_of(head), half=True))
+
+
+def train_mtp(loaded, job: TrainingJob, seqs, counts, log) -> dict:
+    """An MTP module over the whole vocabulary, written in the DeepSeek-V3 layout (convert --drafter mtp:OUT)."""
+    from specrt.models.eagle3 import state_dict_of
+    from specrt.models.mtp import save_mtp_checkpoint
+
+    draft_ids = np.arange(loaded.config.vocab_size)
+    return _train_head(loaded, job, seqs, counts, log, _mtp_head(loaded), draft_ids, "mtp",
+                       lambda out, head: save_mtp_checkpoint(out, head.cfg, state_dict_of(head), half=True))
+
+
+def _train_head(loaded, job: TrainingJob, seqs, counts, log, head, draft_ids, kind: str, save) -> dict:
+    from specrt.convert.pipeline import _torch_model
+    from specrt.train.eagle3 import loss_history, train
+
+    out, unroll = job.out, job.unroll
+    train_seqs, held, steps = _split(seqs, job.epochs, job.batch_size)
     log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); {kind} vocabulary "
-        f"{vocab} covers {counts[draft_ids].sum() / counts.sum():.1%} of the data; {steps} steps")
+        f"{len(draft_ids)} covers {counts[draft_ids].sum() / counts.sum():.1%} of the data; {steps} steps")
     target_model = _torch_model(loaded.config, loaded.weights)
     t0 = time.time()
-    train(target_model, head, train_seqs, steps, out / "train", lr=lr, unroll=unroll,
-          batch_size=batch_size, log=log, device=device,
+    train(target_model, head, train_seqs, steps, out / "train", lr=job.lr, unroll=unroll,
+          batch_size=job.batch_size, log=log, device=job.device,
           on_checkpoint=lambda step: log(f"step {step}: held-back top-1 by draft step "
                                          f"{[round(a, 3) for a in held_back_agreement(target_model, head, held[:16], unroll)]}"))
     agree = held_back_agreement(target_model, head, held, unroll)
-    if kind == "eagle3":
-        save_eagle3_checkpoint(out, head.cfg, state_dict_of(head), half=True)
-    else:
-        save_mtp_checkpoint(out, head.cfg, state_dict_of(head), half=True)
-    report = {"target": target, "sequences": len(train_seqs), "tokens": int(sum(len(s) for s in train_seqs)),
+    save(out, head)
+    report = {"target": job.target, "sequences": len(train_seqs), "tokens": int(sum(len(s) for s in train_seqs)),
               "steps": steps, "seconds": round(time.time() - t0, 1), "held_back_top1_by_step": agree,
               "losses": loss_history(out / "train")}
     (out / "training_report.json").write_text(json.dumps(report))
@@ -199,7 +247,7 @@ def _split(seqs: list, epochs: float, batch_size: int) -> tuple[list, list, int]
 def held_back_agreement(target_model, head, held, unroll: int) -> list[float]:
     import torch
 
-    from specrt.drafters.eagle3.train import make_batch, unrolled_loss
+    from specrt.train.eagle3 import make_batch, unrolled_loss
 
     head.eval()
     sums = np.zeros(unroll)
@@ -211,17 +259,23 @@ def held_back_agreement(target_model, head, held, unroll: int) -> list[float]:
     return (sums / len(held)).tolist()
 
 
-def _train_dflash(loaded, target: str, seqs, counts, draft_ids, out: Path, epochs: float, batch_size: int,
-                  lr: float, block_size: int, log, device: str) -> dict:
-    """Train a DFlash drafter over the whole vocabulary; the checkpoint restricts its output to the draft_ids
-    (d2t): a few tokens lost to the drafter, most of the lm_head's cost saved at every call."""
+def _check_dflash(job: TrainingJob) -> None:
+    if not 2 <= job.block_size <= job.seq_len // 2:
+        raise SpecrtError(f"--block-size must be between 2 and half of --seq-len ({job.seq_len // 2})")
+
+
+def train_dflash(loaded, job: TrainingJob, seqs, counts, log) -> dict:
+    """Train a DFlash drafter over the whole vocabulary; the checkpoint restricts its output to the draft
+    vocabulary (d2t): a few tokens lost to the drafter, most of the lm_head's cost saved at every call."""
     from specrt.convert.pipeline import _torch_model
-    from specrt.drafters.dflash.train import held_back_agreement as dflash_agreement, train as train_dflash
-    from specrt.drafters.eagle3.train import loss_history
+    from specrt.train.dflash import held_back_agreement as dflash_agreement, train as train_blocks
+    from specrt.train.eagle3 import loss_history
     from specrt.models.dflash import D2T, d2t_for, save_dflash_checkpoint, state_dict_of as dflash_state
 
+    target, out, block_size, device = job.target, job.out, job.block_size, job.device
+    draft_ids = _draft_ids(counts, job.draft_vocab)
     trainee = _dflash_trainee(loaded, block_size, counts)
-    train_seqs, held, steps = _split(seqs, epochs, batch_size)
+    train_seqs, held, steps = _split(seqs, job.epochs, job.batch_size)
     log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); DFlash block "
         f"{block_size}, mask token {trainee.draft.cfg.mask_token_id}; draft vocabulary {len(draft_ids)} covers "
         f"{counts[draft_ids].sum() / counts.sum():.1%} of the data; {steps} steps")
@@ -233,7 +287,7 @@ def _train_dflash(loaded, target: str, seqs, counts, draft_ids, out: Path, epoch
 
     # 64 blocks per sequence: the target pass over the sequence is most of a step's cost, so each pass feeds
     # many blocks
-    train_dflash(target_model, trainee, train_seqs, steps, out / "train", lr=lr, batch_size=batch_size,
+    train_blocks(target_model, trainee, train_seqs, steps, out / "train", lr=job.lr, batch_size=job.batch_size,
                  anchors=64, log=log, device=device, on_checkpoint=report_held)
     agree = dflash_agreement(target_model, trainee, held)
     save_dflash_checkpoint(out, trainee.draft.cfg, {**dflash_state(trainee.draft), D2T: d2t_for(draft_ids)})
@@ -243,3 +297,19 @@ def _train_dflash(loaded, target: str, seqs, counts, draft_ids, out: Path, epoch
     (out / "training_report.json").write_text(json.dumps(report))
     log(f"held-back top-1 agreement with the target by block position: {agree} -> {out}")
     return report
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """A kind's trainer, as the registry names it: `check` refuses a bad job before the target is loaded."""
+
+    train: Callable
+    check: Callable = _no_check
+
+    def __call__(self, loaded, job: TrainingJob, seqs, counts, log) -> dict:
+        return self.train(loaded, job, seqs, counts, log)
+
+
+EAGLE3 = Trainer(train_eagle3)
+MTP = Trainer(train_mtp)
+DFLASH = Trainer(train_dflash, _check_dflash)

@@ -1,0 +1,99 @@
+"""The parts of the package import only what docs/architecture.md allows, the drafter registry is complete, and
+no module but the registry branches on a drafter's name."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+from specrt import drafter_kinds
+from specrt.drafter_entry import FIELDS
+from specrt.runtime.drafter import Drafter
+from tests.architecture_rules import Import, imports, modules, violation, violations
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_no_part_imports_what_it_may_not():
+    assert violations(ROOT) == []
+
+
+def test_the_walk_sees_every_part_and_lazy_imports():
+    names = modules(ROOT)
+    for module in ("specrt.runtime.engine", "specrt.runtime.drafter", "specrt.app.api", "specrt.app.serve.app",
+                   "specrt.convert.pipeline", "specrt.drafters.dflash.drafter", "specrt.train.recipe",
+                   "specrt.kernels.verify", "specrt.models.transformer", "specrt.cli", "specrt.drafter_kinds"):
+        assert module in names
+    found = imports(ROOT)
+    # runtime/verify.py imports the Triton kernel inside a function only
+    assert any(i.module == "specrt.runtime.verify" and i.target == "specrt.kernels.verify" and i.lazy for i in found)
+    assert any(i.module == "specrt.runtime.engine" and i.target == "specrt.runtime.speculative" and not i.lazy
+               for i in found)
+
+
+@pytest.mark.parametrize("module, target, lazy, why", [
+    ("specrt.runtime.engine", "specrt.convert.pipeline", True, "runtime imports convert"),
+    ("specrt.runtime.engine", "specrt.models.gguf_loader", False, "runtime imports models"),
+    ("specrt.runtime.engine", "specrt.app.api", True, "runtime imports app"),
+    ("specrt.runtime.engine", "specrt.drafters.ngram", False, "runtime imports drafters"),
+    ("specrt.runtime.engine", "torch", False, "at module level"),
+    ("specrt.runtime.engine", "transformers", True, "runtime imports transformers"),
+    ("specrt.drafters.feature_head", "specrt.runtime.engine", False, "beyond its drafter contract"),
+    ("specrt.drafters.feature_head", "safetensors", True, "drafters imports safetensors"),
+    ("specrt.bundle", "specrt.runtime.engine", True, "shared imports runtime"),
+    ("specrt.convert.pipeline", "specrt.app.api", True, "convert imports app"),
+    ("specrt.models.eagle3", "specrt.convert.quantize", True, "models imports convert"),
+])
+def test_forbidden_imports_are_caught(module, target, lazy, why):
+    assert why in violation(Import(module, "x.py", 1, target, lazy))
+
+
+@pytest.mark.parametrize("module, target, lazy", [
+    ("specrt.runtime.verify", "torch", True),  # a GPU path
+    ("specrt.drafters.feature_head", "specrt.runtime.drafter", False),
+    ("specrt.app.api", "specrt.convert.pipeline", True),
+    ("specrt.cli", "specrt.train.recipe", True),
+    ("specrt.convert.pipeline", "specrt.runtime.target_session", False),
+])
+def test_allowed_imports_pass(module, target, lazy):
+    assert violation(Import(module, "x.py", 1, target, lazy)) is None
+
+
+@pytest.mark.parametrize("kind", list(drafter_kinds.KINDS.values()), ids=lambda k: k.name)
+def test_every_registered_kind_is_complete(kind):
+    cls = kind.build_class()
+    assert issubclass(cls, Drafter)
+    # a kind that runs from a graph in the bundle builds itself from its entry (the default builds from nothing)
+    assert (cls.from_bundle.__func__ is not Drafter.from_bundle.__func__) == kind.needs_entry
+    assert all(name in FIELDS for name in kind.entry_fields)
+    assert kind.auto is None or all(m in drafter_kinds.KINDS for m in drafter_kinds.members(kind.auto))
+    if kind.exporter is not None:
+        module = kind.exporter_module()
+        for function, params in (("check", 2), ("stages", 1), ("hidden_layers_for", 2), ("add", 9)):
+            assert len(inspect.signature(getattr(module, function)).parameters) == params, (kind.name, function)
+    if kind.trainer is not None:
+        assert callable(drafter_kinds.load_object(kind.trainer).check)
+
+
+def _kind_literals(node) -> list[str]:
+    """Kind names written as string constants in a comparison (`x == "eagle3"`, `x in ("eagle3", "mtp")`)."""
+    found = []
+    for compare in (n for n in ast.walk(node) if isinstance(n, ast.Compare)):
+        for side in [compare.left, *compare.comparators]:
+            values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+            found += [v.value for v in values if isinstance(v, ast.Constant) and v.value in drafter_kinds.KINDS]
+    return found
+
+
+def test_only_the_registry_branches_on_a_drafter_name():
+    branching = {}
+    for module, path in modules(ROOT).items():
+        if module == "specrt.drafter_kinds":
+            continue
+        names = _kind_literals(ast.parse(path.read_text()))
+        if names:
+            branching[module] = names
+    assert branching == {}
