@@ -61,7 +61,7 @@ def eagle3_engine(fp32_bundle):
     the catalog adds by default."""
     from specrt.bundle import load_bundle
 
-    assert load_bundle(fp32_bundle).drafter("eagle3")["source"] == str(EAGLE3_HEAD)
+    assert load_bundle(fp32_bundle).drafter("eagle3").source == str(EAGLE3_HEAD)
     return specrt.load(str(fp32_bundle), device="cpu", drafter="auto")
 
 
@@ -108,7 +108,7 @@ def test_default_int4_bundle_drafts_with_its_head_by_default(int4_bundle):
     in the same mode, through the CLI."""
     from specrt.bundle import load_bundle
 
-    assert load_bundle(int4_bundle).drafter("eagle3")["graph"]["precision"] == "int4"
+    assert load_bundle(int4_bundle).drafter("eagle3").raw["graph"]["precision"] == "int4"
 
     def generate(*extra):
         proc = subprocess.run([sys.executable, "-m", "specrt.cli", "generate", str(int4_bundle), "--prompt",
