@@ -194,8 +194,8 @@ sampling_options = [
     click.option("--seed", type=int, default=None),
     click.option("--drafter", default="auto", show_default=True,
                  help=f"{', '.join(drafter_kinds.KINDS)} ({' / '.join(k + ':tree' for k in drafter_kinds.tree_kinds())} "
-                      f"for tree drafts, A+B to mix), none for plain decoding, or auto: the bundle's EAGLE-3 head, "
-                      f"else its MTP module, else its DFlash drafter, else its draft model mixed with ngram, else none"),
+                      f"for tree drafts, A+B to mix), none for plain decoding, or auto: the first the bundle has of "
+                      f"{', '.join(f'{k.title} ({k.auto})' for k in drafter_kinds.KINDS.values() if k.auto)}, else none"),
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True),
     click.option("--precision", type=click.Choice(["fp32", "int4"]), default="int4", show_default=True,
                  help="precision a catalog model is converted to on first use"),
