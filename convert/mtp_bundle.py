@@ -10,6 +10,8 @@ layer, which the module reads (the pipeline asks `hidden_layers_for` before buil
 from __future__ import annotations
 
 import dataclasses
+from collections import ChainMap
+from collections.abc import Mapping
 from pathlib import Path
 
 from specrt.bundle import KVLayout, TargetGraph
@@ -34,10 +36,11 @@ def hidden_layers_for(folder: str, loaded) -> tuple[int, ...]:
     return (loaded.config.num_layers - 1,)
 
 
-def _weights(loaded, folder: str) -> dict:
+def _weights(loaded, folder: str) -> Mapping:
     """Where the module is looked for: the target's own weights, or a module folder's (mtp:FOLDER, written by
     `specrt train-drafter --kind mtp`), checked against the target it was trained for."""
     from specrt.models.hf_loader import load_hf_weights, read_hf_config
+    from specrt.models.tensor_source import Subset
 
     if not folder:
         if loaded.source.kind != "hf":
@@ -49,8 +52,9 @@ def _weights(loaded, folder: str) -> dict:
     for key, ours in (("num_hidden_layers", cfg.num_layers), ("hidden_size", cfg.hidden_size), ("vocab_size", cfg.vocab_size)):
         if key in hf and int(hf[key]) != ours:
             raise SourceError(f"{path}: MTP module was made for a target with {key} {hf[key]}; this target has {ours}")
-    return {**{k: v for k, v in loaded.weights.items() if not k.startswith(("model.mtp", f"model.layers.{cfg.num_layers}."))},
-            **load_hf_weights(path)}
+    target_own = ("model.mtp", f"model.layers.{cfg.num_layers}.")  # a module the target ships is not this one's
+    target_keeps = Subset(loaded.weights, lambda name: not name.startswith(target_own))
+    return ChainMap(load_hf_weights(path), target_keeps)  # the folder's tensors first, read when used
 
 
 def add(spec: str, folder: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,

@@ -1,10 +1,21 @@
-"""A small helper for writing ONNX graphs node by node with unique names and numpy initializers."""
+"""A small helper for writing ONNX graphs node by node with unique names and numpy initializers.
+
+With an `ExternalData` file, every initializer of 1 KB or more goes to that file the moment it is made and the
+graph keeps only its location: building a model's graph then holds one weight at a time, never the model. The
+file's layout is byte for byte what `onnx.save_model(save_as_external_data=True, all_tensors_to_one_file=True,
+size_threshold=1024)` writes for the same initializers (appended in order, unaligned), so both paths give the
+same bundle.
+"""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from onnx.external_data_helper import set_external_data
 
 MS_DOMAIN = "com.microsoft"
 OPSET = 21
@@ -18,11 +29,52 @@ NP_TO_ONNX = {
 }
 
 
-class GraphWriter:
-    """Collects nodes, initializers, inputs and outputs; `model()` returns the ModelProto."""
+ONNX_TO_NP = {v: k for k, v in NP_TO_ONNX.items()}
+EXTERNAL_THRESHOLD = 1024  # onnx.save_model's default size_threshold (compared with sys.getsizeof of the bytes)
 
-    def __init__(self, name: str):
+
+class ExternalData:
+    """One external-data file that initializers are appended to as they are made (see the module docstring)."""
+
+    def __init__(self, folder: Path, location: str):
+        self.path, self.location = Path(folder) / location, location
+        self._file = open(self.path, "xb")
+        self.index: dict[str, tuple[int, int, int, tuple[int, ...]]] = {}  # name -> (offset, length, type, dims)
+        self.inline: dict[str, np.ndarray] = {}  # the initializers small enough to stay in the graph
+
+    def take(self, tensor: onnx.TensorProto) -> None:
+        """Move a large tensor's bytes to the file (the tensor keeps its location); a small one stays inline."""
+        raw = tensor.raw_data
+        if sys.getsizeof(raw) < EXTERNAL_THRESHOLD:
+            self.inline[tensor.name] = numpy_helper.to_array(tensor)  # under 1 KB: kept to be read back too
+            return
+        offset = self._file.tell()
+        self._file.write(raw)
+        set_external_data(tensor, self.location, offset, len(raw))
+        tensor.ClearField("raw_data")
+        self.index[tensor.name] = (offset, len(raw), tensor.data_type, tuple(tensor.dims))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def read(self, name: str) -> np.ndarray:
+        """An initializer, read back from the file (which must be closed or flushed) or kept inline."""
+        if name in self.inline:
+            return self.inline[name]
+        offset, length, data_type, dims = self.index[name]
+        with open(self.path, "rb") as f:
+            f.seek(offset)
+            raw = f.read(length)
+        return np.frombuffer(raw, dtype=ONNX_TO_NP[data_type]).reshape(dims)
+
+
+class GraphWriter:
+    """Collects nodes, initializers, inputs and outputs; `model()` returns the ModelProto. With `external`, large
+    initializers are written to that file as they come (the graph is then saved with plain onnx.save_model)."""
+
+    def __init__(self, name: str, external: ExternalData | None = None):
         self.name = name
+        self.external = external
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -37,7 +89,10 @@ class GraphWriter:
 
     def weight(self, name: str, array: np.ndarray) -> str:
         name = self.fresh(name)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        tensor = numpy_helper.from_array(np.ascontiguousarray(array), name)
+        if self.external is not None:
+            self.external.take(tensor)
+        self.initializers.append(tensor)
         return name
 
     def const(self, values, dtype=np.int64) -> str:

@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +28,9 @@ from specrt.bundle import KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
 from specrt.convert import sources
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
                                            hidden_layers_for)
-from specrt.convert.quantize import dequantize_int4
-from specrt.convert.smoothing import CALIBRATION_TEXTS, down_proj_input_max, smooth_down_proj
-from specrt.convert.target_graph import PRECISIONS, GraphOptions, build_target_graph, io_names, quantize_model
+from specrt.convert.quantize import dequantize_int4, is_projection
+from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
+from specrt.convert.target_graph import PRECISIONS, GraphOptions, WrittenGraph, io_names, write_target_graph
 from specrt.convert.tokenizer import write_tokenizer
 from specrt.convert.validate import VALIDATION_TEXTS, check, compare
 from specrt.errors import OutputPathError, SpecrtError
@@ -189,32 +190,32 @@ def _torch_model(cfg, weights: dict):
 
 def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int, hidden_layers: tuple[int, ...],
                  providers, stages: Stages, int4_block_size: int = 32) -> tuple[TargetGraph, dict]:
-    """Build `<stem>.onnx` (+ .data) for a loaded model, save it and validate it against torch.
+    """Build `<stem>.onnx` (+ .data) for a loaded model, streaming, and validate it against torch.
 
+    Memory stays bounded by a layer, not the model: the torch reference runs layer by layer
+    (models/layerwise.py), each weight is read from the source, converted and appended to the data file in
+    turn (write_target_graph), and the int4 reference reads the written int4 weights back one layer at a time.
     Returns the graph entry for the manifest and the validation record. The tokenizer must already be in tmp.
     """
-    import onnx
+    from specrt.models.layerwise import run_layerwise
 
     cfg = loaded.config
     stages.start(f"build {stem} graph")
     graph_opts = GraphOptions(precision=precision, max_context=max_context, hidden_layers=tuple(sorted(hidden_layers)),
                               int4_block_size=int4_block_size)
-    source_model = _torch_model(cfg, loaded.weights)
-    weights, quantized = loaded.weights, None
+    prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, max_context)
+    calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context) if precision == "int4" else []
+    # one pass of the source model: int4 calibration statistics and the validation reference together
+    source = run_layerwise(cfg, loaded.weights, calibration + prompts, graph_opts.hidden_layers,
+                           observe=len(calibration))
+    source_outputs = list(zip(source.logits, source.taps))[len(calibration):]
+    weights = loaded.weights
     if precision == "int4":
-        calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context)
-        weights = smooth_down_proj(loaded.weights, down_proj_input_max(source_model, calibration))
-        quantized = quantize_model(cfg, weights, int4_block_size)
-        # the graph needs only the int4 values of the projections: drop their float copies (the smoothed ones
-        # alone are 3 GB for a 1.5B model)
-        weights = {n: w for n, w in weights.items() if n not in quantized}
-    model = build_target_graph(cfg, weights, graph_opts, quantized)
+        weights = smooth_down_proj(weights, source.down_proj_max)
     stages.done()
 
-    stages.start(f"save {stem} graph")
-    onnx.save_model(model, str(tmp / f"{stem}.onnx"), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=f"{stem}.onnx.data", size_threshold=1024)
-    del model
+    stages.start(f"save {stem} graph")  # the weights are written as the graph is built
+    written = write_target_graph(cfg, weights, graph_opts, tmp, stem)
     stages.done()
 
     stages.start(f"validate {stem}")
@@ -222,20 +223,18 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
                       kv_dtype=kv_dtype_for(precision), hidden_output=bool(hidden_layers),
                       sliding_window=cfg.active_sliding_window)
     session = TargetSession(tmp / f"{stem}.onnx", spec, providers=providers)
-    prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, max_context)
-    report = compare(session, source_model, prompts, graph_opts.hidden_layers)
+    report = compare(session, source_outputs, prompts)
     validation = {"source": report.as_dict()}
-    if quantized is not None:
-        # The graph must match a torch model running the very same int4 weights; how far int4 moves
-        # the model from its source is recorded as quality, not a conversion error.
-        quant_weights = dict(weights)  # smoothed, then every projection replaced by its int4 values
-        quant_weights.update({n: dequantize_int4(q) for n, q in quantized.items()})
+    if precision == "int4":
+        # The graph must match a torch model running the very same int4 weights (read back from the data file);
+        # how far int4 moves the model from its source is recorded as quality, not a conversion error.
         untied = dataclasses.replace(cfg, tie_word_embeddings=False)
-        report_q = compare(session, _torch_model(untied, quant_weights), prompts, graph_opts.hidden_layers)
+        quantized = run_layerwise(untied, Int4Readback(weights, written), prompts, graph_opts.hidden_layers)
+        report_q = compare(session, list(zip(quantized.logits, quantized.taps)), prompts)
         validation["quantized_reference"] = report_q.as_dict()
         stages.log(f"{stem} int4 quality: top-1 agreement with the unquantized source {report.top1_agreement:.1%}")
         report = report_q
-    del session, source_model
+    del session
     check(report, precision)
     stages.log(f"{stem} validation: max |diff| {report.max_abs_diff:.2e}, top-1 agreement {report.top1_agreement:.1%} over {report.positions} positions")
     stages.done()
@@ -246,6 +245,29 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
                         hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
                         int4_block_size=int4_block_size if precision == "int4" else 0)
     return graph, validation
+
+
+class Int4Readback(Mapping):
+    """The weights an int4 graph really multiplies by: every projection (and the lm_head) dequantized from the
+    int4 values written to the data file, everything else as given. Read one tensor at a time."""
+
+    def __init__(self, weights: Mapping, written: WrittenGraph):
+        self.base, self.written = weights, written
+        self.names = list(weights) + (["lm_head.weight"] if "lm_head.weight" not in weights else [])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if is_projection(name):
+            return dequantize_int4(self.written.int4(name))
+        return self.base[name]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name) -> bool:
+        return name in self.base or name == "lm_head.weight"
 
 
 def kv_dtype_for(precision: str) -> str:

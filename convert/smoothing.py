@@ -4,10 +4,13 @@ MatMulNBits at accuracy level 4 quantizes its input activations to int8 per bloc
 projection's input (act(gate) * up) has a few channels with large values that make those blocks
 coarse. Dividing channel k of that input by s_k and multiplying column k of down_proj by s_k leaves
 the product unchanged in exact arithmetic; the division is folded into up_proj's row k (the input is
-elementwise act(gate) * up). s_k = sqrt(max|x_k| / max|W[:, k]|), from a few calibration prompts.
+elementwise act(gate) * up). s_k = sqrt(max|x_k| / max|W[:, k]|), from a few calibration prompts (their
+largest inputs come from models/layerwise.py's run).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -19,36 +22,43 @@ CALIBRATION_TEXTS = (
 )
 
 
-def down_proj_input_max(torch_model, prompts: list[list[int]]) -> dict[int, np.ndarray]:
-    """Per layer, max |input| per channel of mlp.down_proj over the prompts: {layer: [intermediate]}."""
-    import torch
+class Smoothed(Mapping):
+    """The weights with every smoothed layer's up_proj rows divided by s and down_proj columns multiplied by s,
+    computed when read (a view: nothing is copied, a LazyWeights source stays on disk)."""
 
-    stats: dict[int, np.ndarray] = {}
-    hooks = []
-    for i, layer in enumerate(torch_model.model.layers):
-        def hook(_module, inputs, _output, i=i):
-            m = inputs[0].detach().abs().reshape(-1, inputs[0].shape[-1]).amax(0).numpy()
-            stats[i] = np.maximum(stats[i], m) if i in stats else m
+    def __init__(self, weights: Mapping, scales: dict[int, np.ndarray]):
+        self.base, self.scales = weights, scales
 
-        hooks.append(layer.mlp.down_proj.register_forward_hook(hook))
-    try:
-        with torch.no_grad():
-            for ids in prompts:
-                torch_model(torch.tensor([ids]))
-    finally:
-        for h in hooks:
-            h.remove()
-    return stats
+    def __getitem__(self, name: str) -> np.ndarray:
+        w = self.base[name]
+        layer, kind = _smoothed_part(name)
+        if layer in self.scales:
+            s = self.scales[layer]
+            return w / s[:, None] if kind == "up" else w * s[None, :]
+        return w
+
+    def __iter__(self):
+        return iter(self.base)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __contains__(self, name) -> bool:
+        return name in self.base
 
 
-def smooth_down_proj(weights: dict[str, np.ndarray], act_max: dict[int, np.ndarray], alpha: float = 0.5) -> dict:
-    """New weights dict with up_proj rows / s and down_proj columns * s for every layer in act_max."""
-    out = dict(weights)
+def _smoothed_part(name: str) -> tuple[int | None, str]:
+    """(layer, "up" | "down") for a layer's up_proj / down_proj weight, else (None, "")."""
+    if name.startswith("model.layers.") and name.endswith(("mlp.up_proj.weight", "mlp.down_proj.weight")):
+        return int(name.split(".")[2]), "up" if name.endswith("up_proj.weight") else "down"
+    return None, ""
+
+
+def smooth_down_proj(weights: Mapping, act_max: dict[int, np.ndarray], alpha: float = 0.5) -> Smoothed:
+    """The weights with up_proj rows / s and down_proj columns * s for every layer in act_max (a view)."""
+    scales = {}
     for i, amax in act_max.items():
-        up, down = f"model.layers.{i}.mlp.up_proj.weight", f"model.layers.{i}.mlp.down_proj.weight"
-        w_max = np.abs(weights[down]).max(0)  # [intermediate]
+        w_max = np.abs(weights[f"model.layers.{i}.mlp.down_proj.weight"]).max(0)  # [intermediate]
         s = np.power(np.maximum(amax, 1e-5), alpha) / np.power(np.maximum(w_max, 1e-5), 1 - alpha)
-        s = np.clip(s, 1e-2, 1e2).astype(np.float32)
-        out[up] = weights[up] / s[:, None]
-        out[down] = weights[down] * s[None, :]
-    return out
+        scales[i] = np.clip(s, 1e-2, 1e2).astype(np.float32)
+    return Smoothed(weights, scales)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from specrt.bundle import sha256_file
 from specrt import catalog
 from specrt.errors import SourceError
 from specrt.models.config import ModelConfig, config_from_hf
+from specrt.models.tensor_source import LazyWeights
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class LoadedSource:
     source: ResolvedSource
     hf_config: dict
     config: ModelConfig
-    weights: dict[str, np.ndarray]
+    weights: LazyWeights  # HF name -> float32 array, each read from the source file when asked for
     sha256: str  # of the GGUF file, or of config.json + the safetensors files
 
 
@@ -65,7 +65,7 @@ def load(resolved: ResolvedSource) -> LoadedSource:
     return LoadedSource(resolved, hf, config, weights, digest)
 
 
-def _check_weights(cfg: ModelConfig, weights: dict, resolved: ResolvedSource) -> None:
+def _check_weights(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSource) -> None:
     """Name the first missing or misshaped tensor instead of failing deep inside the builder."""
     need = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size), "model.norm.weight": (cfg.hidden_size,)}
     for i in range(cfg.num_layers):
@@ -81,5 +81,6 @@ def _check_weights(cfg: ModelConfig, weights: dict, resolved: ResolvedSource) ->
     for name, shape in need.items():
         if name not in weights:
             raise SourceError(f"{resolved.path}: missing tensor {name}")
-        if tuple(weights[name].shape) != shape:
-            raise SourceError(f"{resolved.path}: tensor {name} has shape {tuple(weights[name].shape)}, expected {shape}")
+        got = weights.shape(name)  # from the file's header: no tensor is read here
+        if tuple(got) != shape:
+            raise SourceError(f"{resolved.path}: tensor {name} has shape {tuple(got)}, expected {shape}")

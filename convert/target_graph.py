@@ -21,13 +21,15 @@ copied), one fused gate/up MatMul. int4 turns every projection and the lm_head i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto
 
-from specrt.convert.onnx_graph import MS_DOMAIN, GraphWriter
+from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
 from specrt.convert.quantize import Int4Weight, concat_rows, quantize_int4
 from specrt.models.config import ModelConfig
 
@@ -58,31 +60,43 @@ def io_names(cfg: ModelConfig) -> dict:
 
 
 class _TargetBuilder:
-    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], opts: GraphOptions, quantized: dict | None):
+    def __init__(self, cfg: ModelConfig, weights: Mapping, opts: GraphOptions, quantized: dict | None,
+                 external: ExternalData | None = None):
         if opts.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}")
         self.cfg, self.w, self.opts = cfg, weights, opts
-        self.g = GraphWriter("specrt_target")
+        self.g = GraphWriter("specrt_target", external)
         self.dtype = np.float16 if opts.precision == "fp16" else np.float32
         self.elem = TensorProto.FLOAT16 if opts.precision == "fp16" else TensorProto.FLOAT
         self.rope_caches: dict = {}
-        self.quantized: dict[str, Int4Weight] = quantized or {}
+        self.quantized: dict[str, Int4Weight] = quantized or {}  # computed beforehand (else each when used)
+        self.int4_rows: dict[str, Int4Rows] = {}  # HF weight name -> where its int4 rows went
+        # a tied model's lm_head is its embedding table
+        self.alias = {} if "lm_head.weight" in weights else {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def tensor(self, name: str) -> np.ndarray:
+        """One source weight (read now: the builder keeps none)."""
+        return self.w[self.alias.get(name, name)]
+
+    def has(self, name: str) -> bool:
+        return self.alias.get(name, name) in self.w
 
     def int4(self, name: str) -> Int4Weight:
-        if name not in self.quantized:
-            self.quantized[name] = quantize_int4(self.w[name].astype(np.float32), self.opts.int4_block_size)
-        return self.quantized[name]
+        if name in self.quantized:
+            return self.quantized[name]
+        return quantize_int4(self.tensor(name).astype(np.float32), self.opts.int4_block_size)
 
     # -- weights -------------------------------------------------------------------------------
     def param(self, name: str, offset: float = 0.0) -> str:
-        return self.g.weight(name, (self.w[name].astype(np.float32) + offset).astype(self.dtype))
+        return self.g.weight(name, (self.tensor(name).astype(np.float32) + offset).astype(self.dtype))
 
     def linear(self, x: str, names: list[str], out_name: str) -> str:
         """y = x @ concat(W_names).T (+ bias), W in HF layout [out, in]; fused when several names."""
-        biases = [self.w.get(n + ".bias") for n in names]
+        biases = [self.tensor(n + ".bias") if self.has(n + ".bias") else None for n in names]
         bias = np.concatenate(biases).astype(self.dtype) if all(b is not None for b in biases) else None
         if self.opts.precision == "int4":
-            q = concat_rows([self.int4(n + ".weight") for n in names])
+            parts = [self.int4(n + ".weight") for n in names]
+            q = concat_rows(parts)
             ins = [
                 x,
                 self.g.weight(out_name + ".qweight", q.packed),
@@ -91,11 +105,15 @@ class _TargetBuilder:
                 "",
                 self.g.weight(out_name + ".bias", bias) if bias is not None else "",
             ]
+            row = 0
+            for n, part in zip(names, parts):
+                self.int4_rows[n + ".weight"] = Int4Rows(*ins[1:4], row, row + part.n, q.n, q.k, q.block_size)
+                row += part.n
             return self.g.op(
                 "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=4,
                 block_size=q.block_size, accuracy_level=self.opts.int4_accuracy_level,
             )
-        w = np.concatenate([self.w[n + ".weight"] for n in names], axis=0).astype(np.float32)
+        w = np.concatenate([self.tensor(n + ".weight") for n in names], axis=0).astype(np.float32)
         y = self.g.op("MatMul", [x, self.g.weight(out_name + ".weight_t", w.T.astype(self.dtype))], name=out_name)
         if bias is not None:
             y = self.g.op("Add", [y, self.g.weight(out_name + ".bias", bias)])
@@ -201,8 +219,7 @@ class _TargetBuilder:
             g.add_input(io["past_value"][i], self.elem, kv_shape)
         seqlens_k, total_len = self.attention_lengths()
 
-        embed = self.w["model.embed_tokens.weight"]
-        embed_name = g.weight("model.embed_tokens.weight", embed.astype(self.dtype))
+        embed_name = g.weight("model.embed_tokens.weight", self.tensor("model.embed_tokens.weight").astype(self.dtype))
         x = g.op("Gather", [embed_name, "input_ids"], axis=0)
         if cfg.embed_scale != 1.0:
             x = g.op("Mul", [x, g.const(cfg.embed_scale, dtype=self.dtype)])
@@ -242,8 +259,6 @@ class _TargetBuilder:
 
     def lm_head(self, x: str, embed_name: str) -> str:
         cfg, g = self.cfg, self.g
-        if "lm_head.weight" not in self.w:  # tied
-            self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
         if self.opts.precision == "int4" or not cfg.tie_word_embeddings:
             return self.linear(x, ["lm_head"], "lm_head")
         # Tied fp32/fp16: reuse the embedding table through Gemm(transB=1) instead of a transposed copy.
@@ -253,18 +268,65 @@ class _TargetBuilder:
         return g.op("Reshape", [y, out_shape])
 
 
-def build_target_graph(cfg: ModelConfig, weights: dict[str, np.ndarray], opts: GraphOptions,
+def build_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions,
                        quantized: dict[str, Int4Weight] | None = None) -> onnx.ModelProto:
-    """weights: HF-named float arrays (model.layers.{i}.self_attn.q_proj.weight, ...).
+    """The whole graph in memory. weights: HF-named float arrays (model.layers.{i}.self_attn.q_proj.weight, ...).
     quantized: int4 weights already computed by quantize_model (else quantized here)."""
-    return _TargetBuilder(cfg, dict(weights), opts, quantized).build()
+    return _TargetBuilder(cfg, weights, opts, quantized).build()
 
 
-def quantize_model(cfg: ModelConfig, weights: dict[str, np.ndarray], block_size: int = 32) -> dict[str, Int4Weight]:
-    """Int4 weights of every projection and the lm_head (the tied embedding when there is none)."""
+@dataclass(frozen=True)
+class Int4Rows:
+    """Where one HF projection's int4 weights lie in the graph: rows [lo, hi) of a (maybe fused) MatMulNBits."""
+
+    qweight: str  # initializer names
+    scales: str
+    zero_points: str
+    lo: int
+    hi: int
+    n: int  # the fused weight's rows, K and block size
+    k: int
+    block_size: int
+
+
+@dataclass
+class WrittenGraph:
+    """A graph written with external data: its files and where each projection's int4 weights went."""
+
+    data: ExternalData
+    int4_rows: dict[str, Int4Rows]
+
+    def int4(self, name: str) -> Int4Weight:
+        """An HF projection's int4 weight, read back from the data file (the rows of its fused MatMulNBits)."""
+        r = self.int4_rows[name]
+        n_blocks = -(-r.k // r.block_size)
+        packed = self.data.read(r.qweight).reshape(r.n, n_blocks, r.block_size // 2)[r.lo:r.hi]
+        scales = self.data.read(r.scales).reshape(r.n, n_blocks)[r.lo:r.hi].astype(np.float32)
+        zero_points = self.data.read(r.zero_points).reshape(r.n, -1)[r.lo:r.hi]
+        return Int4Weight(packed, scales.reshape(-1), zero_points.reshape(-1), r.hi - r.lo, r.k, r.block_size)
+
+
+def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, folder: Path,
+                       stem: str) -> WrittenGraph:
+    """Build the graph streaming: each weight is read, converted (quantized for int4) and appended to
+    `<stem>.onnx.data` in turn, then `<stem>.onnx` is saved. No copy of the model is ever in memory; the files
+    are byte for byte those of onnx.save_model on build_target_graph's model."""
+    data = ExternalData(folder, f"{stem}.onnx.data")
+    try:
+        builder = _TargetBuilder(cfg, weights, opts, None, data)
+        model = builder.build()
+    finally:
+        data.close()
+    onnx.save_model(model, str(Path(folder) / f"{stem}.onnx"))
+    return WrittenGraph(data, builder.int4_rows)
+
+
+def quantize_model(cfg: ModelConfig, weights: Mapping, block_size: int = 32) -> dict[str, Int4Weight]:
+    """Int4 weights of every projection and the lm_head (the tied embedding when there is none), all in memory
+    at once (for tests and small models; conversion quantizes each weight as the graph is written)."""
     from specrt.convert.quantize import is_projection
 
-    out = {n: quantize_int4(np.asarray(w, dtype=np.float32), block_size) for n, w in weights.items() if is_projection(n)}
+    out = {n: quantize_int4(np.asarray(weights[n], dtype=np.float32), block_size) for n in weights if is_projection(n)}
     if "lm_head.weight" not in out:
         out["lm_head.weight"] = quantize_int4(np.asarray(weights["model.embed_tokens.weight"], dtype=np.float32), block_size)
     return out

@@ -44,26 +44,22 @@ class ValidationReport:
         return {k: v for k, v in self.__dict__.items()}
 
 
-def compare(session, torch_model, prompts: list[list[int]], hidden_layers=()) -> ValidationReport:
-    """session: a runtime TargetSession; torch_model: models.transformer.CausalLM (fp32)."""
-    import torch
-
+def compare(session, reference: list[tuple[np.ndarray, np.ndarray | None]], prompts: list[list[int]]) -> ValidationReport:
+    """session: a runtime TargetSession; reference: per prompt, the torch reference's logits [S, V] and hidden-state
+    taps [S, taps * H] (None without taps), from models/layerwise.py."""
     max_abs, agree, total, hidden_diff = 0.0, 0, 0, None
-    for ids in prompts:
+    for ids, (ref, ref_tap) in zip(prompts, reference, strict=True):
         if len(ids) < 3:
             raise ValueError("validation prompts need at least 3 tokens")
-        with torch.no_grad():
-            ref, _, ref_tap = torch_model(torch.tensor([ids]), hidden_layers=tuple(hidden_layers))
-        ref = ref[0].numpy()
         session.reset()
         arr = np.array([ids], dtype=np.int64)
         cut = len(ids) // 2
         chunks = [arr[:, :cut], arr[:, cut:cut + 1], arr[:, cut + 1:]]
         outs = [session.forward(c) for c in chunks if c.shape[1]]
-        if hidden_layers:
+        if ref_tap is not None:
             got = np.concatenate([o[0] for o in outs], axis=1)[0]
             tap = np.concatenate([o[1] for o in outs], axis=1)[0]
-            d = float(np.abs(tap.astype(np.float32) - ref_tap[0].numpy()).max())
+            d = float(np.abs(tap.astype(np.float32) - ref_tap).max())
             hidden_diff = d if hidden_diff is None else max(hidden_diff, d)
         else:
             got = np.concatenate(outs, axis=1)[0]

@@ -1,18 +1,20 @@
-"""Read a GGUF file (llama.cpp's format) into an HF-style config dict and HF-named float32 weights.
+"""Read a GGUF file (llama.cpp's format) into an HF-style config dict and HF-named float32 weights, read lazily.
 
-Through the `gguf` package: GGUFReader memory-maps the file and `gguf.quants.dequantize` expands
-the block formats small models use (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, and the
-others it knows). Two undoings of llama.cpp's converter: Llama/Mistral q/k rows were permuted to
+Through the `gguf` package: GGUFReader reads the header, each tensor's bytes are read when it is used, and
+`gguf.quants.dequantize` expands the block formats small models use (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
+Q5_K, Q6_K, and the others it knows). Two undoings of llama.cpp's converter: Llama/Mistral q/k rows were permuted to
 interleaved rotary order (reversed here), and Gemma norm weights were stored as 1 + w.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
 
 from specrt.errors import SourceError
+from specrt.models.tensor_source import LazyWeights, TensorRef, check_inside, file_size
 
 SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K")
 
@@ -58,12 +60,33 @@ TOP_TENSORS = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", 
 
 
 def open_gguf(path: Path):
+    """The file's GGUFReader. Its memory map is read for the header only (tensor bytes are read with positioned
+    reads, see TensorRef); a tensor whose bytes run past the file's end is an error naming the tensor."""
     import gguf
 
+    class Reader(gguf.GGUFReader):
+        """Builds a placeholder view (no memory) for a tensor past the file's end instead of failing unnamed."""
+
+        _tensors_started = False
+
+        def _build_tensors(self, *args, **kwargs):
+            self._tensors_started = True
+            return super()._build_tensors(*args, **kwargs)
+
+        def _get(self, offset, dtype, count=1, override_order=None):
+            itemsize = np.dtype(dtype).itemsize
+            if self._tensors_started and offset + itemsize * int(count) > len(self.data):
+                return np.broadcast_to(np.zeros(1, dtype=dtype), (int(count),))  # checked by name below
+            return super()._get(offset, dtype, count, override_order)
+
     try:
-        return gguf.GGUFReader(str(path))
+        reader = Reader(str(path))
     except Exception as exc:  # the reader raises ValueError, struct errors, IndexError... on bad bytes
         raise SourceError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from None
+    size = file_size(path)
+    for t in reader.tensors:
+        check_inside(TensorRef(t.name, Path(path), int(t.data_offset), int(t.n_bytes), (), None), size)
+    return reader
 
 
 def field_value(reader, key: str, default=None):
@@ -122,27 +145,33 @@ def _hf_name(gguf_name: str, block_map: dict) -> str | None:
     return f"{hf}.{suffix}" if hf else None
 
 
-def dequantize_tensor(t) -> np.ndarray:
-    """ReaderTensor -> float32 array in numpy (row-major, [rows, cols]) order."""
+def _decoder(qtype, shape: tuple[int, ...], after=None):
+    """raw bytes of a GGUF tensor -> float32 array [rows, cols] (numpy order), then `after` (an undoing of
+    llama.cpp's converter) if given."""
     import gguf
 
-    qtype = t.tensor_type
     if qtype.name not in SUPPORTED_QUANT_TYPES:
-        raise SourceError(f"tensor {t.name}: GGUF type {qtype.name} is not supported (supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
-    shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims fastest-first
-    if qtype == gguf.GGMLQuantizationType.F32:
-        arr = np.asarray(t.data, dtype=np.float32)
-    elif qtype == gguf.GGMLQuantizationType.F16:
-        arr = np.asarray(t.data, dtype=np.float16).astype(np.float32)
-    else:
-        arr = gguf.quants.dequantize(np.asarray(t.data), qtype).astype(np.float32)
-    if arr.size != int(np.prod(shape)):
-        raise SourceError(f"tensor {t.name}: {arr.size} values where its shape {shape} needs {int(np.prod(shape))}")
-    return arr.reshape(shape)
+        raise ValueError(f"GGUF type {qtype.name} is not supported")
+    count = int(np.prod(shape, dtype=np.int64))
+
+    def decode(raw: bytes) -> np.ndarray:
+        if qtype == gguf.GGMLQuantizationType.F32:
+            arr = np.frombuffer(raw, dtype=np.float32).copy()
+        elif qtype == gguf.GGMLQuantizationType.F16:
+            arr = np.frombuffer(raw, dtype=np.float16).astype(np.float32)
+        else:
+            blocks = np.frombuffer(raw, dtype=np.uint8).reshape(gguf.quant_shape_to_byte_shape(shape, qtype))
+            arr = gguf.quants.dequantize(blocks, qtype).astype(np.float32, copy=False)
+        if arr.size != count:
+            raise SourceError(f"{arr.size} values where its shape {shape} needs {count}")
+        arr = arr.reshape(shape)
+        return after(arr) if after is not None else arr
+
+    return decode
 
 
-def load_gguf(path: Path) -> tuple[dict, dict[str, np.ndarray], object]:
-    """Returns (HF-style config dict, HF-named float32 weights, the open reader for metadata)."""
+def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
+    """Returns (HF-style config dict, HF-named float32 weights read lazily, the open reader for metadata)."""
     path = Path(path)
     if not path.is_file():
         raise SourceError(f"{path}: no such file")
@@ -150,22 +179,27 @@ def load_gguf(path: Path) -> tuple[dict, dict[str, np.ndarray], object]:
     hf = gguf_hf_config(reader)
     arch = field_value(reader, "general.architecture")
     block_map = GEMMA_BLOCK_TENSORS if arch == "gemma3" else LLAMA_BLOCK_TENSORS
-    weights: dict[str, np.ndarray] = {}
+    refs: dict[str, TensorRef] = {}
     for t in reader.tensors:
         name = _hf_name(t.name, block_map)
         if name is None:
             continue  # rope_freqs and other tensors the HF layout recomputes
-        try:
-            w = dequantize_tensor(t)
-        except SourceError:
-            raise
-        except Exception as exc:
-            raise SourceError(f"{path}: tensor {t.name} is corrupt ({type(exc).__name__}: {exc})") from None
+        if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
+            raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
+                              f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
+        after = None
         if arch in ("llama", "mistral") and name.endswith(("q_proj.weight", "q_proj.bias")):
-            w = _unpermute(w, hf["num_attention_heads"])
+            after = functools.partial(_unpermute, n_head=hf["num_attention_heads"])
         elif arch in ("llama", "mistral") and name.endswith(("k_proj.weight", "k_proj.bias")):
-            w = _unpermute(w, hf.get("num_key_value_heads", hf["num_attention_heads"]))
-        if arch == "gemma3" and "norm" in name:
-            w = w - 1.0
-        weights[name] = w
-    return hf, weights, reader
+            after = functools.partial(_unpermute, n_head=hf.get("num_key_value_heads", hf["num_attention_heads"]))
+        elif arch == "gemma3" and "norm" in name:
+            after = _minus_one
+        shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims fastest-first
+        refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
+                               _decoder(t.tensor_type, shape, after))
+    return hf, LazyWeights(refs), reader
+
+
+def _minus_one(w: np.ndarray) -> np.ndarray:
+    """Gemma's norms are stored as 1 + w."""
+    return w - 1.0

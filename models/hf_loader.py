@@ -1,4 +1,4 @@
-"""Read an HF model folder: config.json plus safetensors shards (never pickle files)."""
+"""Read an HF model folder: config.json plus safetensors shards (never pickle files), tensors read lazily."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from specrt.errors import SourceError
+from specrt.models.tensor_source import LazyWeights, TensorRef
+from specrt.tensor_file import decode, read_header
 
 
 def read_hf_config(folder: Path) -> dict:
@@ -20,15 +22,25 @@ def read_hf_config(folder: Path) -> dict:
         raise SourceError(f"{path}: unreadable config ({exc})") from None
 
 
+def _index(folder: Path) -> dict | None:
+    """The weight map of model.safetensors.index.json (tensor name -> shard file name), if the folder has one."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return None
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise ValueError("weight_map is not an object")
+        return weight_map
+    except (OSError, ValueError, KeyError) as exc:
+        raise SourceError(f"{index}: unreadable index ({exc})") from None
+
+
 def safetensors_files(folder: Path) -> list[Path]:
     folder = Path(folder)
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError) as exc:
-            raise SourceError(f"{index}: unreadable index ({exc})") from None
-        files = [folder / s for s in shards]
+    weight_map = _index(folder)
+    if weight_map is not None:
+        files = [folder / s for s in sorted(set(weight_map.values()))]
     else:
         files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -41,27 +53,36 @@ def safetensors_files(folder: Path) -> list[Path]:
     return files
 
 
-def load_hf_weights(folder: Path) -> dict[str, np.ndarray]:
-    """All tensors as float32 numpy arrays, HF names ("model." prefix normalized)."""
-    from safetensors import safe_open
+def hf_name(name: str) -> str:
+    """The HF name a checkpoint's tensor name stands for ("model." prefix normalized)."""
+    if name.startswith("language_model."):
+        return name[len("language_model."):]
+    return name if name.startswith(("model.", "lm_head.")) else f"model.{name}"
 
-    weights: dict[str, np.ndarray] = {}
+
+def load_hf_weights(folder: Path) -> LazyWeights:
+    """Every tensor of the folder's shards, read lazily as float32, under HF names. Only the shards' headers are
+    read here: a missing shard, a tensor the index promises but its shard lacks, or a truncated shard is a
+    one-line error naming the file and the tensor, before any conversion starts."""
+    folder = Path(folder)
+    weight_map = _index(folder)
+    refs: dict[str, TensorRef] = {}
+    found: dict[str, str] = {}
     for f in safetensors_files(folder):
-        try:
-            with safe_open(str(f), framework="pt") as st:
-                for name in st.keys():
-                    key = name if name.startswith(("model.", "lm_head.")) else f"model.{name}"
-                    if name.startswith("language_model."):
-                        key = name[len("language_model."):]
-                    weights[key] = st.get_tensor(name).float().numpy()
-        except SourceError:
-            raise
-        except Exception as exc:
-            raise SourceError(f"{f}: corrupt safetensors file ({type(exc).__name__}: {exc})") from None
-    return weights
+        for t in read_header(f, error=SourceError):
+            refs[hf_name(t.name)] = TensorRef(t.name, f, t.offset, t.nbytes, t.shape, _decoder(t.dtype, t.shape))
+            found[t.name] = f.name
+    for name, shard in (weight_map or {}).items():
+        if found.get(name) != shard:
+            raise SourceError(f"{folder / shard}: lacks tensor {name}, which model.safetensors.index.json puts there")
+    return LazyWeights(refs)
 
 
-def load_hf_folder(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
+def _decoder(dtype: str, shape: tuple[int, ...]):
+    return lambda raw: decode(dtype, raw, shape).astype(np.float32, copy=False)
+
+
+def load_hf_folder(folder: Path) -> tuple[dict, LazyWeights]:
     folder = Path(folder)
     if not folder.is_dir():
         raise SourceError(f"{folder}: no such folder")

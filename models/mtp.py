@@ -150,7 +150,7 @@ def load_mtp_from_target(target: ModelConfig, weights: dict[str, np.ndarray]) ->
         raise SourceError(f"MTP modules are supported for llama-family blocks; this target is {target.family}")
     layout = find_layout(weights, target)
     prefix = layout_prefix(layout, target.num_layers)
-    found = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    found = {k[len(prefix):]: weights[k] for k in weights if k.startswith(prefix)}  # reads only these
     if layout.name == "qwen3_next":  # only module 0; a later module's tensors are not this one's extras
         found = {k: v for k, v in found.items() if not k.startswith("layers.") or k.startswith("layers.0.")}
     layer = dataclasses.replace(target, num_layers=1)

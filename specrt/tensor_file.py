@@ -1,14 +1,17 @@
 """Read a safetensors file with numpy alone (standard library + numpy; shared by convert and runtime).
 
 The runtime reads small side files of a bundle (a drafter's d2t map) in installs that have no `safetensors`
-package: the format is an 8-byte little-endian header length, a JSON header (name -> dtype, shape, data_offsets
-relative to the end of the header), then the raw little-endian tensor bytes. Nothing in it is executed.
+package, and conversion reads a model's shards one tensor at a time: the format is an 8-byte little-endian
+header length, a JSON header (name -> dtype, shape, data_offsets relative to the end of the header), then the
+raw little-endian tensor bytes. Nothing in it is executed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,43 +23,76 @@ DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int
 MAX_HEADER = 100 * 1024 * 1024  # what the safetensors package itself accepts
 
 
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Every tensor of the file at path, as numpy arrays (BF16 widened to float32). A malformed file is a
-    one-line BundleError naming it."""
+@dataclass(frozen=True)
+class StoredTensor:
+    """One tensor of a safetensors file: where its bytes lie (absolute offset) and what they hold."""
+
+    name: str
+    dtype: str  # safetensors' name: "F32", "BF16", ...
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+def read_header(path: Path, error=BundleError) -> list[StoredTensor]:
+    """The tensors a safetensors file declares, checked against its size, reading only the header. A malformed
+    file is a one-line `error` naming it (and the tensor)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(8)
+            if len(head) < 8:
+                raise error(f"{path}: not a safetensors file (shorter than its header length)")
+            (length,) = struct.unpack("<Q", head)
+            if length > min(MAX_HEADER, size - 8):
+                raise error(f"{path}: not a safetensors file (header length {length} past the end of the file)")
+            text = f.read(length)
     except OSError as exc:
-        raise BundleError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(data) < 8:
-        raise BundleError(f"{path}: not a safetensors file (shorter than its header length)")
-    (size,) = struct.unpack("<Q", data[:8])
-    if size > min(MAX_HEADER, len(data) - 8):
-        raise BundleError(f"{path}: not a safetensors file (header length {size} past the end of the file)")
+        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
-        header = json.loads(data[8:8 + size])
+        header = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise BundleError(f"{path}: not a safetensors file (its header is not JSON)") from None
+        raise error(f"{path}: not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
-        raise BundleError(f"{path}: not a safetensors file (its header is not a JSON object)")
-    body = memoryview(data)[8 + size:]
-    return {name: _tensor(path, name, info, body) for name, info in header.items() if name != "__metadata__"}
+        raise error(f"{path}: not a safetensors file (its header is not a JSON object)")
+    body_start, body_size = 8 + length, size - 8 - length
+    return [_stored(path, name, info, body_start, body_size, error)
+            for name, info in header.items() if name != "__metadata__"]
 
 
-def _tensor(path: Path, name: str, info, body: memoryview) -> np.ndarray:
+def _stored(path: Path, name: str, info, body_start: int, body_size: int, error) -> StoredTensor:
     try:
-        dtype, shape, (begin, end) = info["dtype"], [int(d) for d in info["shape"]], info["data_offsets"]
+        dtype, shape, (begin, end) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
     except (TypeError, KeyError, ValueError):
-        raise BundleError(f"{path}: tensor {name!r} has no valid dtype, shape and data_offsets") from None
+        raise error(f"{path}: tensor {name!r} has no valid dtype, shape and data_offsets") from None
     width = 2 if dtype == "BF16" else np.dtype(DTYPES[dtype]).itemsize if dtype in DTYPES else None
     if width is None:
-        raise BundleError(f"{path}: tensor {name!r} has unsupported dtype {dtype!r}")
+        raise error(f"{path}: tensor {name!r} has unsupported dtype {dtype!r}")
     count = int(np.prod(shape, dtype=np.int64))
-    if min(shape, default=0) < 0 or not (isinstance(begin, int) and isinstance(end, int)) \
-            or not 0 <= begin <= end <= len(body) or end - begin != count * width:
-        raise BundleError(f"{path}: tensor {name!r} does not fit its data_offsets {[begin, end]}")
-    raw = body[begin:end]
+    if not (isinstance(begin, int) and isinstance(end, int)) or min(shape, default=0) < 0 \
+            or not 0 <= begin <= end or end - begin != count * width:
+        raise error(f"{path}: tensor {name!r} does not fit its data_offsets {[begin, end]}")
+    if end > body_size:
+        raise error(f"{path}: tensor {name!r} runs past the end of the file (truncated?)")
+    return StoredTensor(name, dtype, shape, body_start + begin, end - begin)
+
+
+def decode(dtype: str, raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    """A tensor's raw bytes as a numpy array of its own dtype (BF16 widened to float32), a fresh copy."""
     if dtype == "BF16":
         bits = np.frombuffer(raw, "<u2").astype(np.uint32) << 16
         return bits.view(np.float32).reshape(shape)
     return np.frombuffer(raw, np.dtype(DTYPES[dtype]).newbyteorder("<")).reshape(shape).copy()
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of the file at path, as numpy arrays (BF16 widened to float32). A malformed file is a
+    one-line BundleError naming it."""
+    path = Path(path)
+    tensors = read_header(path)
+    try:
+        with open(path, "rb") as f:
+            return {t.name: decode(t.dtype, os.pread(f.fileno(), t.nbytes, t.offset), t.shape) for t in tensors}
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read ({exc.strerror or exc})") from None

@@ -114,7 +114,7 @@ def test_corrupt_safetensors_and_pickle_only(tiny_source, tmp_path, capsys):
     (src / "config.json").write_text((tiny_source / "config.json").read_text())
     (src / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     code, _, err = run(["convert", str(src), "-o", str(tmp_path / "b")], capsys)
-    assert code == 2 and "corrupt safetensors" in err
+    assert code == 2 and "model.safetensors: not a safetensors file" in err
     (src / "model.safetensors").unlink()
     (src / "pytorch_model.bin").write_bytes(b"pickle bytes that are never loaded")
     code, _, err = run(["convert", str(src), "-o", str(tmp_path / "b")], capsys)

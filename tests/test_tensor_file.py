@@ -44,7 +44,7 @@ def _file(header: dict, body: bytes = b"", size: int | None = None) -> bytes:
     (_file({"d2t": {"dtype": "I64", "shape": [2]}}, bytes(16)), "no valid dtype, shape and data_offsets"),
     (_file({"d2t": {"dtype": "C64", "shape": [2], "data_offsets": [0, 16]}}, bytes(16)), "unsupported dtype"),
     (_file({"d2t": {"dtype": "I64", "shape": [3], "data_offsets": [0, 16]}}, bytes(16)), "does not fit"),
-    (_file({"d2t": {"dtype": "I64", "shape": [2], "data_offsets": [8, 24]}}, bytes(16)), "does not fit"),
+    (_file({"d2t": {"dtype": "I64", "shape": [2], "data_offsets": [8, 24]}}, bytes(16)), "'d2t' runs past the end of the file"),
     (_file({"d2t": {"dtype": "I64", "shape": [-2], "data_offsets": [0, 16]}}, bytes(16)), "does not fit"),
 ])
 def test_malformed_files_are_named(tmp_path, data, message):

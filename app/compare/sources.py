@@ -46,10 +46,9 @@ def write_hf_folder(gguf: Path, bundle: Path, out: Path) -> None:
     if hf["model_type"] not in ARCH_CLASS:
         raise SystemUnavailable(f"no HF class known for model type {hf['model_type']!r}")
     out.mkdir(parents=True)
-    if hf.get("tie_word_embeddings"):
-        weights.pop("lm_head.weight", None)
-    save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()},
-              str(out / "model.safetensors"))
+    tied = hf.get("tie_word_embeddings")
+    save_file({k: np.ascontiguousarray(weights[k], dtype=np.float32) for k in weights
+               if not (tied and k == "lm_head.weight")}, str(out / "model.safetensors"))
     config = {**hf, "architectures": [ARCH_CLASS[hf["model_type"]]], "torch_dtype": "float32",
               "hidden_act": hf.get("hidden_act", "silu")}
     (out / "config.json").write_text(json.dumps(config, indent=2))

@@ -1,0 +1,98 @@
+"""The torch reference run one layer at a time: each layer's weights are in memory only while it runs.
+
+Conversion needs the reference model's outputs (logits and hidden-state taps, to validate the ONNX graph) and,
+for int4, the largest input of every down projection (to smooth it). Running every prompt through layer 0,
+then every prompt through layer 1, and so on, computes exactly what the whole model would (the same modules on
+the same inputs) while holding one layer's float32 weights and the prompts' activations, never the model: peak
+memory does not grow with the number of layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from specrt.models.config import ModelConfig
+from specrt.models.transformer import BLOCKS, Attention, RMSNorm, causal_mask
+
+
+@dataclass
+class Reference:
+    logits: list[np.ndarray] = field(default_factory=list)  # per prompt: [S, V] float32
+    taps: list[np.ndarray | None] = field(default_factory=list)  # per prompt: [S, len(hidden_layers) * H]
+    down_proj_max: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [intermediate] max |input|
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.require(array, np.float32, requirements="W"))
+
+
+def load_module(module: torch.nn.Module, weights: Mapping, prefix: str) -> torch.nn.Module:
+    """Give a module built on the meta device the weights named prefix + its parameter names (reading only
+    those); parameters the weights lack keep their default initialization, as the whole-model reference does."""
+    module.to_empty(device="cpu")
+    state = {k[len(prefix):]: _tensor(weights[k]) for k in weights if k.startswith(prefix)}
+    module.load_state_dict(state, strict=False, assign=True)
+    for name, sub in module.named_modules():
+        if isinstance(sub, Attention):
+            sub.inv_freq = sub.rotary_frequencies()
+        lacking = [n for n, _ in sub.named_parameters(recurse=False) if f"{name}.{n}".lstrip(".") not in state]
+        if not lacking:
+            continue
+        if isinstance(sub, RMSNorm):
+            torch.nn.init.constant_(sub.weight, 0.0 if sub.offset else 1.0)
+        else:
+            sub.reset_parameters()
+    return module.eval().requires_grad_(False)
+
+
+def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], hidden_layers=(),
+                  observe: int = 0) -> Reference:
+    """The reference outputs for each prompt (batch 1, no past), computed layer by layer.
+
+    weights: HF-named float arrays (read when used; a LazyWeights reads each from disk). A tap for layer i is
+    the residual stream after layer i. observe: the first `observe` prompts also record every down
+    projection's largest input per channel (int4 calibration)."""
+    out = Reference()
+    with torch.no_grad():
+        embed = _tensor(weights["model.embed_tokens.weight"])  # [V, H]
+        xs = [embed[torch.tensor(ids)][None] for ids in prompts]  # per prompt [1, S, H]
+        del embed
+        if cfg.embed_scale != 1.0:
+            xs = [x * torch.tensor(cfg.embed_scale, dtype=x.dtype) for x in xs]
+        positions = [torch.arange(len(ids))[None] for ids in prompts]
+        empty = torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim)
+        taps: list[list[torch.Tensor]] = [[] for _ in prompts]
+        for i in range(cfg.num_layers):
+            with torch.device("meta"):
+                block = BLOCKS[cfg.family](cfg, i)
+            block = load_module(block, weights, f"model.layers.{i}.")
+            for p, (x, pos) in enumerate(zip(xs, positions)):
+                hook = None
+                if p < observe:
+                    hook = block.mlp.down_proj.register_forward_hook(_recorder(out.down_proj_max, i))
+                xs[p], _, _ = block(x, pos, empty, empty, causal_mask(cfg, i, pos, 0))
+                if hook is not None:
+                    hook.remove()
+                if i in hidden_layers:
+                    taps[p].append(xs[p])
+            del block
+        with torch.device("meta"):
+            norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
+        norm = load_module(norm, weights, "model.norm.")
+        head_name = "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
+        head = _tensor(weights[head_name])  # [V, H]
+        for x, tap in zip(xs, taps):
+            out.logits.append(torch.nn.functional.linear(norm(x), head)[0].numpy())
+            out.taps.append(torch.cat(tap, dim=-1)[0].numpy() if tap else None)
+    return out
+
+
+def _recorder(stats: dict[int, np.ndarray], layer: int):
+    def hook(_module, inputs, _output):
+        m = inputs[0].detach().abs().reshape(-1, inputs[0].shape[-1]).amax(0).numpy()
+        stats[layer] = np.maximum(stats[layer], m) if layer in stats else m
+    return hook

@@ -1,0 +1,116 @@
+"""A model's source tensors read lazily: one tensor at a time, as float32, straight from its file.
+
+`LazyWeights` is a read-only mapping HF name -> float32 array. Indexing it reads that tensor's bytes with one
+positioned read (no memory map, so pages already read never stay in the process's resident memory), decodes
+them and returns a fresh array that nothing else keeps: peak memory follows the largest tensor in use, not the
+model. Shapes, byte sizes and the file each tensor lies in are known without reading any data, so the size
+checks, the memory estimate and a truncated file are all found before conversion starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specrt.errors import SourceError
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """Where one tensor's bytes lie and how they become a float32 array."""
+
+    name: str  # the name in its file
+    file: Path
+    offset: int  # absolute byte offset in the file
+    nbytes: int
+    shape: tuple[int, ...]  # the shape of the decoded array
+    decode: Callable[[bytes], np.ndarray]  # raw bytes -> float32 array of `shape`
+
+    def read(self) -> np.ndarray:
+        try:
+            with open(self.file, "rb") as f:
+                raw = os.pread(f.fileno(), self.nbytes, self.offset) if self.nbytes else b""
+        except OSError as exc:
+            raise SourceError(f"{self.file}: cannot read tensor {self.name} ({exc.strerror or exc})") from None
+        if len(raw) != self.nbytes:
+            raise SourceError(f"{self.file}: tensor {self.name} runs past the end of the file (truncated?)")
+        try:
+            arr = self.decode(raw)
+        except SourceError:
+            raise
+        except Exception as exc:  # a decoder's own error on bad bytes
+            raise SourceError(f"{self.file}: tensor {self.name} is corrupt ({type(exc).__name__}: {exc})") from None
+        return arr.reshape(self.shape)
+
+
+class LazyWeights(Mapping):
+    """HF name -> float32 array, read from the source file on every access (the caller keeps what it needs)."""
+
+    def __init__(self, refs: dict[str, TensorRef]):
+        self._refs = dict(refs)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._refs[name].read()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._refs)
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __contains__(self, name) -> bool:
+        return name in self._refs
+
+    def ref(self, name: str) -> TensorRef:
+        return self._refs[name]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._refs[name].shape
+
+    def float_bytes(self, name: str) -> int:
+        """Bytes of the tensor as float32 (what one read of it costs in memory)."""
+        return 4 * int(np.prod(self._refs[name].shape, dtype=np.int64))
+
+    def materialize(self) -> dict[str, np.ndarray]:
+        """Every tensor in memory at once (training and small models only: this is what streaming avoids)."""
+        return {name: self[name] for name in self}
+
+
+def file_size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def check_inside(ref: TensorRef, size: int) -> None:
+    """A tensor whose bytes run past its file's end (a truncated download) is found before conversion starts."""
+    if ref.offset + ref.nbytes > size:
+        raise SourceError(f"{ref.file}: tensor {ref.name} runs past the end of the file "
+                          f"(needs bytes up to {ref.offset + ref.nbytes}, the file has {size}: truncated?)")
+
+
+class Subset(Mapping):
+    """The tensors of `base` whose names `keep` accepts, read from base when asked for (nothing copied)."""
+
+    def __init__(self, base: Mapping, keep: Callable[[str], bool]):
+        self.base, self.names = base, [n for n in base if keep(n)]
+        self._kept = set(self.names)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._kept:
+            raise KeyError(name)
+        return self.base[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self._kept
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)

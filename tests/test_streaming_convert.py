@@ -1,0 +1,155 @@
+"""Streaming conversion: sources read lazily, the graph's weights written as they are made, the torch reference
+run layer by layer. It must write byte for byte what the in-memory path wrote (tests/inmemory_convert.py) and
+name bad sources (a truncated shard, a tensor an index promises, a GGUF tensor past the file's end)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from specrt.convert import sources
+from specrt.convert.pipeline import _torch_model
+from specrt.convert.smoothing import smooth_down_proj
+from specrt.convert.target_graph import GraphOptions, write_target_graph
+from specrt.errors import SourceError
+from specrt.models.layerwise import run_layerwise
+from tests.inmemory_convert import down_proj_input_max, write_graph_in_memory
+from tests.tiny_models import ARCHS, hf_model, save_hf_folder
+
+PROMPTS = [[1, 5, 9, 13, 2, 40, 41], [3, 4, 5, 6], [7, 8, 9, 10, 11, 12, 13, 14, 15]]
+
+
+def _load(arch, tmp_path):
+    return sources.load(sources.resolve(str(save_hf_folder(arch, tmp_path / arch))))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_layerwise_reference_computes_the_whole_model(arch, tmp_path):
+    """One layer at a time gives the whole model's logits and taps bit for bit, HF's logits, and the calibration
+    statistics the whole-model hooks gave."""
+    loaded = _load(arch, tmp_path)
+    cfg = loaded.config
+    taps = (0, cfg.num_layers - 1)
+    ref = run_layerwise(cfg, loaded.weights, PROMPTS, taps, observe=2)
+    whole = _torch_model(cfg, loaded.weights.materialize())
+    hf = hf_model(arch).eval()
+    for p, ids in enumerate(PROMPTS):
+        with torch.no_grad():
+            logits, _, tap = whole(torch.tensor([ids]), hidden_layers=taps)
+            hf_logits = hf(torch.tensor([ids])).logits[0].numpy()
+        assert np.array_equal(ref.logits[p], logits[0].numpy())
+        assert np.array_equal(ref.taps[p], tap[0].numpy())
+        np.testing.assert_allclose(ref.logits[p], hf_logits, atol=1e-4)
+    stats = down_proj_input_max(whole, PROMPTS[:2])
+    assert sorted(stats) == sorted(ref.down_proj_max) == list(range(cfg.num_layers))
+    for i in stats:
+        assert np.array_equal(stats[i], ref.down_proj_max[i])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int4"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_streamed_graph_files_equal_the_in_memory_path(arch, precision, tmp_path):
+    loaded = _load(arch, tmp_path)
+    cfg = loaded.config
+    opts = GraphOptions(precision=precision, max_context=64, hidden_layers=(1,))
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    write_graph_in_memory(cfg, loaded.weights.materialize(), opts, PROMPTS, old)
+    weights = loaded.weights
+    if precision == "int4":
+        weights = smooth_down_proj(weights, run_layerwise(cfg, weights, PROMPTS, observe=len(PROMPTS)).down_proj_max)
+    write_target_graph(cfg, weights, opts, new, "target")
+    for name in ("target.onnx", "target.onnx.data"):
+        assert (old / name).read_bytes() == (new / name).read_bytes(), name
+
+
+def test_convert_writes_the_in_memory_paths_files(tmp_path):
+    """The whole `specrt convert` (int4, with taps for a drafter) against the in-memory path on the same model."""
+    from specrt.convert.pipeline import ConvertOptions, _tokenize, convert
+    from specrt.convert.smoothing import CALIBRATION_TEXTS
+    from tests.tiny_models import save_tiny_bundle_source
+
+    src = save_tiny_bundle_source("qwen3", tmp_path / "src")
+    manifest = convert(str(src), tmp_path / "bundle", ConvertOptions(precision="int4", max_context=64,
+                                                                        hidden_layers=(0, 2)))
+    assert manifest.target.hidden_layers == (0, 2)
+    loaded = sources.load(sources.resolve(str(src)))
+    calibration = _tokenize(tmp_path / "bundle", CALIBRATION_TEXTS, loaded.config.vocab_size, 64)
+    old = tmp_path / "old"
+    old.mkdir()
+    opts = GraphOptions(precision="int4", max_context=64, hidden_layers=(0, 2))
+    write_graph_in_memory(loaded.config, loaded.weights.materialize(), opts, calibration, old)
+    for name in ("target.onnx", "target.onnx.data"):
+        assert (old / name).read_bytes() == (tmp_path / "bundle" / name).read_bytes(), name
+
+
+def _shard(tmp_path):
+    """A two-shard HF folder with an index, like the published large checkpoints."""
+    from safetensors.numpy import load_file, save_file
+
+    src = save_hf_folder("llama", tmp_path / "one")
+    tensors = load_file(str(src / "model.safetensors"))
+    names = sorted(tensors)
+    half = len(names) // 2
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    shutil.copy(src / "config.json", folder / "config.json")
+    shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+    for shard, part in shards.items():
+        save_file({n: tensors[n] for n in part}, str(folder / shard))
+    weight_map = {n: shard for shard, part in shards.items() for n in part}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return folder, tensors, shards
+
+
+def test_sharded_source_reads_each_tensor_from_its_shard(tmp_path):
+    folder, tensors, _ = _shard(tmp_path)
+    weights = sources.load(sources.resolve(str(folder))).weights
+    assert sorted(weights) == sorted(tensors)
+    for name, value in tensors.items():
+        assert np.array_equal(weights[name], value)
+        assert weights[name] is not weights[name]  # read on each access, kept by nobody
+
+
+def test_bad_sharded_sources_are_named(tmp_path):
+    folder, tensors, shards = _shard(tmp_path)
+    second = folder / "model-00002-of-00002.safetensors"
+    last = shards[second.name][-1]
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    # the index promises a tensor its shard lacks
+    index["weight_map"]["model.layers.9.mlp.up_proj.weight"] = second.name
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(SourceError, match=r"model-00002-of-00002.safetensors: lacks tensor model.layers.9.mlp"):
+        sources.load(sources.resolve(str(folder)))
+    del index["weight_map"]["model.layers.9.mlp.up_proj.weight"]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    # a truncated shard: its last tensor runs past the end
+    data = second.read_bytes()
+    second.write_bytes(data[:-8])
+    with pytest.raises(SourceError, match=rf"model-00002-of-00002.safetensors: tensor '{last}' runs past the end"):
+        sources.load(sources.resolve(str(folder)))
+    # a missing shard
+    second.unlink()
+    with pytest.raises(SourceError, match="missing weight shard .*model-00002-of-00002.safetensors"):
+        sources.load(sources.resolve(str(folder)))
+
+
+def test_gguf_tensor_past_the_end_is_named(tmp_path):
+    from specrt.models.gguf_loader import load_gguf
+    from tests.gguf_writer import write_gguf
+
+    model = hf_model("qwen2")
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    path = tmp_path / "m.gguf"
+    write_gguf(path, "qwen2", model.config, weights, lambda name, w: (w, None))
+    _, lazy, reader = load_gguf(path)
+    last = max(reader.tensors, key=lambda t: t.data_offset)
+    data = path.read_bytes()
+    path.write_bytes(data[:-16])
+    with pytest.raises(SourceError, match=rf"m.gguf: tensor {last.name} runs past the end of the file"):
+        load_gguf(path)
