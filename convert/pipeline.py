@@ -28,6 +28,7 @@ from specrt.bundle import KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
 from specrt.convert import sources
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
                                            hidden_layers_for)
+from specrt.convert.memory import GIB, StagePeaks, check_fits
 from specrt.convert.quantize import dequantize_int4, is_projection
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
 from specrt.convert.target_graph import PRECISIONS, GraphOptions, WrittenGraph, io_names, write_target_graph
@@ -90,7 +91,14 @@ def _tokenize(bundle_dir: Path, texts, vocab: int, max_context: int) -> list[lis
 
 
 def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None = None) -> Manifest:
-    stages = stages or Stages()
+    measured = StagePeaks(stages or Stages())
+    try:
+        return _convert(source, out, opts, measured)
+    finally:
+        measured.close()
+
+
+def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -> Manifest:
     out = Path(out).expanduser().absolute()
     if opts.precision not in PRECISIONS:
         raise SpecrtError(f"precision must be one of {', '.join(PRECISIONS)}")
@@ -115,6 +123,10 @@ def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None 
     bad = [i for i in opts.hidden_layers if not 0 <= i < cfg.num_layers]
     if bad:
         raise SpecrtError(f"hidden layer {bad[0]} out of range (model has {cfg.num_layers} layers)")
+    shapes = {name: loaded.weights.shape(name) for name in loaded.weights}
+    need = check_fits(resolved.name, shapes, cfg.num_layers, opts.precision, opts.int4_block_size,
+                      cfg.tie_word_embeddings)
+    stages.log(f"estimated peak memory {need / GIB:.1f} GiB")
     stages.done()
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
@@ -130,6 +142,8 @@ def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None 
         raise
     stages.log(f"converted {resolved.name} ({opts.precision}) in {time.time() - t0:.1f} s, peak memory "
                f"{peak_memory_gib():.1f} GiB -> {out}")
+    if stages.peaks:
+        stages.log(f"peak memory by stage: {stages.summary()}")
     return manifest
 
 
@@ -312,6 +326,7 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
             "specrt_version": __version__,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "validation": validation,
+            "conversion_memory_gib": {name: p["peak_gib"] for name, p in stages.peaks.items()},
         },
     )
     (tmp / MANIFEST).write_text(manifest.to_json())

@@ -153,3 +153,29 @@ def test_gguf_tensor_past_the_end_is_named(tmp_path):
     path.write_bytes(data[:-16])
     with pytest.raises(SourceError, match=rf"m.gguf: tensor {last.name} runs past the end of the file"):
         load_gguf(path)
+
+
+MEMORY_BUDGET_MB = 240  # measured: the streaming conversion grows by ~157 MB, the in-memory path by ~366 MB
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="RLIMIT_DATA and /proc are Linux's")
+def test_streaming_fits_a_memory_limit_the_in_memory_path_exceeds(tmp_path):
+    """A 38M-parameter model (150 MB as float32) under a data-memory limit of 240 MB above the imports: the
+    whole streaming `specrt convert` (validation included) fits; the in-memory path's graph alone does not."""
+    import subprocess
+    import sys
+
+    from tests.memory_limited_convert import ROOT, write_mid_model
+
+    src = tmp_path / "mid"
+    assert write_mid_model(src) > 37_000_000
+    script = str(ROOT / "tests" / "memory_limited_convert.py")
+    results = {}
+    for mode in ("new", "old"):
+        done = subprocess.run([sys.executable, script, mode, str(src), str(tmp_path / mode), str(MEMORY_BUDGET_MB)],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=600)
+        results[mode] = done
+    assert results["new"].returncode == 0 and "converted" in results["new"].stdout, results["new"].stderr[-2000:]
+    assert (tmp_path / "new" / "specrt.json").is_file()
+    assert results["old"].returncode != 0 and "converted" not in results["old"].stdout
+    assert "allocate" in results["old"].stderr or "MemoryError" in results["old"].stderr, results["old"].stderr[-2000:]

@@ -1,0 +1,144 @@
+"""Conversion's memory as a contract: the peak of every stage, and a refusal up front when a source cannot fit.
+
+Per-stage peaks come from sampling the resident size while each stage runs, so each stage's figure is its own,
+not the run's so far. The estimate adds what the largest
+stage holds at once: the finished graph's weights in ONNX Runtime (validation), one layer of float32 weights
+and the embedding table or lm_head in the torch reference, and the Python, torch and ONNX Runtime baseline.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from specrt.errors import SpecrtError
+
+GIB = 1 << 30
+BASELINE_BYTES = int(0.6 * GIB)  # Python + torch + onnxruntime + tokenizers, measured on the 135M conversion
+SESSION_FACTOR = 1.15  # ONNX Runtime's resident size for a graph, per byte of its weights (measured, docs/perf.md)
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux /proc/self/statm), None elsewhere."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+class StagePeaks:
+    """Wraps a pipeline's Stages: records each stage's own peak resident memory and time. A thread samples the
+    resident size every 20 ms (the kernel's high-water mark can be reset per stage, but that also resets what
+    getrusage and /usr/bin/time report for the whole run)."""
+
+    INTERVAL = 0.02
+
+    def __init__(self, inner):
+        self.inner, self.peaks = inner, {}
+        self._name, self._t0, self._peak = None, 0.0, 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if resident_bytes() is not None:
+            threading.Thread(target=self._sample, daemon=True, name="specrt-memory").start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.INTERVAL):
+            self._note()
+
+    def _note(self) -> None:
+        rss = resident_bytes() or 0
+        with self._lock:
+            self._peak = max(self._peak, rss)
+
+    def expect(self, total: int) -> None:
+        self.inner.expect(total)
+
+    def start(self, name: str) -> None:
+        with self._lock:
+            self._name, self._t0, self._peak = name, time.time(), resident_bytes() or 0
+        self.inner.start(name)
+
+    def done(self) -> None:
+        self._note()
+        with self._lock:
+            if self._name is not None and self._peak:
+                self.peaks[self._name] = {"peak_gib": round(self._peak / GIB, 3),
+                                          "seconds": round(time.time() - self._t0, 1)}
+            self._name = None
+        self.inner.done()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def log(self, msg: str) -> None:
+        self.inner.log(msg)
+
+    def summary(self) -> str:
+        return ", ".join(f"{name} {p['peak_gib']:.2f} GiB" for name, p in self.peaks.items())
+
+
+def available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (what can be used without swapping), None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def graph_weight_bytes(shapes: Mapping, precision: str, block_size: int) -> int:
+    """Bytes of a target graph's weights: projections in int4 (4 bits, a float scale and a 4-bit zero point per
+    block) or at the precision's width, everything else float32 (fp16: 2 bytes)."""
+    from specrt.convert.quantize import is_projection
+
+    width = 2 if precision == "fp16" else 4
+    total = 0
+    for name, shape in shapes.items():
+        count = 1
+        for d in shape:
+            count *= int(d)
+        if precision == "int4" and is_projection(name):
+            total += count // 2 + (count // block_size) * 4 + count // block_size // 2
+        else:
+            total += count * width
+    return total
+
+
+def estimate_peak(shapes: Mapping, num_layers: int, precision: str, block_size: int,
+                  tied: bool) -> int:
+    """Bytes a conversion needs at its largest stage (validation: ONNX Runtime holds the graph while the torch
+    reference runs one layer, and reads the embedding table and lm_head as float32)."""
+    layer_bytes = [0] * num_layers
+    embed = 0
+    for name, shape in shapes.items():
+        count = 1
+        for d in shape:
+            count *= int(d)
+        if name.startswith("model.layers."):
+            i = int(name.split(".")[2])
+            if i < num_layers:
+                layer_bytes[i] += 4 * count
+        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
+            embed = max(embed, 4 * count)
+    graph = dict(shapes)
+    if tied and precision == "int4" and "model.embed_tokens.weight" in graph:
+        graph["lm_head.weight"] = graph["model.embed_tokens.weight"]  # int4 quantizes a copy for the lm_head
+    session = graph_weight_bytes(graph, precision, block_size)
+    torch_side = max(layer_bytes, default=0) * 2 + embed * 2  # a layer and its int4 read-back; embed and head
+    return BASELINE_BYTES + int(session * SESSION_FACTOR) + torch_side
+
+
+def check_fits(what: str, shapes: Mapping, num_layers: int, precision: str, block_size: int, tied: bool) -> int:
+    """Refuse up front, in one line, a conversion that would need more memory than the machine has free."""
+    need = estimate_peak(shapes, num_layers, precision, block_size, tied)
+    free = available_bytes()
+    if free is not None and need > free:
+        raise SpecrtError(f"converting {what} to {precision} needs about {need / GIB:.1f} GiB of memory; "
+                          f"{free / GIB:.1f} GiB is available (close other programs, or choose --precision int4)")
+    return need
