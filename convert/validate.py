@@ -2,8 +2,9 @@
 
 Each prompt runs through ONNX Runtime in three calls (a prefill chunk, one decode step, the rest)
 so that the in-place KV cache path is exercised, and is compared with one full torch forward.
-Thresholds: fp32 max |logit difference| <= 1e-3; fp16 top-1 agreement >= 99%; int4 top-1
-agreement >= 95% (weight-only 4-bit quantization changes logits by design).
+Thresholds: fp32 max |logit difference| <= 1e-3 and every top-1 equal; fp16 top-1 agreement >= 99%; int4:
+the same graph with float activations against torch on the very same int4 weights as fp32 is, and the
+shipped graph (int8 activations, which move near-tied logits of random test models by design) at least 80%.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import numpy as np
 from specrt.errors import ValidationError
 
 FP32_MAX_ABS = 1e-3
-MIN_TOP1 = {"fp32": 1.0, "fp16": 0.99, "int4": 0.95}
+# int4-exact: the int4 graph with float activations against torch on the same int4 weights (held to fp32's
+# limits); int4: the shipped graph, whose int8 activations move near-tied logits (a floor against breakage)
+MIN_TOP1 = {"fp32": 1.0, "fp16": 0.99, "int4-exact": 1.0, "int4": 0.80}
 
 # Prompts whose tokens drive validation (a mix of chat, code and prose).
 VALIDATION_TEXTS = (
@@ -70,9 +73,9 @@ def compare(session, reference: list[tuple[np.ndarray, np.ndarray | None]], prom
 
 
 def check(report: ValidationReport, precision: str) -> None:
-    if precision == "fp32" and report.max_abs_diff > FP32_MAX_ABS:
+    if precision in ("fp32", "int4-exact") and report.max_abs_diff > FP32_MAX_ABS:
         raise ValidationError(
-            f"fp32 graph differs from the torch reference by {report.max_abs_diff:.2e} (limit {FP32_MAX_ABS:.0e}); bundle not written"
+            f"{precision} graph differs from the torch reference by {report.max_abs_diff:.2e} (limit {FP32_MAX_ABS:.0e}); bundle not written"
         )
     if report.top1_agreement < MIN_TOP1[precision]:
         raise ValidationError(

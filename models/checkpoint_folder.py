@@ -4,12 +4,15 @@ name the first problem."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import numpy as np
 
 from specrt.errors import SourceError
+from specrt.models.tensor_source import TensorRef
+from specrt.tensor_file import decode, read_header
 
 
 def open_checkpoint(folder: Path, what: str) -> tuple[dict, list[Path]]:
@@ -27,15 +30,13 @@ def open_checkpoint(folder: Path, what: str) -> tuple[dict, list[Path]]:
 
 
 def read_tensors(files: list[Path], rename) -> dict[str, np.ndarray]:
-    """Every tensor of the files, under rename(name)."""
-    from safetensors.numpy import load_file
-
+    """Every tensor of the files, under rename(name), in its stored dtype (BF16, which numpy lacks and most
+    published heads use, widened to float32)."""
     tensors: dict[str, np.ndarray] = {}
     for f in files:
-        try:
-            tensors.update({rename(k): v for k, v in load_file(str(f)).items()})
-        except Exception as exc:  # safetensors raises its own error types for corrupt files
-            raise SourceError(f"{f}: unreadable safetensors ({exc})") from None
+        for t in read_header(f, error=SourceError):
+            tensors[rename(t.name)] = TensorRef(t.name, f, t.offset, t.nbytes, t.shape,
+                                                functools.partial(decode, t.dtype, shape=t.shape)).read()
     return tensors
 
 

@@ -153,6 +153,9 @@ def describe(m) -> str:
     if "quantized_reference" in val:
         q = val["quantized_reference"]
         lines.append(f"              vs same int4 weights in torch: max |diff| {q['max_abs_diff']:.2e}, top-1 agreement {q['top1_agreement']:.1%}")
+    if "int8_activations" in val:
+        q = val["int8_activations"]
+        lines.append(f"              with int8 activations (shipped): top-1 agreement {q['top1_agreement']:.1%}")
     return "\n".join(lines)
 
 

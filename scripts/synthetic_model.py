@@ -1,0 +1,311 @@
+"""Write a real-size model with random weights, and its drafter, in the published layouts (streaming: it never
+holds more than one chunk of one tensor, so writing an 8B model needs a few hundred MB, not 16 GB).
+
+    python scripts/synthetic_model.py llama-3.1-8b OUT    # OUT/target (bf16, 4 shards + index) + OUT/eagle3
+    python scripts/synthetic_model.py qwen3-8b OUT        # OUT/target (bf16, 5 shards + index) + OUT/dflash
+    options: --layers N (fewer target layers, same widths), --tiny (every width divided: a test-size twin)
+
+The configs are the published ones (random weights: acceptance means nothing; memory, time, speed and
+losslessness do):
+- meta-llama/Llama-3.1-8B-Instruct, config.json: hidden 4096, 32 layers, intermediate 14336, 32 heads / 8 KV
+  heads, vocab 128256, rope_theta 500000 with rope_scaling {rope_type llama3, factor 8, low_freq_factor 1,
+  high_freq_factor 4, original_max_position_embeddings 8192}, rms_norm_eps 1e-5, untied embeddings, bf16,
+  model-0000{1..4}-of-00004.safetensors + model.safetensors.index.json.
+- yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (the EAGLE-3 authors' head; SafeAILab/EAGLE eagle/traineagle3/config.json),
+  config.json: LlamaForCausalLM (SGLang's copies say LlamaForCausalLMEagle3), one layer of the target's widths,
+  max_position_embeddings 2048, no rope keys, draft_vocab_size 32000, float16. Published as pytorch_model.bin,
+  which specrt never unpickles: written here as the model.safetensors its safetensors copies hold. Tensors fc.weight [4096, 3 * 4096],
+  midlayer.{input_layernorm, hidden_norm, post_attention_layernorm}.weight, midlayer.self_attn.{q,k,v}_proj
+  reading 2 * 4096 features, o_proj, midlayer.mlp.*, norm.weight, lm_head.weight [32000, 4096], d2t [32000]
+  int64 (draft id d is target id d + d2t[d]), t2d [128256] bool; no embedding (the target's is used).
+- Qwen/Qwen3-8B, config.json: hidden 4096, 36 layers, intermediate 12288, 32 heads / 8 KV heads, head_dim 128,
+  q/k norm, vocab 151936, rope_theta 1000000, rms_norm_eps 1e-6, untied embeddings, bf16, 5 shards.
+- z-lab/Qwen3-8B-DFlash-b16 (DFlash's authors; as vllm-project/speculators' converter tests and z-lab/dflash's
+  model code describe it), config.json: DFlashDraftModel, 5 Qwen3 layers of the
+  target's widths, block_size 16, dflash_config {mask_token_id 151669, target_layer_ids [1, 9, 17, 25, 33]}
+  (z-lab's build_target_layer_ids for 36 target layers and 5 draft layers: round(1 + i * 32 / 4)), bf16;
+  tensors fc.weight [4096, 5 * 4096], hidden_norm.weight, norm.weight, layers.{i}.{input_layernorm,
+  post_attention_layernorm}.weight, layers.{i}.self_attn.{q,k,v,o}_proj.weight, layers.{i}.self_attn.{q,k}_norm
+  .weight, layers.{i}.mlp.{gate,up,down}_proj.weight; no embedding or lm_head (the target's are shared).
+
+Random values: every matrix entry is +-(1 + m / 128) * 2^-6 (m a random 7-bit mantissa, random sign), every
+norm weight 1 + m / 128: small enough that activations stay finite through every layer, cheap to draw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SHARD_BYTES = 5 * 10**9  # HF's usual shard size
+CHUNK = 1 << 24  # values drawn at a time
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    kind: str  # "matrix" | "norm" | "d2t" | "t2d"
+    dtype: str = "BF16"
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * {"BF16": 2, "F16": 2, "I64": 8, "BOOL": 1}[self.dtype]
+
+
+def _bits(rng, count: int, exponent: int) -> np.ndarray:
+    """bf16 bit patterns +-(1 + m / 128) * 2^(exponent - 127) with random sign and mantissa."""
+    r = np.frombuffer(rng.bytes(count), dtype=np.uint8).astype(np.uint16)
+    return ((r & 0x80) << 8) | np.uint16(exponent << 7) | (r & 0x7F)
+
+
+def _chunks(t: Tensor, rng, extra: dict):
+    count = int(np.prod(t.shape, dtype=np.int64))
+    if t.kind in ("d2t", "t2d"):
+        yield extra[t.kind].tobytes()
+        return
+    for lo in range(0, count, CHUNK):
+        n = min(CHUNK, count - lo)
+        if t.kind == "norm":
+            bits = _bits(rng, n, 127) & np.uint16(0x7FFF)  # positive, in [1, 2)
+        else:
+            bits = _bits(rng, n, 127 - 6)
+        if t.dtype == "F16":
+            yield (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float16).tobytes()
+        else:
+            yield bits.tobytes()
+
+
+def write_safetensors(path: Path, tensors: list[Tensor], rng, extra: dict | None = None) -> None:
+    """One safetensors file, header first (all sizes are known), then each tensor chunk by chunk."""
+    header, offset = {}, 0
+    for t in tensors:
+        header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
+        offset += t.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for t in tensors:
+            for chunk in _chunks(t, rng, extra or {}):
+                f.write(chunk)
+
+
+def write_sharded(folder: Path, tensors: list[Tensor], rng) -> None:
+    """model-0000k-of-0000n.safetensors shards of at most SHARD_BYTES + model.safetensors.index.json."""
+    shards, current, size = [], [], 0
+    for t in tensors:
+        if current and size + t.nbytes > SHARD_BYTES:
+            shards.append(current)
+            current, size = [], 0
+        current.append(t)
+        size += t.nbytes
+    shards.append(current)
+    weight_map = {}
+    for k, part in enumerate(shards, 1):
+        name = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        write_safetensors(folder / name, part, rng)
+        weight_map.update({t.name: name for t in part})
+        print(f"  {name}: {len(part)} tensors", file=sys.stderr)
+    total = sum(t.nbytes for t in tensors)
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+
+
+def decoder_tensors(prefix: str, c: dict, qk_norm: bool, attn_in: int | None = None) -> list[Tensor]:
+    h = c["hidden_size"]
+    d = c.get("head_dim") or h // c["num_attention_heads"]
+    attn_in = attn_in or h
+    out = [Tensor(prefix + "input_layernorm.weight", (h,), "norm"),
+           Tensor(prefix + "self_attn.q_proj.weight", (c["num_attention_heads"] * d, attn_in), "matrix"),
+           Tensor(prefix + "self_attn.k_proj.weight", (c["num_key_value_heads"] * d, attn_in), "matrix"),
+           Tensor(prefix + "self_attn.v_proj.weight", (c["num_key_value_heads"] * d, attn_in), "matrix"),
+           Tensor(prefix + "self_attn.o_proj.weight", (h, c["num_attention_heads"] * d), "matrix")]
+    if qk_norm:
+        out += [Tensor(prefix + "self_attn.q_norm.weight", (d,), "norm"),
+                Tensor(prefix + "self_attn.k_norm.weight", (d,), "norm")]
+    return out + [Tensor(prefix + "post_attention_layernorm.weight", (h,), "norm"),
+                  Tensor(prefix + "mlp.gate_proj.weight", (c["intermediate_size"], h), "matrix"),
+                  Tensor(prefix + "mlp.up_proj.weight", (c["intermediate_size"], h), "matrix"),
+                  Tensor(prefix + "mlp.down_proj.weight", (h, c["intermediate_size"]), "matrix")]
+
+
+def target_tensors(c: dict, qk_norm: bool) -> list[Tensor]:
+    h, v = c["hidden_size"], c["vocab_size"]
+    out = [Tensor("model.embed_tokens.weight", (v, h), "matrix")]
+    for i in range(c["num_hidden_layers"]):
+        out += decoder_tensors(f"model.layers.{i}.", c, qk_norm)
+    out += [Tensor("model.norm.weight", (h,), "norm")]
+    if not c["tie_word_embeddings"]:
+        out += [Tensor("lm_head.weight", (v, h), "matrix")]
+    return out
+
+
+def llama_31_8b(tiny: bool) -> dict:
+    c = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+         "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
+         "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+         "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama", "num_attention_heads": 32,
+         "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+         "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+         "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
+         "vocab_size": 128256, "head_dim": 128}
+    if tiny:
+        c.update(hidden_size=256, intermediate_size=896, num_attention_heads=2, num_key_value_heads=1,
+                 vocab_size=4096, bos_token_id=1, eos_token_id=[2])
+    return c
+
+
+def qwen3_8b(tiny: bool) -> dict:
+    c = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+         "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+         "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12288,
+         "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
+         "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+         "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False,
+         "torch_dtype": "bfloat16", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+    if tiny:
+        c.update(hidden_size=256, intermediate_size=768, num_attention_heads=2, num_key_value_heads=1,
+                 vocab_size=4096, bos_token_id=1, eos_token_id=2)
+    return c
+
+
+def write_eagle3(folder: Path, target: dict, rng) -> None:
+    h, v = target["hidden_size"], target["vocab_size"]
+    draft_vocab = 32000 if v > 32000 else v // 4
+    c = {"architectures": ["LlamaForCausalLM"], "bos_token_id": target["bos_token_id"],
+         "eos_token_id": target["eos_token_id"][0], "hidden_act": "silu", "hidden_size": h,
+         "initializer_range": 0.02, "intermediate_size": target["intermediate_size"],
+         "max_position_embeddings": 2048, "model_type": "llama", "num_attention_heads": target["num_attention_heads"],
+         "num_key_value_heads": target["num_key_value_heads"],
+         "num_hidden_layers": 1, "pad_token_id": 0, "rms_norm_eps": target["rms_norm_eps"], "tie_word_embeddings": False,
+         "torch_dtype": "float16", "transformers_version": "4.28.1", "use_cache": True, "vocab_size": v,
+         "draft_vocab_size": draft_vocab}  # no rope keys: EAGLE's code then uses base 10000, unscaled
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    chosen = np.sort(rng.choice(v, size=draft_vocab, replace=False)).astype(np.int64)  # draft id -> target id
+    t2d = np.zeros(v, dtype=bool)
+    t2d[chosen] = True
+    layer = decoder_tensors("midlayer.", c, qk_norm=False, attn_in=2 * h)
+    layer.insert(1, Tensor("midlayer.hidden_norm.weight", (h,), "norm"))
+    tensors = [Tensor("fc.weight", (h, 3 * h), "matrix"), *layer, Tensor("norm.weight", (h,), "norm"),
+               Tensor("lm_head.weight", (draft_vocab, h), "matrix"),
+               Tensor("d2t", (draft_vocab,), "d2t", "I64"), Tensor("t2d", (v,), "t2d", "BOOL")]
+    tensors = [t if t.dtype != "BF16" else Tensor(t.name, t.shape, t.kind, "F16") for t in tensors]
+    write_safetensors(folder / "model.safetensors", tensors, rng,
+                      {"d2t": chosen - np.arange(draft_vocab, dtype=np.int64), "t2d": t2d})
+
+
+def write_dflash(folder: Path, target: dict, rng) -> None:
+    layers, block = 5, 16
+    n = target["num_hidden_layers"]
+    start, end = 1, n - 3
+    layer_ids = [int(round(start + i * (end - start) / (layers - 1))) for i in range(layers)]
+    mask_token = 151669 if target["vocab_size"] > 151669 else target["vocab_size"] - 1
+    c = {"architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+         "block_size": block, "dflash_config": {"mask_token_id": mask_token, "target_layer_ids": layer_ids},
+         **{k: target[k] for k in ("attention_bias", "attention_dropout", "bos_token_id", "eos_token_id", "head_dim",
+                                   "hidden_act", "hidden_size", "initializer_range", "intermediate_size",
+                                   "max_position_embeddings", "num_attention_heads", "num_key_value_heads",
+                                   "rms_norm_eps", "rope_scaling", "rope_theta", "tie_word_embeddings",
+                                   "vocab_size")},
+         "model_type": "qwen3", "num_hidden_layers": layers, "num_target_layers": n, "torch_dtype": "bfloat16"}
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    h = target["hidden_size"]
+    tensors = [Tensor("fc.weight", (h, layers * h), "matrix"), Tensor("hidden_norm.weight", (h,), "norm")]
+    for i in range(layers):
+        tensors += decoder_tensors(f"layers.{i}.", c, qk_norm=True)
+    tensors += [Tensor("norm.weight", (h,), "norm")]
+    write_safetensors(folder / "model.safetensors", tensors, rng)
+
+
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+    "{{ m['content'] }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def write_tokenizer(folder: Path, cfg: dict, preset: str) -> None:
+    """A byte-level tokenizer of the model's vocabulary size (the published tokenizers cannot be fetched here):
+    the 256 byte symbols, the published special tokens at their published ids (or small ids in a --tiny twin),
+    placeholder tokens for the rest. Every text encodes (one token per byte), every id decodes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    v = cfg["vocab_size"]
+    if preset == "llama-3.1-8b":
+        names = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
+                 "<|eot_id|>"]
+        ids = [128000, 128001, 128006, 128007, 128008, 128009] if v > 128009 else [1, 2, 3, 4, 5, 6]
+        bos, eos, template = names[0], names[5], LLAMA3_TEMPLATE
+    else:
+        names = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        ids = [151643, 151644, 151645] if v > 151645 else [1, 2, 3]
+        bos, eos, template = None, names[2], CHATML_TEMPLATE
+    if preset == "llama-3.1-8b" and v <= 128009:
+        cfg_ids = {"bos_token_id": 1, "eos_token_id": [6]}
+    elif preset != "llama-3.1-8b" and v <= 151645:
+        cfg_ids = {"bos_token_id": 1, "eos_token_id": 3}
+    else:
+        cfg_ids = {}
+    if cfg_ids:  # the twin's config names its own special ids
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, **cfg_ids}, indent=2))
+    vocab = dict(zip(names, ids))
+    free = (i for i in range(v) if i not in set(ids))
+    for symbol in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[symbol] = next(free)
+    for i in free:
+        vocab[f"<|placeholder_{i}|>"] = i
+    tok = Tokenizer(models.BPE(vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(names)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": bos, "eos_token": eos, "chat_template": template}, indent=2))
+
+
+PRESETS = {"llama-3.1-8b": (llama_31_8b, False, write_eagle3, "eagle3"),
+           "qwen3-8b": (qwen3_8b, True, write_dflash, "dflash")}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("preset", choices=sorted(PRESETS))
+    ap.add_argument("out", type=Path, help="a new folder")
+    ap.add_argument("--layers", type=int, help="target layers (default: the published count)")
+    ap.add_argument("--tiny", action="store_true", help="divide every width: a test-size twin of the layout")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    config_of, qk_norm, write_drafter, drafter = PRESETS[args.preset]
+    cfg = config_of(args.tiny)
+    if args.layers:
+        cfg["num_hidden_layers"] = args.layers
+        if "max_window_layers" in cfg:
+            cfg["max_window_layers"] = args.layers
+    rng = np.random.default_rng(args.seed)
+    target = args.out / "target"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text(json.dumps(cfg, indent=2))
+    tensors = target_tensors(cfg, qk_norm)
+    print(f"{args.preset}: {sum(int(np.prod(t.shape)) for t in tensors) / 1e9:.2f}B parameters -> {target}",
+          file=sys.stderr)
+    write_sharded(target, tensors, rng)
+    write_tokenizer(target, cfg, args.preset)
+    write_drafter(args.out / drafter, cfg, rng)
+    print(f"{drafter} drafter -> {args.out / drafter}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
