@@ -1,9 +1,10 @@
 """Conversion's memory as a contract: the peak of every stage, and a refusal up front when a source cannot fit.
 
 Per-stage peaks come from sampling the resident size while each stage runs, so each stage's figure is its own,
-not the run's so far. The estimate adds what the largest
-stage holds at once: the finished graph's weights in ONNX Runtime (validation), one layer of float32 weights
-and the embedding table or lm_head in the torch reference, and the Python, torch and ONNX Runtime baseline.
+not the run's so far. The estimate takes the largest
+stage: ONNX Runtime holding the finished graph (validation), the torch reference holding one layer (twice) or
+the embedding table, or the builder converting the largest tensor; plus the Python, torch and ONNX Runtime
+baseline.
 """
 
 from __future__ import annotations
@@ -110,28 +111,28 @@ def graph_weight_bytes(shapes: Mapping, precision: str, block_size: int) -> int:
     return total
 
 
-def estimate_peak(shapes: Mapping, num_layers: int, precision: str, block_size: int,
-                  tied: bool) -> int:
-    """Bytes a conversion needs at its largest stage (validation: ONNX Runtime holds the graph while the torch
-    reference runs one layer, and reads the embedding table and lm_head as float32)."""
-    layer_bytes = [0] * num_layers
-    embed = 0
+def estimate_peak(shapes: Mapping, num_layers: int, precision: str, block_size: int, tied: bool) -> int:
+    """Bytes a conversion needs at its largest stage. The stages never overlap their big buffers: building holds
+    the largest tensor being converted (read, widened, quantized), the torch reference one layer's float32
+    weights twice (the source's and the int4 read-back) or the embedding table / lm_head, validation ONNX
+    Runtime's copy of the finished graph."""
+    largest = layer = 0
+    per_layer = [0] * num_layers
     for name, shape in shapes.items():
         count = 1
         for d in shape:
             count *= int(d)
+        largest = max(largest, 4 * count)
         if name.startswith("model.layers."):
             i = int(name.split(".")[2])
             if i < num_layers:
-                layer_bytes[i] += 4 * count
-        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
-            embed = max(embed, 4 * count)
+                per_layer[i] += 4 * count
+    layer = max(per_layer, default=0)
     graph = dict(shapes)
     if tied and precision == "int4" and "model.embed_tokens.weight" in graph:
         graph["lm_head.weight"] = graph["model.embed_tokens.weight"]  # int4 quantizes a copy for the lm_head
-    session = graph_weight_bytes(graph, precision, block_size)
-    torch_side = max(layer_bytes, default=0) * 2 + embed * 2  # a layer and its int4 read-back; embed and head
-    return BASELINE_BYTES + int(session * SESSION_FACTOR) + torch_side
+    session = graph_weight_bytes(graph, precision, block_size) * SESSION_FACTOR
+    return int(BASELINE_BYTES + max(session, 2 * layer, 3 * largest))
 
 
 def check_fits(what: str, shapes: Mapping, num_layers: int, precision: str, block_size: int, tied: bool) -> int:

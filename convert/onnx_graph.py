@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from onnx.external_data_helper import set_external_data
 
 MS_DOMAIN = "com.microsoft"
 OPSET = 21
@@ -42,17 +41,26 @@ class ExternalData:
         self.index: dict[str, tuple[int, int, int, tuple[int, ...]]] = {}  # name -> (offset, length, type, dims)
         self.inline: dict[str, np.ndarray] = {}  # the initializers small enough to stay in the graph
 
-    def take(self, tensor: onnx.TensorProto) -> None:
-        """Move a large tensor's bytes to the file (the tensor keeps its location); a small one stays inline."""
-        raw = tensor.raw_data
-        if sys.getsizeof(raw) < EXTERNAL_THRESHOLD:
-            self.inline[tensor.name] = numpy_helper.to_array(tensor)  # under 1 KB: kept to be read back too
-            return
+    def tensor(self, name: str, array: np.ndarray) -> onnx.TensorProto:
+        """The initializer for an array: its bytes appended to the file (written from the array itself, never
+        copied: a 128k x 4096 embedding table is 2 GB), or inline when under 1 KB (onnx.save_model's rule)."""
+        array = np.ascontiguousarray(array)
+        if sys.getsizeof(b"") + array.nbytes < EXTERNAL_THRESHOLD:
+            tensor = numpy_helper.from_array(array, name)
+            self.inline[name] = array.copy()  # kept to be read back too
+            return tensor
+        if array.dtype.byteorder == ">":
+            raise ValueError(f"{name}: big-endian arrays are not written")
+        tensor = onnx.TensorProto(name=name, dims=array.shape, data_type=NP_TO_ONNX[array.dtype])
         offset = self._file.tell()
-        self._file.write(raw)
-        set_external_data(tensor, self.location, offset, len(raw))
-        tensor.ClearField("raw_data")
-        self.index[tensor.name] = (offset, len(raw), tensor.data_type, tuple(tensor.dims))
+        self._file.write(memoryview(array.reshape(-1)).cast("B"))
+        # the fields and their order as onnx.external_data_helper.set_external_data writes them
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", self.location), ("offset", offset), ("length", array.nbytes)):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, str(value)
+        self.index[name] = (offset, array.nbytes, tensor.data_type, tuple(array.shape))
+        return tensor
 
     def close(self) -> None:
         self._file.close()
@@ -89,10 +97,10 @@ class GraphWriter:
 
     def weight(self, name: str, array: np.ndarray) -> str:
         name = self.fresh(name)
-        tensor = numpy_helper.from_array(np.ascontiguousarray(array), name)
         if self.external is not None:
-            self.external.take(tensor)
-        self.initializers.append(tensor)
+            self.initializers.append(self.external.tensor(name, array))
+        else:
+            self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
     def const(self, values, dtype=np.int64) -> str:

@@ -219,7 +219,9 @@ class _TargetBuilder:
             g.add_input(io["past_value"][i], self.elem, kv_shape)
         seqlens_k, total_len = self.attention_lengths()
 
-        embed_name = g.weight("model.embed_tokens.weight", self.tensor("model.embed_tokens.weight").astype(self.dtype))
+        embed = self.tensor("model.embed_tokens.weight")
+        embed_name = g.weight("model.embed_tokens.weight", embed.astype(self.dtype, copy=False))
+        del embed
         x = g.op("Gather", [embed_name, "input_ids"], axis=0)
         if cfg.embed_scale != 1.0:
             x = g.op("Mul", [x, g.const(cfg.embed_scale, dtype=self.dtype)])
