@@ -44,10 +44,10 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     from specrt.models.eagle3 import load_eagle3_checkpoint, model_from_tensors
 
     cfg, tensors = load_eagle3_checkpoint(Path(arg).expanduser(), loaded.config)
-    embed = loaded.weights["model.embed_tokens.weight"].astype(np.float32)
+    embed = np.asarray(loaded.weights["model.embed_tokens.weight"], dtype=np.float32)
     opts = GraphOptions(precision=head_precision(precision), max_context=max_context)
     builder = _Eagle3Builder(cfg, _graph_weights(tensors, embed), opts)
-    inputs, diff = export_head(builder, model_from_tensors(cfg, tensors), embed,
+    inputs, validation = export_head(builder, model_from_tensors(cfg, tensors), embed,
                                lambda name: name.replace("model.layers.0.", "midlayer."), tmp, STEM, providers,
                                stages, "EAGLE-3")
     save_file({"d2t": np.ascontiguousarray(tensors["d2t"].astype(np.int64))}, str(tmp / f"{STEM}.d2t.safetensors"))
@@ -61,5 +61,5 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
         "model_config": c.to_dict(), "graph": dataclasses.asdict(graph), "kv": dataclasses.asdict(kv),
         "vocab_size": cfg.vocab_size, "draft_vocab_size": cfg.draft_vocab_size, "aux_layers": list(cfg.aux_layers),
         "target_hidden_size": cfg.target_hidden_size, "extra_files": [f"{STEM}.d2t.safetensors"],
-        "validation": {"max_abs_diff": diff},
+        "validation": validation,
     }

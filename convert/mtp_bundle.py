@@ -68,7 +68,7 @@ def add(spec: str, folder: str, tmp: Path, loaded, precision: str, max_context: 
     cfg, tensors = load_mtp_from_target(loaded.config, _weights(loaded, folder))
     opts = GraphOptions(precision=head_precision(precision), max_context=max_context)
     torch_module, embed = model_from_tensors(cfg, tensors)
-    inputs, diff = export_head(_MtpBuilder(cfg, _graph_weights(tensors), opts), torch_module, embed, _torch_name, tmp,
+    inputs, validation = export_head(_MtpBuilder(cfg, _graph_weights(tensors), opts), torch_module, embed, _torch_name, tmp,
                                STEM, providers, stages, "MTP")
     c = cfg.layer
     graph = TargetGraph(file=f"{STEM}.onnx", data_file=f"{STEM}.onnx.data", precision=opts.precision, inputs=inputs,
@@ -79,7 +79,7 @@ def add(spec: str, folder: str, tmp: Path, loaded, precision: str, max_context: 
         "layout": cfg.layout.name, "model_config": c.to_dict(), "graph": dataclasses.asdict(graph),
         "kv": dataclasses.asdict(kv), "vocab_size": c.vocab_size, "draft_vocab_size": c.vocab_size,
         "aux_layers": [loaded.config.num_layers - 1], "target_hidden_size": c.hidden_size,
-        "validation": {"max_abs_diff": diff},
+        "validation": validation,
     }
 
 

@@ -135,3 +135,16 @@ class GraphWriter:
         )
         model.ir_version = 10
         return model
+
+
+def float_activation_twin(path: Path) -> Path:
+    """A copy of an int4 graph (beside it, sharing its data file) whose MatMulNBits keep float activations."""
+    model = onnx.load(str(path), load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits":
+            for attr in node.attribute:
+                if attr.name == "accuracy_level":
+                    attr.i = 0
+    twin = path.with_name(path.stem + ".exact.onnx")
+    onnx.save_model(model, str(twin))
+    return twin

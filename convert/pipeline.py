@@ -29,12 +29,14 @@ from specrt.convert import sources
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
                                            hidden_layers_for)
 from specrt.convert.memory import GIB, StagePeaks, check_fits
+from specrt.convert.onnx_graph import float_activation_twin
 from specrt.convert.quantize import dequantize_int4, is_projection
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
 from specrt.convert.target_graph import PRECISIONS, GraphOptions, WrittenGraph, io_names, write_target_graph
 from specrt.convert.tokenizer import write_tokenizer
 from specrt.convert.validate import VALIDATION_TEXTS, check, compare
 from specrt.errors import OutputPathError, SpecrtError
+from specrt.models.tensor_source import WeightSource, rows_of
 from specrt.runtime.providers import providers_for
 from specrt.runtime.target_session import TargetSession, TargetSpec
 
@@ -94,6 +96,10 @@ def convert(source: str, out: Path, opts: ConvertOptions, stages: Stages | None 
     measured = StagePeaks(stages or Stages())
     try:
         return _convert(source, out, opts, measured)
+    except BaseException:
+        if measured.peaks:
+            measured.log(f"peak memory by stage: {measured.summary()}")
+        raise
     finally:
         measured.close()
 
@@ -221,8 +227,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context) if precision == "int4" else []
     # one pass of the source model: int4 calibration statistics and the validation reference together
     source = run_layerwise(cfg, loaded.weights, calibration + prompts, graph_opts.hidden_layers,
-                           observe=len(calibration))
-    source_outputs = list(zip(source.logits, source.taps))[len(calibration):]
+                           observe=len(calibration), outputs_from=len(calibration))
+    source_outputs = list(zip(source.logits, source.taps))
     weights = loaded.weights
     if precision == "int4":
         weights = smooth_down_proj(weights, source.down_proj_max)
@@ -278,7 +284,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     return graph, validation
 
 
-class Int4Readback(Mapping):
+class Int4Readback(WeightSource):
     """The weights an int4 graph really multiplies by: every projection (and the lm_head) dequantized from the
     int4 values written to the data file, everything else as given. Read one tensor at a time."""
 
@@ -300,20 +306,8 @@ class Int4Readback(Mapping):
     def __contains__(self, name) -> bool:
         return name in self.base or name == "lm_head.weight"
 
-
-def float_activation_twin(path: Path) -> Path:
-    """A copy of an int4 graph (beside it, sharing its data file) whose MatMulNBits keep float activations."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    for node in model.graph.node:
-        if node.op_type == "MatMulNBits":
-            for attr in node.attribute:
-                if attr.name == "accuracy_level":
-                    attr.i = 0
-    twin = path.with_name(path.stem + ".exact.onnx")
-    onnx.save_model(model, str(twin))
-    return twin
+    def rows(self, name: str, ids) -> np.ndarray:
+        return self[name][ids] if is_projection(name) else rows_of(self.base, name, ids)
 
 
 def kv_dtype_for(precision: str) -> str:

@@ -111,12 +111,17 @@ def is_projection(name: str) -> bool:
 
 
 def dequantize_int4(qw: Int4Weight) -> np.ndarray:
-    """Inverse of quantize_int4: [N, K] float32 (the weights the int4 graph really multiplies by)."""
-    lo = qw.packed & 0x0F
-    hi = qw.packed >> 4
-    q = np.stack([lo, hi], axis=-1).reshape(qw.n, -1, qw.block_size).astype(np.float32)
-    n_blocks = q.shape[1]
-    zps = np.stack([qw.zero_points & 0x0F, qw.zero_points >> 4], -1).reshape(qw.n, -1)[:, :n_blocks]
+    """Inverse of quantize_int4: [N, K] float32 (the weights the int4 graph really multiplies by), computed in
+    row chunks into one output array (a 150k-row lm_head would otherwise need several float copies)."""
+    n_blocks = -(-qw.k // qw.block_size)
+    packed = qw.packed.reshape(qw.n, n_blocks, qw.block_size // 2)
     scales = qw.scales.reshape(qw.n, n_blocks)
-    w = (q - zps[..., None]) * scales[..., None]
-    return w.reshape(qw.n, -1)[:, : qw.k]
+    zps = np.stack([qw.zero_points & 0x0F, qw.zero_points >> 4], -1).reshape(qw.n, -1)[:, :n_blocks]
+    out = np.empty((qw.n, qw.k), dtype=np.float32)
+    for lo in range(0, qw.n, ROW_CHUNK):
+        hi = min(lo + ROW_CHUNK, qw.n)
+        p = packed[lo:hi]
+        q = np.stack([p & 0x0F, p >> 4], axis=-1).reshape(hi - lo, n_blocks, qw.block_size).astype(np.float32)
+        w = (q - zps[lo:hi, :, None]) * scales[lo:hi, :, None]
+        out[lo:hi] = w.reshape(hi - lo, -1)[:, : qw.k]
+    return out

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from specrt.models.tensor_source import WeightSource, rows_of
+
 CALIBRATION_TEXTS = (
     "The history of science is full of surprising discoveries, from the structure of DNA to the expansion of the universe.",
     "import numpy as np\n\ndef mean(values):\n    return sum(values) / len(values)\n",
@@ -22,7 +24,7 @@ CALIBRATION_TEXTS = (
 )
 
 
-class Smoothed(Mapping):
+class Smoothed(WeightSource):
     """The weights with every smoothed layer's up_proj rows divided by s and down_proj columns multiplied by s,
     computed when read (a view: nothing is copied, a LazyWeights source stays on disk)."""
 
@@ -36,6 +38,9 @@ class Smoothed(Mapping):
             s = self.scales[layer]
             return w / s[:, None] if kind == "up" else w * s[None, :]
         return w
+
+    def rows(self, name: str, ids) -> np.ndarray:
+        return rows_of(self.base, name, ids) if _smoothed_part(name)[0] is None else self[name][ids]
 
     def __iter__(self):
         return iter(self.base)

@@ -36,7 +36,7 @@ def read_tensors(files: list[Path], rename) -> dict[str, np.ndarray]:
     for f in files:
         for t in read_header(f, error=SourceError):
             tensors[rename(t.name)] = TensorRef(t.name, f, t.offset, t.nbytes, t.shape,
-                                                functools.partial(decode, t.dtype, shape=t.shape)).read()
+                                                functools.partial(decode, t.dtype)).read()
     return tensors
 
 

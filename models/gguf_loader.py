@@ -145,16 +145,16 @@ def _hf_name(gguf_name: str, block_map: dict) -> str | None:
     return f"{hf}.{suffix}" if hf else None
 
 
-def _decoder(qtype, shape: tuple[int, ...], after=None):
-    """raw bytes of a GGUF tensor -> float32 array [rows, cols] (numpy order), then `after` (an undoing of
-    llama.cpp's converter) if given."""
+def _decoder(qtype, after=None):
+    """raw bytes of (whole rows of) a GGUF tensor -> float32 array [rows, cols] (numpy order), then `after` (an
+    undoing of llama.cpp's converter) if given."""
     import gguf
 
     if qtype.name not in SUPPORTED_QUANT_TYPES:
         raise ValueError(f"GGUF type {qtype.name} is not supported")
-    count = int(np.prod(shape, dtype=np.int64))
 
-    def decode(raw: bytes) -> np.ndarray:
+    def decode(raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape, dtype=np.int64))
         if qtype == gguf.GGMLQuantizationType.F32:
             arr = np.frombuffer(raw, dtype=np.float32).copy()
         elif qtype == gguf.GGMLQuantizationType.F16:
@@ -196,7 +196,7 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
             after = _minus_one
         shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims fastest-first
         refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
-                               _decoder(t.tensor_type, shape, after))
+                               _decoder(t.tensor_type, after), rows_apart=after is None or after is _minus_one)
     return hf, LazyWeights(refs), reader
 
 

@@ -70,7 +70,7 @@ def load_hf_weights(folder: Path) -> LazyWeights:
     found: dict[str, str] = {}
     for f in safetensors_files(folder):
         for t in read_header(f, error=SourceError):
-            refs[hf_name(t.name)] = TensorRef(t.name, f, t.offset, t.nbytes, t.shape, _decoder(t.dtype, t.shape))
+            refs[hf_name(t.name)] = TensorRef(t.name, f, t.offset, t.nbytes, t.shape, _decoder(t.dtype))
             found[t.name] = f.name
     for name, shard in (weight_map or {}).items():
         if found.get(name) != shard:
@@ -78,8 +78,8 @@ def load_hf_weights(folder: Path) -> LazyWeights:
     return LazyWeights(refs)
 
 
-def _decoder(dtype: str, shape: tuple[int, ...]):
-    return lambda raw: decode(dtype, raw, shape).astype(np.float32, copy=False)
+def _decoder(dtype: str):
+    return lambda raw, shape: decode(dtype, raw, shape).astype(np.float32, copy=False)
 
 
 def load_hf_folder(folder: Path) -> tuple[dict, LazyWeights]:

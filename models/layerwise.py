@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from specrt.models.config import ModelConfig
+from specrt.models.tensor_source import rows_of
 from specrt.models.transformer import BLOCKS, Attention, RMSNorm, causal_mask
 
 
@@ -50,17 +51,17 @@ def load_module(module: torch.nn.Module, weights: Mapping, prefix: str) -> torch
 
 
 def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], hidden_layers=(),
-                  observe: int = 0) -> Reference:
+                  observe: int = 0, outputs_from: int = 0) -> Reference:
     """The reference outputs for each prompt (batch 1, no past), computed layer by layer.
 
     weights: HF-named float arrays (read when used; a LazyWeights reads each from disk). A tap for layer i is
     the residual stream after layer i. observe: the first `observe` prompts also record every down
-    projection's largest input per channel (int4 calibration)."""
+    projection's largest input per channel (int4 calibration). Logits and taps are returned for
+    prompts[outputs_from:] only (a [S, V] array per prompt is large with a 150k vocabulary)."""
     out = Reference()
     with torch.no_grad():
-        embed = _tensor(weights["model.embed_tokens.weight"])  # [V, H]
-        xs = [embed[torch.tensor(ids)][None] for ids in prompts]  # per prompt [1, S, H]
-        del embed
+        # per prompt [1, S, H]: only the prompts' rows of the embedding table are read
+        xs = [_tensor(rows_of(weights, "model.embed_tokens.weight", np.asarray(ids)))[None] for ids in prompts]
         if cfg.embed_scale != 1.0:
             xs = [x * torch.tensor(cfg.embed_scale, dtype=x.dtype) for x in xs]
         positions = [torch.arange(len(ids))[None] for ids in prompts]
@@ -77,7 +78,7 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
                 xs[p], _, _ = block(x, pos, empty, empty, causal_mask(cfg, i, pos, 0))
                 if hook is not None:
                     hook.remove()
-                if i in hidden_layers:
+                if i in hidden_layers and p >= outputs_from:
                     taps[p].append(xs[p])
             del block
         with torch.device("meta"):
@@ -85,7 +86,7 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
         norm = load_module(norm, weights, "model.norm.")
         head_name = "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
         head = _tensor(weights[head_name])  # [V, H]
-        for x, tap in zip(xs, taps):
+        for x, tap in zip(xs[outputs_from:], taps[outputs_from:]):
             out.logits.append(torch.nn.functional.linear(norm(x), head)[0].numpy())
             out.taps.append(torch.cat(tap, dim=-1)[0].numpy() if tap else None)
     return out

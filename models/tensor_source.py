@@ -28,26 +28,49 @@ class TensorRef:
     offset: int  # absolute byte offset in the file
     nbytes: int
     shape: tuple[int, ...]  # the shape of the decoded array
-    decode: Callable[[bytes], np.ndarray]  # raw bytes -> float32 array of `shape`
+    decode: Callable[[bytes, tuple[int, ...]], np.ndarray]  # raw bytes of whole rows -> float32 array of a shape
+    rows_apart: bool = True  # rows decode on their own (false where a decoder mixes rows, e.g. a permutation)
 
     def read(self) -> np.ndarray:
+        return self._decode(self._pread(self.offset, self.nbytes), self.shape)
+
+    def read_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of a matrix [rows, cols], reading only those rows' bytes (an embedding lookup)."""
+        if not self.rows_apart or len(self.shape) != 2:
+            return self.read()[ids]
+        width = self.nbytes // self.shape[0]
+        unique, where = np.unique(np.asarray(ids, dtype=np.int64), return_inverse=True)
+        raw = b"".join(self._pread(self.offset + int(r) * width, width) for r in unique)
+        return self._decode(raw, (len(unique), self.shape[1]))[where]
+
+    def _pread(self, offset: int, length: int) -> bytes:
         try:
             with open(self.file, "rb") as f:
-                raw = os.pread(f.fileno(), self.nbytes, self.offset) if self.nbytes else b""
+                raw = os.pread(f.fileno(), length, offset) if length else b""
         except OSError as exc:
             raise SourceError(f"{self.file}: cannot read tensor {self.name} ({exc.strerror or exc})") from None
-        if len(raw) != self.nbytes:
+        if len(raw) != length:
             raise SourceError(f"{self.file}: tensor {self.name} runs past the end of the file (truncated?)")
+        return raw
+
+    def _decode(self, raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
         try:
-            arr = self.decode(raw)
+            arr = self.decode(raw, shape)
         except SourceError:
             raise
         except Exception as exc:  # a decoder's own error on bad bytes
             raise SourceError(f"{self.file}: tensor {self.name} is corrupt ({type(exc).__name__}: {exc})") from None
-        return arr.reshape(self.shape)
+        return arr.reshape(shape)
 
 
-class LazyWeights(Mapping):
+class WeightSource(Mapping):
+    """A read-only mapping of HF names to float32 arrays that can also read a few rows of a matrix."""
+
+    def rows(self, name: str, ids) -> np.ndarray:
+        return np.asarray(self[name])[ids]
+
+
+class LazyWeights(WeightSource):
     """HF name -> float32 array, read from the source file on every access (the caller keeps what it needs)."""
 
     def __init__(self, refs: dict[str, TensorRef]):
@@ -64,6 +87,9 @@ class LazyWeights(Mapping):
 
     def __contains__(self, name) -> bool:
         return name in self._refs
+
+    def rows(self, name: str, ids) -> np.ndarray:
+        return self._refs[name].read_rows(ids)
 
     def ref(self, name: str) -> TensorRef:
         return self._refs[name]
@@ -94,8 +120,11 @@ def check_inside(ref: TensorRef, size: int) -> None:
                           f"(needs bytes up to {ref.offset + ref.nbytes}, the file has {size}: truncated?)")
 
 
-class Subset(Mapping):
+class Subset(WeightSource):
     """The tensors of `base` whose names `keep` accepts, read from base when asked for (nothing copied)."""
+
+    def rows(self, name: str, ids) -> np.ndarray:
+        return rows_of(self.base, name, ids) if name in self._kept else self[name]
 
     def __init__(self, base: Mapping, keep: Callable[[str], bool]):
         self.base, self.names = base, [n for n in base if keep(n)]
@@ -114,3 +143,10 @@ class Subset(Mapping):
 
     def __len__(self) -> int:
         return len(self.names)
+
+
+def rows_of(weights: Mapping, name: str, ids) -> np.ndarray:
+    """Rows `ids` of a matrix of any weights mapping, reading only those rows where the mapping can."""
+    if isinstance(weights, WeightSource):
+        return weights.rows(name, ids)
+    return np.asarray(weights[name])[ids]

@@ -80,9 +80,10 @@ def _stored(path: Path, name: str, info, body_start: int, body_size: int, error)
 
 def decode(dtype: str, raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
     """A tensor's raw bytes as a numpy array of its own dtype (BF16 widened to float32), a fresh copy."""
-    if dtype == "BF16":
-        bits = np.frombuffer(raw, "<u2").astype(np.uint32) << 16
-        return bits.view(np.float32).reshape(shape)
+    if dtype == "BF16":  # the 16 bits are a float32's upper half: one output array, no temporaries
+        out = np.zeros(len(raw) // 2, dtype="<u4")
+        out.view("<u2")[1::2] = np.frombuffer(raw, "<u2")
+        return out.view("<f4").reshape(shape)
     return np.frombuffer(raw, np.dtype(DTYPES[dtype]).newbyteorder("<")).reshape(shape).copy()
 
 
