@@ -179,3 +179,28 @@ def test_streaming_fits_a_memory_limit_the_in_memory_path_exceeds(tmp_path):
     assert (tmp_path / "new" / "specrt.json").is_file()
     assert results["old"].returncode != 0 and "converted" not in results["old"].stdout
     assert "allocate" in results["old"].stderr or "MemoryError" in results["old"].stderr, results["old"].stderr[-2000:]
+
+
+@pytest.mark.parametrize("preset, drafter", [("llama-3.1-8b", "eagle3"), ("qwen3-8b", "dflash")])
+def test_synthetic_real_size_layouts_convert_and_draft_losslessly(preset, drafter, tmp_path):
+    """scripts/synthetic_model.py's test-size twins of the 8B layouts (sharded bf16 target with its index, the
+    published drafter layouts: an fp16 EAGLE-3 head with d2t/t2d, a bf16 DFlash drafter) convert to int4 with
+    their drafter, and greedy speculative output equals plain output (scripts/real_size_check.py)."""
+    import sys
+
+    from specrt.convert.pipeline import ConvertOptions, convert
+    from tests.memory_limited_convert import ROOT
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import real_size_check
+        import synthetic_model
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    synthetic_model.main([preset, str(tmp_path / "src"), "--tiny", "--layers", "3"])
+    assert len(json.loads((tmp_path / "src" / "target" / "model.safetensors.index.json").read_text())["weight_map"]) >= 30
+    convert(str(tmp_path / "src" / "target"), tmp_path / "bundle",
+            ConvertOptions(precision="int4", max_context=256, drafter=f"{drafter}:{tmp_path / 'src' / drafter}"))
+    report = real_size_check.check(tmp_path / "bundle", drafter, tokens=16)
+    assert report["equal"] and report["new_tokens"] == 16
+    assert report["target_calls"]["speculative"] <= 16
