@@ -75,6 +75,7 @@ def main() -> None:
     ap.add_argument("--genai", action="append", default=[], help="LABEL=onnxruntime-genai model folder")
     ap.add_argument("--gguf", default=None, help="GGUF file for llama.cpp")
     ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help="the first N prompts (a large model is slow)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     runners, prompt_ids, failures = {}, None, {}
@@ -95,7 +96,7 @@ def main() -> None:
     totals = {name: [0, 0.0] for name in runners}
     for name, run in runners.items():  # warm-up
         run(PROMPTS[0])
-    for prompt in PROMPTS:
+    for prompt in PROMPTS[:args.prompts]:
         for name, run in runners.items():
             t = time.perf_counter()
             n = run(prompt)
