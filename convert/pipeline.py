@@ -17,7 +17,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,13 +29,11 @@ from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, draf
                                            hidden_layers_for)
 from specrt.convert.memory import GIB, StagePeaks, check_fits
 from specrt.convert.onnx_graph import float_activation_twin
-from specrt.convert.quantize import dequantize_int4, is_projection
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
-from specrt.convert.target_graph import PRECISIONS, GraphOptions, WrittenGraph, io_names, write_target_graph
+from specrt.convert.target_graph import PRECISIONS, GraphOptions, Int4Readback, io_names, write_target_graph
 from specrt.convert.tokenizer import write_tokenizer
 from specrt.convert.validate import VALIDATION_TEXTS, check, compare
 from specrt.errors import OutputPathError, SpecrtError
-from specrt.models.tensor_source import WeightSource, rows_of
 from specrt.runtime.providers import providers_for
 from specrt.runtime.target_session import TargetSession, TargetSpec
 
@@ -282,32 +279,6 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
                         hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
                         int4_block_size=int4_block_size if precision == "int4" else 0)
     return graph, validation
-
-
-class Int4Readback(WeightSource):
-    """The weights an int4 graph really multiplies by: every projection (and the lm_head) dequantized from the
-    int4 values written to the data file, everything else as given. Read one tensor at a time."""
-
-    def __init__(self, weights: Mapping, written: WrittenGraph):
-        self.base, self.written = weights, written
-        self.names = list(weights) + (["lm_head.weight"] if "lm_head.weight" not in weights else [])
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if is_projection(name):
-            return dequantize_int4(self.written.int4(name))
-        return self.base[name]
-
-    def __iter__(self):
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def __contains__(self, name) -> bool:
-        return name in self.base or name == "lm_head.weight"
-
-    def rows(self, name: str, ids) -> np.ndarray:
-        return self[name][ids] if is_projection(name) else rows_of(self.base, name, ids)
 
 
 def kv_dtype_for(precision: str) -> str:

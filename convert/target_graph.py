@@ -30,8 +30,9 @@ import onnx
 from onnx import TensorProto
 
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
-from specrt.convert.quantize import Int4Weight, concat_rows, quantize_int4
+from specrt.convert.quantize import Int4Weight, concat_rows, dequantize_int4, is_projection, quantize_int4
 from specrt.models.config import ModelConfig
+from specrt.models.tensor_source import WeightSource, rows_of
 
 PRECISIONS = ("fp32", "fp16", "int4")
 
@@ -308,6 +309,32 @@ class WrittenGraph:
         return Int4Weight(packed, scales.reshape(-1), zero_points.reshape(-1), r.hi - r.lo, r.k, r.block_size)
 
 
+class Int4Readback(WeightSource):
+    """The weights an int4 graph really multiplies by: every projection (and the lm_head) dequantized from the
+    int4 values written to the data file, everything else as given. Read one tensor at a time."""
+
+    def __init__(self, weights: Mapping, written: WrittenGraph):
+        self.base, self.written = weights, written
+        self.names = list(weights) + (["lm_head.weight"] if "lm_head.weight" not in weights else [])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if is_projection(name):
+            return dequantize_int4(self.written.int4(name))
+        return self.base[name]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name) -> bool:
+        return name in self.base or name == "lm_head.weight"
+
+    def rows(self, name: str, ids) -> np.ndarray:
+        return self[name][ids] if is_projection(name) else rows_of(self.base, name, ids)
+
+
 def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, folder: Path,
                        stem: str) -> WrittenGraph:
     """Build the graph streaming: each weight is read, converted (quantized for int4) and appended to
@@ -326,8 +353,6 @@ def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, f
 def quantize_model(cfg: ModelConfig, weights: Mapping, block_size: int = 32) -> dict[str, Int4Weight]:
     """Int4 weights of every projection and the lm_head (the tied embedding when there is none), all in memory
     at once (for tests and small models; conversion quantizes each weight as the graph is written)."""
-    from specrt.convert.quantize import is_projection
-
     out = {n: quantize_int4(np.asarray(weights[n], dtype=np.float32), block_size) for n in weights if is_projection(n)}
     if "lm_head.weight" not in out:
         out["lm_head.weight"] = quantize_int4(np.asarray(weights["model.embed_tokens.weight"], dtype=np.float32), block_size)
