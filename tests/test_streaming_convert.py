@@ -204,3 +204,18 @@ def test_synthetic_real_size_layouts_convert_and_draft_losslessly(preset, drafte
     report = real_size_check.check(tmp_path / "bundle", drafter, tokens=16)
     assert report["equal"] and report["new_tokens"] == 16
     assert report["target_calls"]["speculative"] <= 16
+
+
+def test_a_source_too_large_for_free_memory_is_refused_up_front(tmp_path, monkeypatch, capsys):
+    """The estimate is compared with MemAvailable before any work: one line, nothing at the output path."""
+    from specrt.cli import main
+    from specrt.convert import memory
+    from tests.tiny_models import save_tiny_bundle_source
+
+    src = save_tiny_bundle_source("llama", tmp_path / "src")
+    monkeypatch.setattr(memory, "available_bytes", lambda: 64 << 20)  # a machine with 64 MB free
+    code = main(["convert", str(src), "-o", str(tmp_path / "bundle"), "--precision", "int4"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("error:") == 1
+    assert "needs about" in err and "GiB of memory; 0.1 GiB is available" in err
+    assert not (tmp_path / "bundle").exists() and list(tmp_path.iterdir()) == [tmp_path / "src"]
