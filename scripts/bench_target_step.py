@@ -93,6 +93,14 @@ def main() -> None:
         for name in runners:
             row = " | ".join(f"{results[(name, past, n)]:.1f}" for n in news)
             print(f"| {name} | {past} | {row} |")
+    if news[0] == 1:  # the cost of verifying k tokens, in single steps: what speculation must beat
+        print("\n| graph | past | " + " | ".join(f"{n} new / 1 new" for n in news[1:]) + " |")
+        print("|" + "---|" * (1 + len(news)))
+        for past in pasts:
+            for name in runners:
+                base = results[(name, past, 1)]
+                row = " | ".join(f"{results[(name, past, n)] / base:.2f}" for n in news[1:])
+                print(f"| {name} | {past} | {row} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{"graph": k[0], "past": k[1], "new": k[2], "ms": v} for k, v in results.items()], f, indent=1)
