@@ -18,6 +18,8 @@ import numpy as np
 
 from specrt.errors import SourceError
 
+READ_CHUNK = 1 << 28  # bytes per read call
+
 
 @dataclass(frozen=True)
 class TensorRef:
@@ -43,13 +45,20 @@ class TensorRef:
         raw = b"".join(self._pread(self.offset + int(r) * width, width) for r in unique)
         return self._decode(raw, (len(unique), self.shape[1]))[where]
 
-    def _pread(self, offset: int, length: int) -> bytes:
+    def _pread(self, offset: int, length: int) -> bytearray:
+        """length bytes at offset, in reads of at most READ_CHUNK (one read stops short of 2 GiB on Linux)."""
+        raw = bytearray(length)
+        view, done = memoryview(raw), 0
         try:
             with open(self.file, "rb") as f:
-                raw = os.pread(f.fileno(), length, offset) if length else b""
+                while done < length:
+                    n = os.preadv(f.fileno(), [view[done:done + READ_CHUNK]], offset + done)
+                    if n == 0:
+                        break
+                    done += n
         except OSError as exc:
             raise SourceError(f"{self.file}: cannot read tensor {self.name} ({exc.strerror or exc})") from None
-        if len(raw) != length:
+        if done != length:
             raise SourceError(f"{self.file}: tensor {self.name} runs past the end of the file (truncated?)")
         return raw
 
