@@ -1,10 +1,9 @@
 """Conversion's memory as a contract: the peak of every stage, and a refusal up front when a source cannot fit.
 
 Per-stage peaks come from sampling the resident size while each stage runs, so each stage's figure is its own,
-not the run's so far. The estimate takes the largest
-stage: ONNX Runtime holding the finished graph (validation), the torch reference holding one layer (twice) or
-the embedding table, or the builder converting the largest tensor; plus the Python, torch and ONNX Runtime
-baseline.
+not the run's so far. The estimate takes the largest stage: ONNX Runtime holding the finished graph
+(validation), the torch reference holding one layer (twice), or the builder converting the largest tensor;
+plus the Python, torch and ONNX Runtime baseline.
 """
 
 from __future__ import annotations
