@@ -1,11 +1,17 @@
 """`specrt convert TARGET --drafter dflash:FOLDER`: a DFlash checkpoint (reference layout, models/dflash.py)
-into the bundle as dflash.onnx (convert/dflash_graph.py), validated against the torch drafter. The target graph
-then emits the hidden states of the drafter's layers (the pipeline asks `hidden_layers_for` first).
+into the bundle as dflash.onnx (convert/dflash_graph.py), validated against the torch drafter run layer by
+layer. The target graph then emits the hidden states of the drafter's layers (the pipeline asks
+`hidden_layers_for` first).
 
-The drafter runs in fp32 beside every target precision (its graph is exported from torch, without specrt's
-int4 quantizer); its block size is capped by the target graph's context. A checkpoint with a draft vocabulary
-(d2t, models/dflash.py) keeps only those rows of the target's lm_head, and its d2t goes beside the graph as
+The drafter runs in int4 beside an int4 target, else in fp32 (as the feature heads do); its weights stream from
+the checkpoint into the graph one at a time, so an 8B model's drafter converts in the memory of its largest
+tensor. Its block size is capped by the target graph's context. A checkpoint with a draft vocabulary (d2t,
+models/dflash.py) keeps only those rows of the target's lm_head, and its d2t goes beside the graph as
 dflash.d2t.safetensors (the EAGLE-3 head's format).
+
+Validation: an fp32 graph must equal the torch drafter within MAX_DIFF; an int4 graph, run with float
+activations, must equal the torch drafter holding the very same int4 weights (read back from the data file)
+within MAX_DIFF, and its shipped int8-activation difference is recorded.
 """
 
 from __future__ import annotations
@@ -31,9 +37,9 @@ def stages(arg: str) -> int:
 
 def hidden_layers_for(arg: str, loaded) -> tuple[int, ...]:
     """The target layers the drafter reads (its config's target_layer_ids)."""
-    from specrt.models.dflash import load_dflash_checkpoint
+    from specrt.models.dflash import open_dflash_checkpoint
 
-    cfg, _ = load_dflash_checkpoint(Path(arg).expanduser(), loaded.config)
+    cfg, _, _ = open_dflash_checkpoint(Path(arg).expanduser(), loaded.config)
     return cfg.target_layer_ids
 
 
@@ -44,43 +50,63 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
 
     from safetensors.numpy import save_file
 
-    from specrt.convert.dflash_graph import DFlashGraphModule, compare_with_torch, export_dflash_graph
-    from specrt.models.dflash import D2T, load_dflash_checkpoint, model_from_tensors
+    from specrt.convert.dflash_graph import DFlashWeights, compare_with_reference, write_dflash_graph
+    from specrt.convert.head_graph import head_precision
+    from specrt.convert.onnx_graph import float_activation_twin
+    from specrt.convert.target_graph import GraphOptions, Int4Readback
+    from specrt.models.dflash import open_dflash_checkpoint
 
     folder = Path(arg).expanduser()
-    cfg, tensors = load_dflash_checkpoint(folder, loaded.config)
+    cfg, tensors, d2t = open_dflash_checkpoint(folder, loaded.config)
     if cfg.block_size >= max_context:
         raise SourceError(f"DFlash block size {cfg.block_size} does not fit the target graph's context of "
                           f"{max_context} tokens (convert with a larger --max-context)")
-    embed = loaded.weights["model.embed_tokens.weight"].astype(np.float32)
-    head = loaded.weights.get("lm_head.weight")
-    lm_head = embed if head is None or loaded.config.tie_word_embeddings else head.astype(np.float32)
-    extra = {}
-    if D2T in tensors:  # a draft vocabulary: those rows of the lm_head only
-        d2t = tensors[D2T]
-        lm_head = lm_head[np.arange(len(d2t)) + d2t]  # [V_draft, H]
+    target_head = "lm_head.weight"
+    if target_head not in loaded.weights or loaded.config.tie_word_embeddings:
+        target_head = "model.embed_tokens.weight"
+    extra, head_rows, out_vocab = {}, None, loaded.config.vocab_size
+    if d2t is not None:  # a draft vocabulary: those rows of the lm_head only
+        head_rows = np.arange(len(d2t)) + d2t
+        out_vocab = len(d2t)
         save_file({"d2t": np.ascontiguousarray(d2t)}, str(tmp / f"{STEM}.d2t.safetensors"))
         extra = {"draft_vocab_size": len(d2t), "extra_files": [f"{STEM}.d2t.safetensors"]}
-    module = DFlashGraphModule(model_from_tensors(cfg, tensors), embed, lm_head)  # raw embeddings, as the reference
+    weights = DFlashWeights(tensors, loaded.weights, target_head, head_rows)  # raw embeddings, as the reference
+    # rotary tables cover the block drawn past the last context position
+    opts = GraphOptions(precision=head_precision(precision), max_context=max_context + cfg.block_size)
     stages.start(f"build {STEM} graph")
-    export_dflash_graph(module, tmp / f"{STEM}.onnx")
+    written = write_dflash_graph(cfg, weights, opts, out_vocab, tmp, STEM)
     stages.done()
     stages.start(f"validate {STEM}")
-    session = ort.InferenceSession(str(tmp / f"{STEM}.onnx"), providers=list(providers))
-    diff = compare_with_torch(session, module)
+    path = tmp / f"{STEM}.onnx"
+    vocab = loaded.config.vocab_size
+    reference = Int4Readback(weights, written) if written.int4_rows else weights
+    exact_path = float_activation_twin(path) if written.int4_rows else path
+    try:
+        session = ort.InferenceSession(str(exact_path), providers=list(providers))
+        diff = compare_with_reference(session, cfg, reference, vocab)
+        del session
+    finally:
+        if exact_path != path:
+            exact_path.unlink()
     if diff > MAX_DIFF:
-        raise ValidationError(f"DFlash graph differs from its torch definition by {diff:.2e} (limit {MAX_DIFF})")
+        raise ValidationError(f"DFlash graph ({opts.precision}) differs from its torch definition by {diff:.2e} "
+                              f"(limit {MAX_DIFF})")
+    validation = {"max_abs_diff": diff}
+    if written.int4_rows:
+        session = ort.InferenceSession(str(path), providers=list(providers))
+        validation["int8_activations_max_abs_diff"] = compare_with_reference(session, cfg, reference, vocab)
+        del session
     stages.done()
     c = cfg.layers
     return {
         "kind": "dflash", "name": "dflash", "spec": spec, "source": str(folder), "source_sha256": checkpoint_sha256(folder),
         "model_config": c.to_dict(),
-        "graph": {"file": f"{STEM}.onnx", "data_file": f"{STEM}.onnx.data", "precision": "fp32",
+        "graph": {"file": f"{STEM}.onnx", "data_file": f"{STEM}.onnx.data", "precision": opts.precision,
                   "inputs": ["input_ids", "features", "position_ids"], "outputs": ["logits"],
                   "hidden_size": c.hidden_size},
         "kv": {"layers": c.num_layers, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
                "max_context": max_context, "dtype": "float32"},
         "block_size": cfg.block_size, "mask_token_id": cfg.mask_token_id,
         "target_layer_ids": list(cfg.target_layer_ids), "target_hidden_size": cfg.target_hidden_size,
-        "vocab_size": loaded.config.vocab_size, "validation": {"max_abs_diff": diff}, **extra,
+        "vocab_size": vocab, "validation": validation, **extra,
     }

@@ -1,4 +1,6 @@
-"""The DFlash drafter as an ONNX graph (definition: models/dflash.py), exported from the torch module.
+"""The DFlash drafter as an ONNX graph (definition: models/dflash.py), built node by node with the target's
+operators and written streaming: each weight is read, converted (quantized for int4) and appended to the data
+file in turn, so building the graph of an 8B model's drafter holds one weight, never the drafter.
 
 Inputs: input_ids [1, S] (the anchor token and S - 1 mask tokens, embedded with the target's table carried in
 the graph), features [1, C, F] (the target's hidden states at the drafter's layers for the C context positions
@@ -8,45 +10,149 @@ masked positions (through the target's lm_head, or [1, S - 1, V_draft] through i
 present.{i}.key|value [1, KV, P + C, D]: the past plus the new context, never the block, so a rejected draft
 leaves nothing to undo. The cache is small (context keys of a few layers) and is carried between calls by the
 drafter as arrays.
+
+Per layer: queries from the normed block, keys and values from [context; block] (one fused K/V projection),
+q/k norms, rotary through com.microsoft RotaryEmbedding, attention that is not causal (MatMul, Softmax,
+MatMul over the past, the context and the block), the fused gate/up MLP. Weights are named as the target
+graph's (model.layers.{i}.self_attn.q_proj.weight, ...; DFlashWeights maps the checkpoint's names to them).
 """
 
 from __future__ import annotations
 
-import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch import nn
+import onnx
+from onnx import TensorProto
 
-from specrt.models.dflash import DFlashDraft
+from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData
+from specrt.convert.target_graph import GraphOptions, WrittenGraph, _TargetBuilder
+from specrt.models.dflash import DFlashConfig
+from specrt.models.tensor_source import WeightSource, rows_of, shape_of
+
+EMBED, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 
 
-class DFlashGraphModule(nn.Module):
-    """The drafter plus the target's embedding table and lm_head, in the graph's calling convention."""
+class DFlashWeights(WeightSource):
+    """The drafter's weights under the graph's names, read when asked: the checkpoint's tensors (layers.{i}.* as
+    model.layers.{i}.*, norm.weight as model.norm.weight, fc and hidden_norm as they are), the target's
+    embedding table and its lm_head (only the draft vocabulary's rows where the drafter has one)."""
 
-    def __init__(self, draft: DFlashDraft, embed: np.ndarray, lm_head: np.ndarray, embed_scale: float = 1.0):
-        super().__init__()
-        self.draft = draft
-        self.embed = nn.Parameter(torch.from_numpy(np.ascontiguousarray(embed, dtype=np.float32)), requires_grad=False)
-        tied = lm_head is embed or (lm_head.shape == embed.shape and np.shares_memory(lm_head, embed))
-        self.lm_head = self.embed if tied else nn.Parameter(
-            torch.from_numpy(np.ascontiguousarray(lm_head, dtype=np.float32)), requires_grad=False)
-        self.embed_scale = embed_scale
+    def __init__(self, checkpoint: Mapping, target: Mapping, target_head: str, head_rows: np.ndarray | None):
+        self.checkpoint, self.target, self.target_head, self.head_rows = checkpoint, target, target_head, head_rows
+        self.names = {EMBED: None, HEAD: None}
+        for name in checkpoint:
+            if name.startswith("layers."):
+                self.names["model." + name] = name
+            elif name == "norm.weight":
+                self.names["model.norm.weight"] = name
+            elif name != "d2t":
+                self.names[name] = name
 
-    def forward(self, input_ids, features, position_ids, *past):
-        # input_ids [1, S]; features [1, C, F]; position_ids [1, C + S]; past: key, value per layer [1, KV, P, D]
-        c = features.shape[1]
-        block = self.embed[input_ids]
-        if self.embed_scale != 1.0:
-            block = block * self.embed_scale
-        pairs = [(past[2 * i], past[2 * i + 1]) for i in range(len(past) // 2)]
-        hidden, new = self.draft(features, block, position_ids[:, :c], position_ids[:, c:], pairs)
-        logits = hidden[:, 1:] @ self.lm_head.t()  # [1, S - 1, V or V_draft]
-        outs = [logits]
-        for (pk, pv), (k, v) in zip(pairs, new):
-            outs += [torch.cat((pk, k), 2), torch.cat((pv, v), 2)]
-        return tuple(outs)
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name == EMBED:
+            return self.target[EMBED]
+        if name == HEAD:
+            if self.head_rows is None:
+                return self.target[self.target_head]
+            return rows_of(self.target, self.target_head, self.head_rows)  # [V_draft, H]
+        return self.checkpoint[self.names[name]]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name == EMBED:
+            return shape_of(self.target, EMBED)
+        if name == HEAD:
+            full = shape_of(self.target, self.target_head)
+            return full if self.head_rows is None else (len(self.head_rows), full[1])
+        return shape_of(self.checkpoint, self.names[name])
+
+    def rows(self, name: str, ids) -> np.ndarray:
+        if name == EMBED:
+            return rows_of(self.target, EMBED, ids)
+        if name == HEAD:
+            ids = np.asarray(ids) if self.head_rows is None else self.head_rows[np.asarray(ids)]
+            return rows_of(self.target, self.target_head, ids)
+        return self[name][ids]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name) -> bool:
+        return name in self.names
+
+
+class _DFlashBuilder(_TargetBuilder):
+    def __init__(self, cfg: DFlashConfig, weights: Mapping, opts: GraphOptions, out_vocab: int,
+                 external: ExternalData | None = None):
+        super().__init__(cfg.layers, weights, opts, None, external)
+        self.dflash, self.out_vocab = cfg, out_vocab
+
+    def build(self) -> onnx.ModelProto:
+        cfg, g = self.cfg, self.g
+        names_in, names_out = io_names(cfg.num_layers)
+        kv = [1, cfg.num_kv_heads, "past", cfg.head_dim]
+        g.add_input("input_ids", TensorProto.INT64, [1, "block"])
+        g.add_input("features", TensorProto.FLOAT, [1, "context", self.dflash.feature_width])
+        g.add_input("position_ids", TensorProto.INT64, [1, "positions"])
+        for name in names_in[3:]:
+            g.add_input(name, TensorProto.FLOAT, kv)
+
+        context = g.op("Slice", [g.op("Shape", ["features"]), g.const([1]), g.const([2])])  # [1]: C
+        block_pos = g.op("Slice", ["position_ids", context, g.const([np.iinfo(np.int64).max]), g.const([1])])
+        embed = g.weight(EMBED, self.tensor(EMBED).astype(self.dtype, copy=False))
+        x = g.op("Gather", [embed, "input_ids"], axis=0)  # [1, S, H]
+        ctx = self.norm(self.linear("features", ["fc"], "fc"), "hidden_norm.weight")  # [1, C, H]
+
+        pending = None
+        for i in range(cfg.num_layers):
+            h, x = self.norm_with_skip(pending, x, f"model.layers.{i}.input_layernorm.weight")
+            attn = self._attention(i, h, ctx, context, block_pos, names_in, names_out)
+            h, x = self.norm_with_skip(attn, x, f"model.layers.{i}.post_attention_layernorm.weight")
+            pending = self.mlp(i, h)
+        final, _ = self.norm_with_skip(pending, x, "model.norm.weight")  # [1, S, H]
+        masked = g.op("Slice", [final, g.const([1]), g.const([np.iinfo(np.int64).max]), g.const([1])])
+        logits = self.linear(masked, ["lm_head"], "lm_head")  # [1, S - 1, V_out]
+        g.op("Identity", [logits], outputs=["logits"])
+        g.add_output("logits", TensorProto.FLOAT, [1, "masked", self.out_vocab])
+        for name in names_out[1:]:
+            g.add_output(name, TensorProto.FLOAT, [1, cfg.num_kv_heads, "total", cfg.head_dim])
+        return g.model()
+
+    def _attention(self, i: int, h: str, ctx: str, context: str, block_pos: str, names_in, names_out) -> str:
+        """h [1, S, H] normed block; ctx [1, C, H]. Returns the o_proj output [1, S, H]; writes present.{i}.*."""
+        cfg, g, p = self.cfg, self.g, f"model.layers.{i}.self_attn."
+        d, heads, kv_heads = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
+        cos, sin = self.rope_cache(i)
+        q = self.head_norm(self.linear(h, [p + "q_proj"], f"layers.{i}.q_proj"), heads, p + "q_norm.weight")
+        q = g.op("RotaryEmbedding", [q, block_pos, cos, sin], domain=MS_DOMAIN, interleaved=0)  # [1, S, NH * D]
+        both = g.op("Concat", [ctx, h], axis=1)  # [1, C + S, H]
+        kvp = self.linear(both, [p + "k_proj", p + "v_proj"], f"layers.{i}.kv_proj")
+        k, v = g.op("Split", [kvp, g.const([kv_heads * d, kv_heads * d])], outputs=2, axis=-1)
+        k = self.head_norm(k, kv_heads, p + "k_norm.weight")
+        k = g.op("RotaryEmbedding", [k, "position_ids", cos, sin], domain=MS_DOMAIN, interleaved=0)
+
+        def heads_first(t: str, n: int) -> str:  # [1, T, n * D] -> [1, n, T, D]
+            return g.op("Transpose", [g.op("Reshape", [t, g.const([0, 0, n, d])])], perm=[0, 2, 1, 3])
+
+        k4, v4 = heads_first(k, kv_heads), heads_first(v, kv_heads)  # [1, KV, C + S, D]
+        past_k, past_v = names_in[3 + 2 * i], names_in[4 + 2 * i]
+        zero = g.const([0])
+        g.op("Concat", [past_k, g.op("Slice", [k4, zero, context, g.const([2])])], outputs=[names_out[1 + 2 * i]], axis=2)
+        g.op("Concat", [past_v, g.op("Slice", [v4, zero, context, g.const([2])])], outputs=[names_out[2 + 2 * i]], axis=2)
+        keys = g.op("Concat", [past_k, k4], axis=2)  # [1, KV, P + C + S, D]
+        values = g.op("Concat", [past_v, v4], axis=2)
+        # queries grouped by KV head (head h = kv * G + g): [1, NH, S, D] -> [1, KV, G * S, D]
+        qg = g.op("Reshape", [heads_first(q, heads), g.const([0, kv_heads, -1, d])])
+        scores = g.op("MatMul", [qg, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
+        scores = g.op("Mul", [scores, g.const(cfg.scale, dtype=np.float32)])
+        out = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), values])  # [1, KV, G * S, D]
+        out = g.op("Transpose", [g.op("Reshape", [out, g.const([0, heads, -1, d])])], perm=[0, 2, 1, 3])
+        out = g.op("Reshape", [out, g.const([0, 0, heads * d])])  # [1, S, NH * D]
+        return self.linear(out, [p + "o_proj"], f"layers.{i}.o_proj")
 
 
 def io_names(layers: int) -> tuple[list[str], list[str]]:
@@ -55,50 +161,46 @@ def io_names(layers: int) -> tuple[list[str], list[str]]:
     return ["input_ids", "features", "position_ids", *past], ["logits", *present]
 
 
-def export_dflash_graph(module: DFlashGraphModule, out: Path) -> None:
-    """Write out (.onnx) with its weights in out.data beside it."""
-    import onnx
-
-    cfg = module.draft.cfg
-    c = cfg.layers
-    inputs, outputs = io_names(c.num_layers)
-    example = (torch.zeros(1, 4, dtype=torch.int64), torch.zeros(1, 3, cfg.feature_width),
-               torch.arange(7)[None], *[torch.zeros(1, c.num_kv_heads, 2, c.head_dim)] * (2 * c.num_layers))
-    axes = {"input_ids": {1: "block"}, "features": {1: "context"}, "position_ids": {1: "positions"},
-            "logits": {1: "masked"}}
-    axes.update({n: {2: "past"} for n in inputs[3:]})
-    axes.update({n: {2: "total"} for n in outputs[1:]})
-    tmp = out.with_name(out.stem + ".export.onnx")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module.eval(), example, str(tmp), input_names=inputs, output_names=outputs,
-                          dynamic_axes=axes, opset_version=17, dynamo=False)
-    model = onnx.load(str(tmp))
-    tmp.unlink()
-    onnx.save_model(model, str(out), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=out.name + ".data", size_threshold=1024)
+def write_dflash_graph(cfg: DFlashConfig, weights: Mapping, opts: GraphOptions, out_vocab: int, folder: Path,
+                       stem: str) -> WrittenGraph:
+    """Write `<stem>.onnx` and `<stem>.onnx.data`, one weight in memory at a time. weights: graph names
+    (DFlashWeights); out_vocab: the lm_head's rows (the draft vocabulary's size where there is one)."""
+    data = ExternalData(folder, f"{stem}.onnx.data")
+    try:
+        builder = _DFlashBuilder(cfg, weights, opts, out_vocab, data)
+        model = builder.build()
+    finally:
+        data.close()
+    onnx.save_model(model, str(Path(folder) / f"{stem}.onnx"))
+    return WrittenGraph(data, builder.int4_rows)
 
 
-def compare_with_torch(session, module: DFlashGraphModule, seed: int = 0) -> float:
-    """Max |logit difference| between the graph and the torch module over two calls (the second reads the
-    first's cache)."""
+def validation_calls(cfg: DFlashConfig, vocab: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
+    """Two calls (the second reads the first's cache): (input_ids [1, S], features [1, C, F], position_ids)."""
     rng = np.random.default_rng(seed)
-    cfg = module.draft.cfg
-    c = cfg.layers
-    vocab = module.embed.shape[0]
-    inputs, _ = io_names(c.num_layers)
-    past = [np.zeros((1, c.num_kv_heads, 0, c.head_dim), np.float32)] * (2 * c.num_layers)
-    start, worst = 0, 0.0
-    for ctx, block in ((5, cfg.block_size), (2, cfg.block_size)):
-        ids = np.concatenate([rng.integers(0, vocab, (1, 1)), np.full((1, block - 1), cfg.mask_token_id)], 1)
+    calls, start = [], 0
+    for ctx in (5, 2):
+        ids = np.concatenate([rng.integers(0, vocab, (1, 1)), np.full((1, cfg.block_size - 1), cfg.mask_token_id)], 1)
         feats = rng.normal(size=(1, ctx, cfg.feature_width)).astype(np.float32)
-        pos = np.arange(start, start + ctx + block)[None].copy()
-        pos[0, ctx:] = np.arange(start + ctx, start + ctx + block)
-        outs = session.run(None, dict(zip(inputs, [ids, feats, pos, *past])))
-        with torch.no_grad():
-            ref = module(torch.from_numpy(ids), torch.from_numpy(feats), torch.from_numpy(pos),
-                         *[torch.from_numpy(p) for p in past])
-        worst = max(worst, *(float(np.abs(a - b.numpy()).max()) for a, b in zip(outs, ref)))
-        past = outs[1:]
+        calls.append((ids, feats, np.arange(start, start + ctx + cfg.block_size)[None]))
         start += ctx
+    return calls
+
+
+def compare_with_reference(session, cfg: DFlashConfig, weights: Mapping, vocab: int, seed: int = 0) -> float:
+    """Max |difference| of logits and caches between an ORT session over the graph and the torch drafter run
+    layer by layer on the same weights (models/dflash.py run_dflash_layerwise), over validation_calls."""
+    from specrt.models.dflash import run_dflash_layerwise
+
+    c = cfg.layers
+    inputs, _ = io_names(c.num_layers)
+    calls = validation_calls(cfg, vocab, seed)
+    reference = run_dflash_layerwise(cfg, weights, calls)
+    past = [np.zeros((1, c.num_kv_heads, 0, c.head_dim), np.float32)] * (2 * c.num_layers)
+    worst = 0.0
+    for (ids, feats, pos), ref in zip(calls, reference):
+        outs = session.run(None, dict(zip(inputs, [ids, feats, pos, *past])))
+        worst = max(worst, *(float(np.abs(a - b).max()) for a, b in zip(outs, ref)))
+        past = outs[1:]
     return worst
+

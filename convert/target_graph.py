@@ -32,7 +32,7 @@ from onnx import TensorProto
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
 from specrt.convert.quantize import Int4Weight, concat_rows, dequantize_int4, is_projection, quantize_int4
 from specrt.models.config import ModelConfig
-from specrt.models.tensor_source import WeightSource, rows_of
+from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 
 PRECISIONS = ("fp32", "fp16", "int4")
 
@@ -299,26 +299,30 @@ class WrittenGraph:
     data: ExternalData
     int4_rows: dict[str, Int4Rows]
 
-    def int4(self, name: str) -> Int4Weight:
-        """An HF projection's int4 weight, read back from the data file (the rows of its fused MatMulNBits)."""
+    def int4(self, name: str, lo: int = 0, hi: int | None = None) -> Int4Weight:
+        """An HF projection's int4 weight (rows [lo, hi) of it), read back from the data file (the rows of its
+        fused MatMulNBits)."""
         r = self.int4_rows[name]
+        hi = r.hi - r.lo if hi is None else hi
+        first, last = r.lo + lo, r.lo + hi
         n_blocks = -(-r.k // r.block_size)
-        packed = self.data.read(r.qweight).reshape(r.n, n_blocks, r.block_size // 2)[r.lo:r.hi]
-        scales = self.data.read(r.scales).reshape(r.n, n_blocks)[r.lo:r.hi].astype(np.float32)
-        zero_points = self.data.read(r.zero_points).reshape(r.n, -1)[r.lo:r.hi]
-        return Int4Weight(packed, scales.reshape(-1), zero_points.reshape(-1), r.hi - r.lo, r.k, r.block_size)
+        packed = self.data.read(r.qweight).reshape(r.n, n_blocks, r.block_size // 2)[first:last]
+        scales = self.data.read(r.scales).reshape(r.n, n_blocks)[first:last].astype(np.float32)
+        zero_points = self.data.read(r.zero_points).reshape(r.n, -1)[first:last]
+        return Int4Weight(packed, scales.reshape(-1), zero_points.reshape(-1), last - first, r.k, r.block_size)
 
 
 class Int4Readback(WeightSource):
-    """The weights an int4 graph really multiplies by: every projection (and the lm_head) dequantized from the
-    int4 values written to the data file, everything else as given. Read one tensor at a time."""
+    """The weights an int4 graph really multiplies by: every weight it holds in int4 (projections, the lm_head)
+    dequantized from the int4 values written to the data file, everything else as given. Read one tensor (or a
+    few rows of one) at a time."""
 
     def __init__(self, weights: Mapping, written: WrittenGraph):
         self.base, self.written = weights, written
         self.names = list(weights) + (["lm_head.weight"] if "lm_head.weight" not in weights else [])
 
     def __getitem__(self, name: str) -> np.ndarray:
-        if is_projection(name):
+        if name in self.written.int4_rows:
             return dequantize_int4(self.written.int4(name))
         return self.base[name]
 
@@ -331,8 +335,18 @@ class Int4Readback(WeightSource):
     def __contains__(self, name) -> bool:
         return name in self.base or name == "lm_head.weight"
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name in self.written.int4_rows:
+            r = self.written.int4_rows[name]
+            return (r.hi - r.lo, r.k)
+        return shape_of(self.base, name)
+
     def rows(self, name: str, ids) -> np.ndarray:
-        return self[name][ids] if is_projection(name) else rows_of(self.base, name, ids)
+        if name not in self.written.int4_rows:
+            return rows_of(self.base, name, ids)
+        ids = np.asarray(ids, dtype=np.int64)
+        lo, hi = int(ids.min()), int(ids.max()) + 1  # only the rows from the first to the last asked for
+        return dequantize_int4(self.written.int4(name, lo, hi))[ids - lo]
 
 
 def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, folder: Path,

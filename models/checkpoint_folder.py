@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt.errors import SourceError
-from specrt.models.tensor_source import TensorRef
+from specrt.models.tensor_source import TensorRef, check_inside, file_size
 from specrt.tensor_file import decode, read_header
 
 
@@ -29,15 +29,23 @@ def open_checkpoint(folder: Path, what: str) -> tuple[dict, list[Path]]:
     return json.loads((folder / "config.json").read_text()), files
 
 
+def tensor_refs(files: list[Path], rename) -> dict[str, TensorRef]:
+    """Where every tensor of the files lies, under rename(name), read by nothing yet (a truncated file is a
+    SourceError naming the tensor)."""
+    refs: dict[str, TensorRef] = {}
+    for f in files:
+        size = file_size(f)
+        for t in read_header(f, error=SourceError):
+            ref = TensorRef(t.name, f, t.offset, t.nbytes, t.shape, functools.partial(decode, t.dtype))
+            check_inside(ref, size)
+            refs[rename(t.name)] = ref
+    return refs
+
+
 def read_tensors(files: list[Path], rename) -> dict[str, np.ndarray]:
     """Every tensor of the files, under rename(name), in its stored dtype (BF16, which numpy lacks and most
     published heads use, widened to float32)."""
-    tensors: dict[str, np.ndarray] = {}
-    for f in files:
-        for t in read_header(f, error=SourceError):
-            tensors[rename(t.name)] = TensorRef(t.name, f, t.offset, t.nbytes, t.shape,
-                                                functools.partial(decode, t.dtype)).read()
-    return tensors
+    return {name: ref.read() for name, ref in tensor_refs(files, rename).items()}
 
 
 def check_tensors(folder: Path, tensors: dict, want: dict[str, tuple[int, ...]], label: str,

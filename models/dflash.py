@@ -34,7 +34,8 @@ import torch
 from torch import nn
 
 from specrt.errors import SourceError
-from specrt.models.checkpoint_folder import check_tensors, open_checkpoint, read_tensors
+from specrt.models.checkpoint_folder import check_tensors, open_checkpoint, tensor_refs
+from specrt.models.tensor_source import LazyWeights, rows_of, shape_of
 from specrt.models.config import ModelConfig, config_from_hf
 from specrt.models.transformer import MLP, RMSNorm, rotate
 
@@ -196,17 +197,28 @@ def expected_shapes(cfg: DFlashConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def load_dflash_checkpoint(folder: Path, target: ModelConfig) -> tuple[DFlashConfig, dict[str, np.ndarray]]:
-    """Config and tensors of a DFlash checkpoint folder; SourceError names the first problem."""
+def open_dflash_checkpoint(folder: Path, target: ModelConfig) -> tuple[DFlashConfig, LazyWeights, np.ndarray | None]:
+    """Config, the tensors (checked by name and shape, read when used) and the d2t map (or None) of a DFlash
+    checkpoint folder; SourceError names the first problem."""
     folder = Path(folder)
     hf, files = open_checkpoint(folder, "a DFlash checkpoint folder")
     cfg = dflash_config_from_hf(hf, target)
-    tensors = read_tensors(files, lambda name: name.removeprefix("model."))
-    check_tensors(folder, tensors, expected_shapes(cfg), "DFlash checkpoint", optional={D2T})
-    out = {k: v.astype(np.float32) for k, v in tensors.items() if k != D2T}
-    if D2T in tensors:
-        draft_vocab_targets(folder, tensors[D2T], target.vocab_size)  # raises on a bad map
-        out[D2T] = tensors[D2T].astype(np.int64)
+    refs = tensor_refs(files, lambda name: name.removeprefix("model."))
+    check_tensors(folder, refs, expected_shapes(cfg), "DFlash checkpoint", optional={D2T})
+    d2t = None
+    if D2T in refs:
+        d2t = refs.pop(D2T).read()
+        draft_vocab_targets(folder, d2t, target.vocab_size)  # raises on a bad map
+        d2t = d2t.astype(np.int64)
+    return cfg, LazyWeights(refs), d2t
+
+
+def load_dflash_checkpoint(folder: Path, target: ModelConfig) -> tuple[DFlashConfig, dict[str, np.ndarray]]:
+    """Config and tensors (float32, in memory; d2t int64 where there is one) of a DFlash checkpoint folder."""
+    cfg, weights, d2t = open_dflash_checkpoint(folder, target)
+    out = {k: np.asarray(weights[k], dtype=np.float32) for k in weights}
+    if d2t is not None:
+        out[D2T] = d2t
     return cfg, out
 
 
@@ -248,3 +260,52 @@ def model_from_tensors(cfg: DFlashConfig, tensors: dict[str, np.ndarray]) -> DFl
 
 def state_dict_of(model: DFlashDraft) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+
+
+def run_dflash_layerwise(cfg: DFlashConfig, weights, calls, head_chunk: int = 16384) -> list[list[np.ndarray]]:
+    """The drafter's outputs for consecutive calls (each reads the caches of those before), computed one layer
+    at a time: each layer's weights are in memory only while it runs, the lm_head is read in chunks of rows.
+
+    weights: the graph's names (convert/dflash_graph.py DFlashWeights, or its int4 readback); calls: (input_ids
+    [1, S], features [1, C, F], position_ids [1, C + S]). Returns per call [logits [1, S - 1, V_out], then
+    present key, value [1, KV, P + C, D] per layer], as the graph returns them."""
+    from specrt.models.layerwise import load_module
+
+    c = cfg.layers
+    with torch.no_grad():
+        fc = torch.from_numpy(np.require(weights["fc.weight"], np.float32, requirements="W"))
+        norm = RMSNorm(c.hidden_size, c.rms_norm_eps, 0.0)
+        norm.weight.copy_(torch.from_numpy(np.asarray(weights["hidden_norm.weight"], np.float32)))
+        ctxs = [norm(torch.from_numpy(feats) @ fc.t()) for _, feats, _ in calls]  # [1, C, H]
+        del fc
+        xs = [torch.from_numpy(np.asarray(rows_of(weights, "model.embed_tokens.weight", ids[0]), np.float32))[None]
+              for ids, _, _ in calls]  # [1, S, H]
+        presents: list[list[torch.Tensor]] = [[] for _ in calls]
+        empty = torch.zeros(1, c.num_kv_heads, 0, c.head_dim)
+        for i in range(c.num_layers):
+            with torch.device("meta"):
+                layer = DFlashLayer(c)
+            layer = load_module(layer, weights, f"model.layers.{i}.")
+            layer.self_attn.inv_freq = torch.tensor(c.rope.inv_freq(c.head_dim), dtype=torch.float32)
+            pk = pv = empty
+            for n, (_, feats, pos) in enumerate(calls):
+                ctx_len = feats.shape[1]
+                positions = torch.from_numpy(pos)
+                a, k, v = layer.self_attn(layer.input_layernorm(xs[n]), ctxs[n], positions[:, :ctx_len],
+                                          positions[:, ctx_len:], pk, pv)
+                xs[n] = xs[n] + a
+                xs[n] = xs[n] + layer.mlp(layer.post_attention_layernorm(xs[n]))
+                pk, pv = torch.cat((pk, k), 2), torch.cat((pv, v), 2)
+                presents[n] += [pk, pv]
+            del layer
+        norm.weight.copy_(torch.from_numpy(np.asarray(weights["model.norm.weight"], np.float32)))
+        finals = [norm(x)[:, 1:] for x in xs]  # [1, S - 1, H]
+        vocab = shape_of(weights, "lm_head.weight")[0]
+        logits = [np.empty((1, f.shape[1], vocab), np.float32) for f in finals]
+        for lo in range(0, vocab, head_chunk):
+            ids = np.arange(lo, min(lo + head_chunk, vocab))
+            rows = torch.from_numpy(np.asarray(rows_of(weights, "lm_head.weight", ids), np.float32))  # [chunk, H]
+            for out, f in zip(logits, finals):
+                out[..., lo:lo + len(ids)] = (f @ rows.t()).numpy()
+    return [[lg] + [t.numpy() for t in p] for lg, p in zip(logits, presents)]
+

@@ -78,6 +78,9 @@ class WeightSource(Mapping):
     def rows(self, name: str, ids) -> np.ndarray:
         return np.asarray(self[name])[ids]
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(np.asarray(self[name]).shape)
+
 
 class LazyWeights(WeightSource):
     """HF name -> float32 array, read from the source file on every access (the caller keeps what it needs)."""
@@ -144,6 +147,9 @@ class Subset(WeightSource):
             raise KeyError(name)
         return self.base[name]
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        return shape_of(self.base, name)
+
     def __contains__(self, name) -> bool:
         return name in self._kept
 
@@ -159,3 +165,10 @@ def rows_of(weights: Mapping, name: str, ids) -> np.ndarray:
     if isinstance(weights, WeightSource):
         return weights.rows(name, ids)
     return np.asarray(weights[name])[ids]
+
+
+def shape_of(weights: Mapping, name: str) -> tuple[int, ...]:
+    """A tensor's shape, without reading it where the mapping can tell."""
+    if isinstance(weights, WeightSource):
+        return weights.shape(name)
+    return tuple(np.asarray(weights[name]).shape)

@@ -206,6 +206,10 @@ def test_synthetic_real_size_layouts_convert_and_draft_losslessly(preset, drafte
     assert len(json.loads((tmp_path / "src" / "target" / "model.safetensors.index.json").read_text())["weight_map"]) >= 30
     convert(str(tmp_path / "src" / "target"), tmp_path / "bundle",
             ConvertOptions(precision="int4", max_context=256, drafter=f"{drafter}:{tmp_path / 'src' / drafter}"))
+    entry = json.loads((tmp_path / "bundle" / "specrt.json").read_text())["drafters"][0]
+    # the drafter is int4 beside the int4 target, and computes what torch computes with its very int4 weights
+    assert entry["graph"]["precision"] == "int4" and entry["validation"]["max_abs_diff"] < 1e-3
+    assert "int8_activations_max_abs_diff" in entry["validation"]
     report = real_size_check.check(tmp_path / "bundle", drafter, tokens=16)
     assert report["equal"] and report["new_tokens"] == 16
     assert report["target_calls"]["speculative"] <= 16
