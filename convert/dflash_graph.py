@@ -1,5 +1,5 @@
 """The DFlash drafter as an ONNX graph (definition: models/dflash.py), built node by node with the target's
-operators and written streaming: each weight is read, converted (quantized for int4) and appended to the data
+operators (int4: MatMulNBits and a GatherBlockQuantized embedding table) and written streaming: each weight is read, converted (quantized for int4) and appended to the data
 file in turn, so building the graph of an 8B model's drafter holds one weight, never the drafter.
 
 Inputs: input_ids [1, S] (the anchor token and S - 1 mask tokens, embedded with the target's table carried in
@@ -103,8 +103,7 @@ class _DFlashBuilder(_TargetBuilder):
 
         context = g.op("Slice", [g.op("Shape", ["features"]), g.const([1]), g.const([2])])  # [1]: C
         block_pos = g.op("Slice", ["position_ids", context, g.const([np.iinfo(np.int64).max]), g.const([1])])
-        embed = g.weight(EMBED, self.tensor(EMBED).astype(self.dtype, copy=False))
-        x = g.op("Gather", [embed, "input_ids"], axis=0)  # [1, S, H]
+        x, _ = self.embed_lookup()  # [1, S, H]
         ctx = self.norm(self.linear("features", ["fc"], "fc"), "hidden_norm.weight")  # [1, C, H]
 
         pending = None

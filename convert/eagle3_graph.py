@@ -38,8 +38,7 @@ class _Eagle3Builder(_TargetBuilder):
         io = add_head_inputs(self, head.feature_width)
         seqlens_k, total_len = self.attention_lengths()
 
-        embed = g.weight("model.embed_tokens.weight", self.tensor("model.embed_tokens.weight").astype(self.dtype, copy=False))
-        emb = g.op("Gather", [embed, "input_ids"], axis=0)  # [B, S, H]
+        emb, _ = self.embed_lookup()  # [B, S, H]
         fused = self.linear("features", ["fc"], "fc")  # [B, S, H]
         hid = g.op("Where", ["use_features", fused, "hidden"])
         p = "model.layers.0."

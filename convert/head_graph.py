@@ -91,7 +91,7 @@ def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, prov
 
     from specrt.convert.onnx_graph import ExternalData, float_activation_twin
     from specrt.convert.quantize import dequantize_int4
-    from specrt.convert.target_graph import WrittenGraph
+    from specrt.convert.target_graph import EMBED, WrittenGraph
     from specrt.errors import ValidationError
 
     precision = builder.opts.precision
@@ -111,7 +111,10 @@ def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, prov
     params = dict(module.named_parameters())
     with torch.no_grad():
         for name in builder.int4_rows:  # the torch head runs the very int4 weights the graph holds
-            params[rename(name)].copy_(torch.from_numpy(dequantize_int4(written.int4(name))))
+            if name == EMBED:  # the int4 embedding table, which the comparison looks tokens up in
+                embed = dequantize_int4(written.int4(name))
+            else:
+                params[rename(name)].copy_(torch.from_numpy(dequantize_int4(written.int4(name))))
     exact_path = float_activation_twin(path) if builder.int4_rows else path
     try:
         exact = compare_with_torch(ort.InferenceSession(str(exact_path), providers=list(providers)), module, embed)

@@ -35,8 +35,7 @@ class _MtpBuilder(_TargetBuilder):
         io = add_head_inputs(self, self.mtp.feature_width)
         seqlens_k, total_len = self.attention_lengths()
 
-        embed = g.weight("model.embed_tokens.weight", self.tensor("model.embed_tokens.weight").astype(self.dtype, copy=False))
-        emb = g.op("Gather", [embed, "input_ids"], axis=0)  # [B, S, H]
+        emb, _ = self.embed_lookup()  # [B, S, H]
         if lay.mask_first_position:  # the embedding at position 0 is zeroed
             keep = g.op("Not", [g.op("Equal", ["position_ids", g.const(0)])])
             keep = g.op("Unsqueeze", [g.op("Cast", [keep], to=self.elem), g.const([-1])])  # [B, S, 1]

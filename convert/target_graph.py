@@ -16,7 +16,9 @@ outputs  logits [B, S, V] float32 (every input position), present.{i}.key|value 
 Per layer: SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, one fused QKV MatMul,
 GroupQueryAttention with rotary inside (explicit position_ids, so tree tokens get their depth) and a
 past/present buffer that the runtime binds to one OrtValue (the cache is written in place, never
-copied), one fused gate/up MatMul. int4 turns every projection and the lm_head into MatMulNBits.
+copied), one fused gate/up MatMul. int4 turns every projection and the lm_head into MatMulNBits, and the
+embedding table into a GatherBlockQuantized over the same int4 blocks (where the width is a whole number of
+blocks).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from specrt.models.config import ModelConfig
 from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 
 PRECISIONS = ("fp32", "fp16", "int4")
+EMBED = "model.embed_tokens.weight"
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,8 @@ class _TargetBuilder:
     def int4(self, name: str) -> Int4Weight:
         if name in self.quantized:
             return self.quantized[name]
+        if self.alias.get(name) in self.quantized:  # a tied lm_head: the embedding's int4 rows
+            return self.quantized[self.alias[name]]
         return quantize_int4(self.tensor(name).astype(np.float32), self.opts.int4_block_size)
 
     # -- weights -------------------------------------------------------------------------------
@@ -119,6 +124,26 @@ class _TargetBuilder:
         if bias is not None:
             y = self.g.op("Add", [y, self.g.weight(out_name + ".bias", bias)])
         return y
+
+    def embed_lookup(self) -> tuple[str, str | None]:
+        """Token embeddings of input_ids [B, S, H] and the float table's initializer (None when there is none).
+        int4 keeps the table in int4 too (GatherBlockQuantized over the same blocks as MatMulNBits: an eighth of
+        the float32 table) where the width is a whole number of blocks; otherwise the table is float."""
+        g, name = self.g, EMBED
+        if self.opts.precision == "int4" and self.cfg.hidden_size % self.opts.int4_block_size == 0:
+            q = self.int4(name)
+            if "lm_head.weight" in self.alias:  # tied: the lm_head quantizes the very same table
+                self.quantized = {**self.quantized, name: q}
+            data = g.weight(name + ".qweight", q.packed.reshape(q.n, -1))  # [V, H / 2] two weights per byte
+            scales = g.weight(name + ".scales", q.scales.reshape(q.n, -1).astype(self.dtype))  # [V, H / block]
+            zero_points = g.weight(name + ".zero_points", q.zero_points.reshape(q.n, -1))
+            self.int4_rows[name] = Int4Rows(data, scales, zero_points, 0, q.n, q.n, q.k, q.block_size)
+            del q
+            out = g.op("GatherBlockQuantized", [data, "input_ids", scales, zero_points], domain=MS_DOMAIN,
+                       gather_axis=0, quantize_axis=1, block_size=self.opts.int4_block_size, bits=4)
+            return out, None
+        table = g.weight(name, self.tensor(name).astype(self.dtype, copy=False))
+        return g.op("Gather", [table, "input_ids"], axis=0), table
 
     # -- blocks --------------------------------------------------------------------------------
     def norm(self, x: str, weight: str) -> str:
@@ -220,10 +245,7 @@ class _TargetBuilder:
             g.add_input(io["past_value"][i], self.elem, kv_shape)
         seqlens_k, total_len = self.attention_lengths()
 
-        embed = self.tensor("model.embed_tokens.weight")
-        embed_name = g.weight("model.embed_tokens.weight", embed.astype(self.dtype, copy=False))
-        del embed
-        x = g.op("Gather", [embed_name, "input_ids"], axis=0)
+        x, embed_name = self.embed_lookup()
         if cfg.embed_scale != 1.0:
             x = g.op("Mul", [x, g.const(cfg.embed_scale, dtype=self.dtype)])
 
@@ -260,9 +282,9 @@ class _TargetBuilder:
             g.add_output("hidden_states", self.elem, ["batch_size", "sequence_length", width])
         return g.model()
 
-    def lm_head(self, x: str, embed_name: str) -> str:
+    def lm_head(self, x: str, embed_name: str | None) -> str:
         cfg, g = self.cfg, self.g
-        if self.opts.precision == "int4" or not cfg.tie_word_embeddings:
+        if self.opts.precision == "int4" or not cfg.tie_word_embeddings or embed_name is None:
             return self.linear(x, ["lm_head"], "lm_head")
         # Tied fp32/fp16: reuse the embedding table through Gemm(transB=1) instead of a transposed copy.
         flat = g.op("Reshape", [x, g.const([-1, cfg.hidden_size])])
@@ -299,17 +321,16 @@ class WrittenGraph:
     data: ExternalData
     int4_rows: dict[str, Int4Rows]
 
-    def int4(self, name: str, lo: int = 0, hi: int | None = None) -> Int4Weight:
-        """An HF projection's int4 weight (rows [lo, hi) of it), read back from the data file (the rows of its
-        fused MatMulNBits)."""
+    def int4(self, name: str, rows: np.ndarray | None = None) -> Int4Weight:
+        """A weight's int4 values (only `rows` of it, when given), read back from the data file: a projection's
+        rows of its (maybe fused) MatMulNBits, or the embedding table's GatherBlockQuantized."""
         r = self.int4_rows[name]
-        hi = r.hi - r.lo if hi is None else hi
-        first, last = r.lo + lo, r.lo + hi
+        pick = slice(r.lo, r.hi) if rows is None else r.lo + np.asarray(rows, dtype=np.int64)
         n_blocks = -(-r.k // r.block_size)
-        packed = self.data.read(r.qweight).reshape(r.n, n_blocks, r.block_size // 2)[first:last]
-        scales = self.data.read(r.scales).reshape(r.n, n_blocks)[first:last].astype(np.float32)
-        zero_points = self.data.read(r.zero_points).reshape(r.n, -1)[first:last]
-        return Int4Weight(packed, scales.reshape(-1), zero_points.reshape(-1), last - first, r.k, r.block_size)
+        packed = self.data.read(r.qweight).reshape(r.n, n_blocks, r.block_size // 2)[pick]
+        scales = self.data.read(r.scales).reshape(r.n, n_blocks)[pick].astype(np.float32)
+        zero_points = self.data.read(r.zero_points).reshape(r.n, -1)[pick]
+        return Int4Weight(packed, scales.reshape(-1), zero_points.reshape(-1), len(packed), r.k, r.block_size)
 
 
 class Int4Readback(WeightSource):
@@ -345,8 +366,8 @@ class Int4Readback(WeightSource):
         if name not in self.written.int4_rows:
             return rows_of(self.base, name, ids)
         ids = np.asarray(ids, dtype=np.int64)
-        lo, hi = int(ids.min()), int(ids.max()) + 1  # only the rows from the first to the last asked for
-        return dequantize_int4(self.written.int4(name, lo, hi))[ids - lo]
+        unique, where = np.unique(ids, return_inverse=True)  # dequantize only the rows asked for
+        return dequantize_int4(self.written.int4(name, unique))[where.reshape(ids.shape)]
 
 
 def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, folder: Path,
@@ -365,9 +386,12 @@ def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, f
 
 
 def quantize_model(cfg: ModelConfig, weights: Mapping, block_size: int = 32) -> dict[str, Int4Weight]:
-    """Int4 weights of every projection and the lm_head (the tied embedding when there is none), all in memory
-    at once (for tests and small models; conversion quantizes each weight as the graph is written)."""
+    """Int4 weights of every projection, the lm_head (the tied embedding when there is none) and the embedding
+    table (where its width is a whole number of blocks, as the graph keeps it), all in memory at once (for tests
+    and small models; conversion quantizes each weight as the graph is written)."""
     out = {n: quantize_int4(np.asarray(weights[n], dtype=np.float32), block_size) for n in weights if is_projection(n)}
+    if cfg.hidden_size % block_size == 0:
+        out[EMBED] = quantize_int4(np.asarray(weights[EMBED], dtype=np.float32), block_size)
     if "lm_head.weight" not in out:
-        out["lm_head.weight"] = quantize_int4(np.asarray(weights["model.embed_tokens.weight"], dtype=np.float32), block_size)
+        out["lm_head.weight"] = out.get(EMBED) or quantize_int4(np.asarray(weights[EMBED], dtype=np.float32), block_size)
     return out
