@@ -1,5 +1,5 @@
-"""Step costs of a bundle on one device: the target's verify(k) for k new tokens on a cache of P, the drafter's
-call, and plain against speculative decoding at fixed draft lengths.
+"""Step costs of a bundle on one device: the target's verify(k) for k new tokens on a cache of P, and plain
+against speculative decoding at fixed draft lengths with the drafter's and the verification's time per step.
 
 With random weights (scripts/synthetic_model.py) nothing is accepted, so tokens/s of speculative decoding says
 only what a draft costs; what matters is the curve verify(k) / verify(1): where it stays near 1, a drafter pays
@@ -61,16 +61,6 @@ def verify_costs(engine, past: int, news: list[int], reps: int, sync) -> dict[in
     return out
 
 
-def drafter_costs(engine, drafter, depths: list[int], reps: int, sync) -> dict[int, float]:
-    """Median ms of the drafter proposing a chain of `depth` tokens after the context the engine holds."""
-    context = engine.cached_tokens() + [1]
-    out = {}
-    for depth in depths:
-        drafter.propose(context, depth)  # warm-up
-        out[depth] = _median_ms(lambda depth=depth: drafter.propose(context, depth), reps, sync)
-    return out
-
-
 def fixed_length_runs(engine, lengths: list[int], tokens: int, prompt: str) -> list[dict]:
     """Plain decoding, then speculative at each fixed draft length (adaptive off): tokens/s, target calls and
     whether the output equals plain output."""
@@ -79,14 +69,18 @@ def fixed_length_runs(engine, lengths: list[int], tokens: int, prompt: str) -> l
     params = SamplingParams(max_new_tokens=tokens, stop_token_ids=())
     engine.adaptive = False
     plain = engine.generate(prompt, params, drafter=None).wait()
-    rows = [{"draft_length": 0, "tokens_per_second": plain.stats.tokens_per_second,
-             "target_calls": plain.stats.target_calls, "equal": True}]
+    def row(k: int, result) -> dict:
+        st = result.stats
+        steps = max(st.target_calls - 1, 1)  # the calls after prefill
+        return {"draft_length": k, "tokens_per_second": st.tokens_per_second, "target_calls": st.target_calls,
+                "mean_accepted": st.mean_accepted, "draft_ms_per_step": 1e3 * st.draft_seconds / steps,
+                "verify_ms_per_step": 1e3 * st.verify_seconds / steps,
+                "equal": result.token_ids == plain.token_ids}
+
+    rows = [row(0, plain)]
     for k in lengths:
         engine.max_draft = k
-        spec = engine.generate(prompt, params).wait()
-        rows.append({"draft_length": k, "tokens_per_second": spec.stats.tokens_per_second,
-                     "target_calls": spec.stats.target_calls, "mean_accepted": spec.stats.mean_accepted,
-                     "equal": spec.token_ids == plain.token_ids})
+        rows.append(row(k, engine.generate(prompt, params).wait()))
     return rows
 
 
@@ -111,7 +105,6 @@ def main(argv=None) -> int:
     sync = _sync_for(device)
     news = [int(k) for k in args.new.split(",")]
     verify = verify_costs(engine, args.past, news, args.reps, sync)
-    draft = drafter_costs(engine, engine.drafter, [1, 2, 4], args.reps, sync)
     runs = fixed_length_runs(engine, [int(k) for k in args.fixed.split(",")], args.tokens, args.prompt)
 
     one = verify[news[0]]
@@ -119,17 +112,15 @@ def main(argv=None) -> int:
     print("| new tokens | verify ms | verify(k) / verify(1) |\n| --- | --- | --- |")
     for k, ms in verify.items():
         print(f"| {k} | {ms:.2f} | {ms / one:.2f} |")
-    print(f"\n| {args.drafter} chain depth | propose ms |\n| --- | --- |")
-    for depth, ms in draft.items():
-        print(f"| {depth} | {ms:.2f} |")
-    print("\n| draft length | tokens/s | target calls | equal to plain |\n| --- | --- | --- | --- |")
+    print(f"\n| draft length ({args.drafter}) | tokens/s | target calls | draft ms / step | verify ms / step | "
+          "equal to plain |\n| --- | --- | --- | --- | --- | --- |")
     for row in runs:
         print(f"| {row['draft_length'] or 'plain'} | {row['tokens_per_second']:.1f} | {row['target_calls']} | "
-              f"{row['equal']} |")
+              f"{row['draft_ms_per_step']:.2f} | {row['verify_ms_per_step']:.2f} | {row['equal']} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"bundle": args.bundle, "device": device, "past": args.past,
-                       "verify_ms": verify, "propose_ms": draft, "fixed_length": runs}, f, indent=2)
+                       "verify_ms": verify, "fixed_length": runs}, f, indent=2)
     return 0 if all(row["equal"] for row in runs) else 1
 
 

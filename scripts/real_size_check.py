@@ -3,7 +3,7 @@
     python scripts/real_size_check.py BUNDLE --drafter eagle3 [--tokens 32] [--prompt TEXT] [--json OUT]
 
 Prints one JSON object: the bundle's size on disk, this process's resident memory before and after loading
-(and its peak), the KV cache's size, plain and speculative decoding's tokens/s, mean accepted tokens, and
+(and its peak while loading and overall), the KV cache's size, plain and speculative decoding's tokens/s, mean accepted tokens, and
 whether the two outputs are equal token for token (exit status 1 if they are not). With random weights
 (scripts/synthetic_model.py) acceptance means nothing; memory, speed and equality do.
 """
@@ -35,6 +35,7 @@ def check(bundle: Path, drafter: str, tokens: int = 32,
     engine = specrt.load(str(bundle), drafter=drafter)
     load_seconds = time.time() - t0
     loaded = rss_bytes()
+    loading_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the high-water mark of loading
     params = SamplingParams(max_new_tokens=tokens, stop_token_ids=())
     plain = engine.generate(prompt, params, drafter=None).wait()
     engine.reset()
@@ -48,6 +49,7 @@ def check(bundle: Path, drafter: str, tokens: int = 32,
         "kv_cache_gib": round(kv_bytes / GIB, 3),
         "rss_before_load_gib": round(before / GIB, 3),
         "rss_loaded_gib": round(loaded / GIB, 3),
+        "peak_rss_while_loading_gib": round(loading_peak / GIB, 3),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20), 3),
         "load_seconds": round(load_seconds, 1),
         "drafter": drafter,
