@@ -17,11 +17,14 @@ from pathlib import Path
 from specrt.errors import SpecrtError
 
 GIB = 1 << 30
-# Python + torch + onnxruntime + tokenizers (0.5 GiB) and a small drafter's stages: with it the estimate was
-# 1.3 / 3.6 / 8.4 GiB for SmolLM2-135M with its heads, the Qwen 1.5B pair and the Llama-3.1-8B shape with its
-# EAGLE-3 head, which peaked at 1.3 / 2.5 / 7.9 GiB (docs/perf.md)
+# Python + torch + onnxruntime + tokenizers (0.5 GiB) and a small drafter's stages (docs/perf.md compares the
+# estimates with the measured peaks)
 BASELINE_BYTES = int(1.0 * GIB)
-SESSION_FACTOR = 1.15  # ONNX Runtime's resident size for a graph, per byte of its weights (measured, docs/perf.md)
+# ONNX Runtime's resident size for a graph, per byte of its weights (measured, docs/perf.md): int4's MatMulNBits
+# with int8 activations repacks its weights with per-block sums (6.30 GiB resident for the 4.79 GiB of the
+# Llama-3.1-8B shape's int4 graph)
+SESSION_FACTOR = {"int4": 1.35}
+DEFAULT_SESSION_FACTOR = 1.15
 
 
 def resident_bytes() -> int | None:
@@ -115,11 +118,12 @@ def graph_weight_bytes(shapes: Mapping, precision: str, block_size: int) -> int:
     return total
 
 
-def estimate_peak(shapes: Mapping, num_layers: int, precision: str, block_size: int, tied: bool) -> int:
+def estimate_peak(shapes: Mapping, num_layers: int, precision: str, block_size: int, tied: bool,
+                  kv_bytes: int = 0) -> int:
     """Bytes a conversion needs at its largest stage. The stages never overlap their big buffers: building holds
     the largest tensor being converted (read, widened, quantized), the torch reference one layer's float32
     weights twice (the source's and the int4 read-back) or the embedding table / lm_head, validation ONNX
-    Runtime's copy of the finished graph."""
+    Runtime's copy of the finished graph and the KV cache of its session (kv_bytes)."""
     largest = layer = 0
     per_layer = [0] * num_layers
     for name, shape in shapes.items():
@@ -135,13 +139,15 @@ def estimate_peak(shapes: Mapping, num_layers: int, precision: str, block_size: 
     graph = dict(shapes)
     if tied and precision == "int4" and "model.embed_tokens.weight" in graph:
         graph["lm_head.weight"] = graph["model.embed_tokens.weight"]  # int4 quantizes a copy for the lm_head
-    session = graph_weight_bytes(graph, precision, block_size) * SESSION_FACTOR
+    factor = SESSION_FACTOR.get(precision, DEFAULT_SESSION_FACTOR)
+    session = graph_weight_bytes(graph, precision, block_size) * factor + kv_bytes
     return int(BASELINE_BYTES + max(session, 2 * layer, 3 * largest))
 
 
-def check_fits(what: str, shapes: Mapping, num_layers: int, precision: str, block_size: int, tied: bool) -> int:
+def check_fits(what: str, shapes: Mapping, num_layers: int, precision: str, block_size: int, tied: bool,
+               kv_bytes: int = 0) -> int:
     """Refuse up front, in one line, a conversion that would need more memory than the machine has free."""
-    need = estimate_peak(shapes, num_layers, precision, block_size, tied)
+    need = estimate_peak(shapes, num_layers, precision, block_size, tied, kv_bytes)
     free = available_bytes()
     if free is not None and need > free:
         raise SpecrtError(f"converting {what} to {precision} needs about {need / GIB:.1f} GiB of memory; "

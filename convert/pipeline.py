@@ -127,8 +127,9 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
     if bad:
         raise SpecrtError(f"hidden layer {bad[0]} out of range (model has {cfg.num_layers} layers)")
     shapes = {name: loaded.weights.shape(name) for name in loaded.weights}
+    kv_bytes = 2 * cfg.num_layers * cfg.num_kv_heads * max_context * cfg.head_dim * (2 if opts.precision == "fp16" else 4)
     need = check_fits(resolved.name, shapes, cfg.num_layers, opts.precision, opts.int4_block_size,
-                      cfg.tie_word_embeddings)
+                      cfg.tie_word_embeddings, kv_bytes)
     stages.log(f"estimated peak memory {need / GIB:.1f} GiB")
     stages.done()
 

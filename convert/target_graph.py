@@ -127,7 +127,7 @@ class _TargetBuilder:
 
     def embed_lookup(self) -> tuple[str, str | None]:
         """Token embeddings of input_ids [B, S, H] and the float table's initializer (None when there is none).
-        int4 keeps the table in int4 too (GatherBlockQuantized over the same blocks as MatMulNBits: an eighth of
+        int4 keeps the table in int4 too (GatherBlockQuantized over the same blocks as MatMulNBits: about a sixth of
         the float32 table) where the width is a whole number of blocks; otherwise the table is float."""
         g, name = self.g, EMBED
         if self.opts.precision == "int4" and self.cfg.hidden_size % self.opts.int4_block_size == 0:
