@@ -154,6 +154,24 @@ def test_greedy_dflash_equals_plain(dflash_bundle, adaptive):
     assert 1 <= len(draft) <= 3 and draft.is_chain()
 
 
+def test_a_short_draft_runs_the_whole_trained_block(dflash_bundle):
+    """Attention inside a block is not causal, so the drafter always runs the block it was trained with and
+    cuts the draft afterwards: asking for 1 or 3 tokens gives the same first tokens."""
+    import specrt
+    from specrt.runtime.sampling import SamplingParams
+
+    engine = specrt.load(str(dflash_bundle), device="cpu", drafter="dflash")
+    engine.generate("the cat and the dog", SamplingParams(max_new_tokens=6, stop_token_ids=())).wait()
+    drafter, blocks = engine.drafter, []
+    drafter.use_costs(None)  # no confidence cut: the draft length asked for
+    run = drafter.session.run
+    drafter.session.run = lambda names, feeds: blocks.append(feeds["input_ids"].shape[1]) or run(names, feeds)
+    context = engine.cached_tokens() + [5]
+    one, three = drafter.propose(context, 1), drafter.propose(context, 3)
+    assert blocks == [drafter.block_size, drafter.block_size]
+    assert len(one) == 1 and len(three) == 3 and list(three.tokens[:1]) == list(one.tokens)
+
+
 def test_sampled_dflash_passes_its_q(dflash_bundle):
     import specrt
     from specrt.runtime.sampling import SamplingParams

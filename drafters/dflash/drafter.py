@@ -76,8 +76,10 @@ class DFlashDrafter(Drafter):
 
     def propose(self, context: list[int], max_tokens: int) -> Draft | None:
         n = len(context) - 1  # the target has read context[:n]: features f_0 .. f_{n-1}
-        block = min(self.block_size, max_tokens + 1, self.max_context - n)
-        if self.target is None or n < 1 or block < 2:
+        # the whole trained block, whatever the draft length asked for: attention inside the block is not
+        # causal, so a shorter block would change every position's output from what training taught
+        block = min(self.block_size, self.max_context - n)
+        if self.target is None or n < 1 or block < 2 or max_tokens < 1:
             return None
         keep = min(common_prefix(self.read, context[:n]), n - 1)  # at least one new context position
         if keep < len(self.read):
@@ -100,7 +102,7 @@ class DFlashDrafter(Drafter):
             tokens = [int(self.rng.choice(len(q), p=q)) for q in rows]
             probs = np.stack(rows)
             confidence = probs[np.arange(len(tokens)), tokens]
-        k = len(tokens)
+        k = min(len(tokens), max_tokens)
         if self.seconds is not None and k > 1:
             k = cut_length(confidence, self.seconds, k)
         return Draft.chain(tokens[:k], None if probs is None else probs[:k])

@@ -1,0 +1,107 @@
+"""Can the DFlash recipe memorize a handful of sequences? (issue 21: a recipe that cannot overfit is broken.)
+
+Trains a DFlash drafter for the default model on `--seqs` sequences of `--seq-len` tokens (the target's
+features and logits computed once) and reports top-1 agreement with the target by block position on those same
+sequences, over every anchor and the whole vocabulary. Switches isolate the recipe's choices:
+
+    python scripts/dflash_overfit.py [--seqs 2] [--seq-len 64] [--steps 300] [--block 8] [--layers 1]
+        [--init copy|fresh] [--loss candidates|full] [--weights confidence|decay] [--anchors all|N]
+        [--leak] [--lr 1e-3]
+
+--leak lets each block read the features at its own anchor too (a control: slot 1 becomes nearly a linear read
+of them, so it must learn fast unless features, labels and model are misaligned).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seqs", type=int, default=2)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--block", type=int, default=8)
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--init", choices=("copy", "fresh"), default="copy")
+    ap.add_argument("--loss", choices=("candidates", "full"), default="candidates")
+    ap.add_argument("--weights", choices=("confidence", "decay"), default="confidence")
+    ap.add_argument("--anchors", default="all")
+    ap.add_argument("--leak", action="store_true")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--every", type=int, default=50)
+    args = ap.parse_args(argv)
+
+    from specrt.catalog import DEFAULT_MODEL
+    from specrt.convert import sources
+    from specrt.convert.pipeline import _torch_model
+    from specrt.datasets import load_conversations
+    from specrt.models.dflash import DFlashDraft
+    from specrt.train import dflash as T
+    from specrt.train.recipe import _dflash_trainee, _tokenize, dflash_config
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    loaded = sources.load(sources.resolve(DEFAULT_MODEL, log=lambda *_: None))
+    seqs = _tokenize(loaded, load_conversations(None), args.seqs * args.seq_len * 4, args.seq_len)[:args.seqs]
+    counts = np.bincount(np.concatenate(seqs), minlength=loaded.config.vocab_size)
+    trainee = _dflash_trainee(loaded, args.block, counts)
+    if args.layers != 1 or args.init == "fresh":
+        cfg = dflash_config(loaded.config, args.block, trainee.draft.cfg.mask_token_id, args.layers)
+        draft = DFlashDraft(cfg)
+        for name, p in draft.named_parameters():
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, std=0.02)
+        trainee.draft = draft
+    if args.loss == "full":
+        trainee.frequent = None
+    if args.weights == "decay":
+        T.confidence_weights = lambda q: torch.exp(-torch.arange(q.shape[1], dtype=q.dtype) / 4.0).expand_as(q)
+    if args.leak:
+        base = T.block_mask
+        T.block_mask = lambda anchors, block, ctx_len: base(anchors + 1, block, ctx_len)
+    target = _torch_model(loaded.config, loaded.weights)
+    cfg = trainee.draft.cfg
+    data = []
+    for s in seqs:
+        ids = torch.from_numpy(s)
+        feats, logits = T.target_pass(target, ids[None], cfg.target_layer_ids)
+        data.append((ids, feats[0], logits[0]))
+    all_anchors = torch.arange(1, args.seq_len - args.block + 1)
+    opt = torch.optim.AdamW(trainee.draft.parameters(), lr=args.lr, weight_decay=0.0)
+    print(f"{args}: mask token {cfg.mask_token_id}, {len(all_anchors)} anchors per sequence")
+
+    def evaluate() -> list[float]:
+        trainee.eval()
+        agree = np.zeros(args.block - 1)
+        with torch.no_grad():
+            for ids, feats, logits in data:
+                agree += T.block_loss(trainee, ids, feats, logits, all_anchors, None)[1]
+        trainee.train()
+        return (agree / len(data)).round(3).tolist()
+
+    t0 = time.time()
+    for step in range(1, args.steps + 1):
+        opt.zero_grad()
+        total = 0.0
+        for ids, feats, logits in data:
+            anchors = all_anchors if args.anchors == "all" else torch.from_numpy(
+                T.pick_anchors(rng, args.seq_len, args.block, int(args.anchors)))
+            candidates = T.loss_candidates(logits[None], trainee.frequent)
+            loss, _ = T.block_loss(trainee, ids, feats, logits, anchors, candidates)
+            total = total + loss / len(data)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(trainee.draft.parameters(), 1.0)
+        opt.step()
+        if step % args.every == 0 or step == args.steps:
+            print(f"step {step} ({time.time() - t0:.0f} s): loss {float(total):.3f}, top-1 by position {evaluate()}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
