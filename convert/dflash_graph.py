@@ -1,6 +1,7 @@
 """The DFlash drafter as an ONNX graph (definition: models/dflash.py), built node by node with the target's
-operators (int4: MatMulNBits and a GatherBlockQuantized embedding table) and written streaming: each weight is read, converted (quantized for int4) and appended to the data
-file in turn, so building the graph of an 8B model's drafter holds one weight, never the drafter.
+operators (int4: MatMulNBits and a GatherBlockQuantized embedding table) and written streaming: each weight is
+read, converted (quantized for int4) and appended to the data file in turn, so building the graph of an 8B
+model's drafter holds one weight, never the drafter.
 
 Inputs: input_ids [1, S] (the anchor token and S - 1 mask tokens, embedded with the target's table carried in
 the graph), features [1, C, F] (the target's hidden states at the drafter's layers for the C context positions
@@ -139,9 +140,9 @@ class _DFlashBuilder(_TargetBuilder):
 
         k4, v4 = heads_first(k, kv_heads), heads_first(v, kv_heads)  # [1, KV, C + S, D]
         past_k, past_v = names_in[3 + 2 * i], names_in[4 + 2 * i]
-        zero = g.const([0])
-        g.op("Concat", [past_k, g.op("Slice", [k4, zero, context, g.const([2])])], outputs=[names_out[1 + 2 * i]], axis=2)
-        g.op("Concat", [past_v, g.op("Slice", [v4, zero, context, g.const([2])])], outputs=[names_out[2 + 2 * i]], axis=2)
+        for new, present in ((k4, names_out[1 + 2 * i]), (v4, names_out[2 + 2 * i])):  # past + the new context
+            past = past_k if new is k4 else past_v
+            g.op("Concat", [past, g.op("Slice", [new, g.const([0]), context, g.const([2])])], outputs=[present], axis=2)
         keys = g.op("Concat", [past_k, k4], axis=2)  # [1, KV, P + C + S, D]
         values = g.op("Concat", [past_v, v4], axis=2)
         # queries grouped by KV head (head h = kv * G + g): [1, NH, S, D] -> [1, KV, G * S, D]
