@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 
-def main(argv=None) -> None:
+def parse(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seqs", type=int, default=2)
     ap.add_argument("--seq-len", type=int, default=64)
@@ -35,8 +35,11 @@ def main(argv=None) -> None:
     ap.add_argument("--leak", action="store_true")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--every", type=int, default=50)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def overfit(args: argparse.Namespace, log=print) -> list[tuple[int, list[float]]]:
+    """Train as `args` says; returns (step, top-1 agreement by block position) at every evaluation."""
     from specrt.catalog import DEFAULT_MODEL
     from specrt.convert import sources
     from specrt.convert.pipeline import _torch_model
@@ -74,7 +77,7 @@ def main(argv=None) -> None:
         data.append((ids, feats[0], logits[0]))
     all_anchors = torch.arange(1, args.seq_len - args.block + 1)
     opt = torch.optim.AdamW(trainee.draft.parameters(), lr=args.lr, weight_decay=0.0)
-    print(f"{args}: mask token {cfg.mask_token_id}, {len(all_anchors)} anchors per sequence")
+    log(f"{args}: mask token {cfg.mask_token_id}, {len(all_anchors)} anchors per sequence")
 
     def evaluate() -> list[float]:
         trainee.eval()
@@ -85,7 +88,7 @@ def main(argv=None) -> None:
         trainee.train()
         return (agree / len(data)).round(3).tolist()
 
-    t0 = time.time()
+    t0, history = time.time(), []
     for step in range(1, args.steps + 1):
         opt.zero_grad()
         total = 0.0
@@ -99,9 +102,11 @@ def main(argv=None) -> None:
         torch.nn.utils.clip_grad_norm_(trainee.draft.parameters(), 1.0)
         opt.step()
         if step % args.every == 0 or step == args.steps:
-            print(f"step {step} ({time.time() - t0:.0f} s): loss {float(total):.3f}, top-1 by position {evaluate()}",
-                  flush=True)
+            history.append((step, evaluate()))
+            log(f"step {step} ({time.time() - t0:.0f} s): loss {float(total.detach()):.3f}, top-1 by position "
+                f"{history[-1][1]}")
+    return history
 
 
 if __name__ == "__main__":
-    main()
+    overfit(parse())
