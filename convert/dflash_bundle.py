@@ -9,9 +9,9 @@ tensor. Its block size is capped by the target graph's context. A checkpoint wit
 models/dflash.py) keeps only those rows of the target's lm_head, and its d2t goes beside the graph as
 dflash.d2t.safetensors (the EAGLE-3 head's format).
 
-Validation: an fp32 graph must equal the torch drafter within MAX_DIFF; an int4 graph, run with float
-activations, must equal the torch drafter holding the very same int4 weights (read back from the data file)
-within MAX_DIFF, and its shipped int8-activation difference is recorded.
+Validation as the feature heads' (convert/head_graph.py validate_graph): an fp32 graph must equal the torch
+drafter within MAX_DIFF; an int4 graph, run with float activations, must equal the torch drafter holding the
+very same int4 weights (read back from the data file), and its shipped int8-activation difference is recorded.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from specrt.bundle import checkpoint_sha256
-from specrt.errors import SourceError, ValidationError
+from specrt.errors import SourceError
 
 STEM = "dflash"
-MAX_DIFF = 1e-3
 
 
 def check(arg: str, precision: str) -> None:
@@ -46,13 +45,10 @@ def hidden_layers_for(arg: str, loaded) -> tuple[int, ...]:
 def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
         build_graph=None) -> dict:
     """Write the drafter's graph (and d2t) into tmp; returns its manifest entry."""
-    import onnxruntime as ort
-
     from safetensors.numpy import save_file
 
-    from specrt.convert.dflash_graph import DFlashWeights, compare_with_reference, write_dflash_graph
-    from specrt.convert.head_graph import head_precision
-    from specrt.convert.onnx_graph import float_activation_twin
+    from specrt.convert.dflash_graph import DFlashWeights, max_difference, reference_outputs, write_dflash_graph
+    from specrt.convert.head_graph import head_precision, validate_graph
     from specrt.convert.target_graph import GraphOptions, Int4Readback
     from specrt.models.dflash import open_dflash_checkpoint
 
@@ -77,25 +73,13 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     written = write_dflash_graph(cfg, weights, opts, out_vocab, tmp, STEM)
     stages.done()
     stages.start(f"validate {STEM}")
-    path = tmp / f"{STEM}.onnx"
     vocab = loaded.config.vocab_size
-    reference = Int4Readback(weights, written) if written.int4_rows else weights
-    exact_path = float_activation_twin(path) if written.int4_rows else path
-    try:
-        session = ort.InferenceSession(str(exact_path), providers=list(providers))
-        diff = compare_with_reference(session, cfg, reference, vocab)
-        del session
-    finally:
-        if exact_path != path:
-            exact_path.unlink()
-    if diff > MAX_DIFF:
-        raise ValidationError(f"DFlash graph ({opts.precision}) differs from its torch definition by {diff:.2e} "
-                              f"(limit {MAX_DIFF})")
-    validation = {"max_abs_diff": diff}
-    if written.int4_rows:
-        session = ort.InferenceSession(str(path), providers=list(providers))
-        validation["int8_activations_max_abs_diff"] = compare_with_reference(session, cfg, reference, vocab)
-        del session
+    int4 = bool(written.int4_rows)
+    calls, reference = reference_outputs(cfg, Int4Readback(weights, written) if int4 else weights, vocab)
+    validation, session = validate_graph(tmp / f"{STEM}.onnx", int4, providers,
+                                         lambda session: max_difference(session, cfg, calls, reference), "DFlash",
+                                         opts.precision)
+    del session
     stages.done()
     c = cfg.layers
     return {

@@ -27,8 +27,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData
-from specrt.convert.target_graph import GraphOptions, WrittenGraph, _TargetBuilder
+from specrt.convert.onnx_graph import MS_DOMAIN
+from specrt.convert.target_graph import GraphOptions, WrittenGraph, _TargetBuilder, write_graph
 from specrt.models.dflash import DFlashConfig
 from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 
@@ -87,9 +87,8 @@ class DFlashWeights(WeightSource):
 
 
 class _DFlashBuilder(_TargetBuilder):
-    def __init__(self, cfg: DFlashConfig, weights: Mapping, opts: GraphOptions, out_vocab: int,
-                 external: ExternalData | None = None):
-        super().__init__(cfg.layers, weights, opts, None, external)
+    def __init__(self, cfg: DFlashConfig, weights: Mapping, opts: GraphOptions, out_vocab: int):
+        super().__init__(cfg.layers, weights, opts, None)
         self.dflash, self.out_vocab = cfg, out_vocab
 
     def build(self) -> onnx.ModelProto:
@@ -140,9 +139,9 @@ class _DFlashBuilder(_TargetBuilder):
 
         k4, v4 = heads_first(k, kv_heads), heads_first(v, kv_heads)  # [1, KV, C + S, D]
         past_k, past_v = names_in[3 + 2 * i], names_in[4 + 2 * i]
-        for new, present in ((k4, names_out[1 + 2 * i]), (v4, names_out[2 + 2 * i])):  # past + the new context
-            past = past_k if new is k4 else past_v
-            g.op("Concat", [past, g.op("Slice", [new, g.const([0]), context, g.const([2])])], outputs=[present], axis=2)
+        for past, new, present in ((past_k, k4, names_out[1 + 2 * i]), (past_v, v4, names_out[2 + 2 * i])):
+            new_context = g.op("Slice", [new, g.const([0]), context, g.const([2])])  # [1, KV, C, D]
+            g.op("Concat", [past, new_context], outputs=[present], axis=2)  # past + the new context
         keys = g.op("Concat", [past_k, k4], axis=2)  # [1, KV, P + C + S, D]
         values = g.op("Concat", [past_v, v4], axis=2)
         # queries grouped by KV head (head h = kv * G + g): [1, NH, S, D] -> [1, KV, G * S, D]
@@ -165,14 +164,7 @@ def write_dflash_graph(cfg: DFlashConfig, weights: Mapping, opts: GraphOptions, 
                        stem: str) -> WrittenGraph:
     """Write `<stem>.onnx` and `<stem>.onnx.data`, one weight in memory at a time. weights: graph names
     (DFlashWeights); out_vocab: the lm_head's rows (the draft vocabulary's size where there is one)."""
-    data = ExternalData(folder, f"{stem}.onnx.data")
-    try:
-        builder = _DFlashBuilder(cfg, weights, opts, out_vocab, data)
-        model = builder.build()
-    finally:
-        data.close()
-    onnx.save_model(model, str(Path(folder) / f"{stem}.onnx"))
-    return WrittenGraph(data, builder.int4_rows)
+    return write_graph(_DFlashBuilder(cfg, weights, opts, out_vocab), folder, stem)
 
 
 def validation_calls(cfg: DFlashConfig, vocab: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
@@ -187,15 +179,20 @@ def validation_calls(cfg: DFlashConfig, vocab: int, seed: int = 0) -> list[tuple
     return calls
 
 
-def compare_with_reference(session, cfg: DFlashConfig, weights: Mapping, vocab: int, seed: int = 0) -> float:
-    """Max |difference| of logits and caches between an ORT session over the graph and the torch drafter run
-    layer by layer on the same weights (models/dflash.py run_dflash_layerwise), over validation_calls."""
+def reference_outputs(cfg: DFlashConfig, weights: Mapping, vocab: int, seed: int = 0):
+    """validation_calls and what the torch drafter, run layer by layer on these weights (models/dflash.py
+    run_dflash_layerwise), returns for them: computed once, compared with any number of sessions."""
     from specrt.models.dflash import run_dflash_layerwise
 
+    calls = validation_calls(cfg, vocab, seed)
+    return calls, run_dflash_layerwise(cfg, weights, calls)
+
+
+def max_difference(session, cfg: DFlashConfig, calls, reference) -> float:
+    """Max |difference| of logits and caches between an ORT session over the graph and the reference outputs,
+    over the calls in turn (each session call reads the caches the one before returned)."""
     c = cfg.layers
     inputs, _ = io_names(c.num_layers)
-    calls = validation_calls(cfg, vocab, seed)
-    reference = run_dflash_layerwise(cfg, weights, calls)
     past = [np.zeros((1, c.num_kv_heads, 0, c.head_dim), np.float32)] * (2 * c.num_layers)
     worst = 0.0
     for (ids, feats, pos), ref in zip(calls, reference):
@@ -203,4 +200,3 @@ def compare_with_reference(session, cfg: DFlashConfig, weights: Mapping, vocab: 
         worst = max(worst, *(float(np.abs(a - b).max()) for a, b in zip(outs, ref)))
         past = outs[1:]
     return worst
-

@@ -79,45 +79,20 @@ def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4
 MAX_DIFF = 1e-3
 
 
-def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, providers, stages,
-                label: str) -> tuple[tuple[str, ...], dict]:
-    """Build the graph (builder), streaming its weights to `<stem>.onnx.data`, save `<stem>.onnx` and validate it
-    against the torch module (into which the graph's int4 weights are read back, under the module's names by
-    `rename`). Returns the ORT input names (without the cache) and the validation record; ValidationError past
-    MAX_DIFF."""
-    import onnx
+def validate_graph(path, int4: bool, providers, difference, label: str, precision: str):
+    """Check a written drafter graph with `difference(session) -> max |diff|` against its torch definition:
+    exactly (MAX_DIFF) on the graph itself, or for int4 on its float-activation twin, the torch side holding the
+    very same int4 weights; an int4 graph's shipped (int8-activation) difference is recorded. Returns the
+    validation record and an ORT session over the shipped graph; ValidationError past MAX_DIFF."""
     import onnxruntime as ort
-    import torch
 
-    from specrt.convert.onnx_graph import ExternalData, float_activation_twin
-    from specrt.convert.quantize import dequantize_int4
-    from specrt.convert.target_graph import EMBED, WrittenGraph
+    from specrt.convert.onnx_graph import float_activation_twin
     from specrt.errors import ValidationError
 
-    precision = builder.opts.precision
-    stages.start(f"build {stem} graph")
-    data = ExternalData(tmp, f"{stem}.onnx.data")
-    builder.g.external = data
+    exact_path = float_activation_twin(path) if int4 else path
     try:
-        model = builder.build()
-    finally:
-        data.close()
-    path = tmp / f"{stem}.onnx"
-    onnx.save_model(model, str(path))
-    del model
-    stages.done()
-    stages.start(f"validate {stem}")
-    written = WrittenGraph(data, builder.int4_rows)
-    params = dict(module.named_parameters())
-    with torch.no_grad():
-        for name in builder.int4_rows:  # the torch head runs the very int4 weights the graph holds
-            if name == EMBED:  # the int4 embedding table, which the comparison looks tokens up in
-                embed = dequantize_int4(written.int4(name))
-            else:
-                params[rename(name)].copy_(torch.from_numpy(dequantize_int4(written.int4(name))))
-    exact_path = float_activation_twin(path) if builder.int4_rows else path
-    try:
-        exact = compare_with_torch(ort.InferenceSession(str(exact_path), providers=list(providers)), module, embed)
+        session = ort.InferenceSession(str(exact_path), providers=list(providers))
+        exact = difference(session)
     finally:
         if exact_path != path:
             exact_path.unlink()
@@ -125,9 +100,38 @@ def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, prov
         raise ValidationError(f"{label} graph ({precision}) differs from its torch definition by {exact:.2e} "
                               f"(limit {MAX_DIFF})")
     validation = {"max_abs_diff": exact}
-    session = ort.InferenceSession(str(path), providers=list(providers))
-    if builder.int4_rows:
-        validation["int8_activations_max_abs_diff"] = compare_with_torch(session, module, embed)
+    if int4:
+        del session  # one graph in memory at a time
+        session = ort.InferenceSession(str(path), providers=list(providers))
+        validation["int8_activations_max_abs_diff"] = difference(session)
+    return validation, session
+
+
+def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, providers, stages,
+                label: str) -> tuple[tuple[str, ...], dict]:
+    """Build the graph (builder), streaming its weights to `<stem>.onnx.data`, save `<stem>.onnx` and validate it
+    against the torch module (into which the graph's int4 weights are read back, under the module's names by
+    `rename`). Returns the ORT input names (without the cache) and the validation record; ValidationError past
+    MAX_DIFF."""
+    import torch
+
+    from specrt.convert.quantize import dequantize_int4
+    from specrt.convert.target_graph import EMBED, write_graph
+
+    stages.start(f"build {stem} graph")
+    written = write_graph(builder, tmp, stem)
+    stages.done()
+    stages.start(f"validate {stem}")
+    params = dict(module.named_parameters())
+    with torch.no_grad():
+        for name in written.int4_rows:  # the torch head runs the very int4 weights the graph holds
+            if name == EMBED:  # the int4 embedding table, which the comparison looks tokens up in
+                embed = dequantize_int4(written.int4(name))
+            else:
+                params[rename(name)].copy_(torch.from_numpy(dequantize_int4(written.int4(name))))
+    validation, session = validate_graph(tmp / f"{stem}.onnx", bool(written.int4_rows), providers,
+                                         lambda session: compare_with_torch(session, module, embed), label,
+                                         builder.opts.precision)
     stages.done()
     return tuple(i.name for i in session.get_inputs() if not i.name.startswith("past_")), validation
 

@@ -64,12 +64,11 @@ def io_names(cfg: ModelConfig) -> dict:
 
 
 class _TargetBuilder:
-    def __init__(self, cfg: ModelConfig, weights: Mapping, opts: GraphOptions, quantized: dict | None,
-                 external: ExternalData | None = None):
+    def __init__(self, cfg: ModelConfig, weights: Mapping, opts: GraphOptions, quantized: dict | None):
         if opts.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}")
         self.cfg, self.w, self.opts = cfg, weights, opts
-        self.g = GraphWriter("specrt_target", external)
+        self.g = GraphWriter("specrt_target")
         self.dtype = np.float16 if opts.precision == "fp16" else np.float32
         self.elem = TensorProto.FLOAT16 if opts.precision == "fp16" else TensorProto.FLOAT
         self.rope_caches: dict = {}
@@ -370,19 +369,24 @@ class Int4Readback(WeightSource):
         return dequantize_int4(self.written.int4(name, unique))[where.reshape(ids.shape)]
 
 
-def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, folder: Path,
-                       stem: str) -> WrittenGraph:
-    """Build the graph streaming: each weight is read, converted (quantized for int4) and appended to
+def write_graph(builder: _TargetBuilder, folder: Path, stem: str) -> WrittenGraph:
+    """Build a builder's graph streaming: each weight is read, converted (quantized for int4) and appended to
     `<stem>.onnx.data` in turn, then `<stem>.onnx` is saved. No copy of the model is ever in memory; the files
-    are byte for byte those of onnx.save_model on build_target_graph's model."""
+    are byte for byte those of onnx.save_model on the same builder's in-memory model."""
     data = ExternalData(folder, f"{stem}.onnx.data")
+    builder.g.external = data
     try:
-        builder = _TargetBuilder(cfg, weights, opts, None, data)
         model = builder.build()
     finally:
         data.close()
     onnx.save_model(model, str(Path(folder) / f"{stem}.onnx"))
     return WrittenGraph(data, builder.int4_rows)
+
+
+def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, folder: Path,
+                       stem: str) -> WrittenGraph:
+    """The target's graph, written streaming (write_graph)."""
+    return write_graph(_TargetBuilder(cfg, weights, opts, None), folder, stem)
 
 
 def quantize_model(cfg: ModelConfig, weights: Mapping, block_size: int = 32) -> dict[str, Int4Weight]:
