@@ -18,8 +18,9 @@ from specrt.runtime.providers import providers_for
 
 
 def check_drafter_name(name: str) -> None:
-    """A drafter name: a kind (specrt/drafter_kinds.py), KIND:tree / KIND:chain for kinds that draft trees, or a
-    mix "A+B" of different ones (the adaptive loop picks one per step)."""
+    """A drafter name: a kind (specrt/drafter_kinds.py), KIND:tree / KIND:chain for kinds that draft trees,
+    KIND:MODE for a mode the kind declares (dflash:prob, dflash:head), or a mix "A+B" of different ones (the
+    adaptive loop picks one per step)."""
     if "+" in name:
         members = drafter_kinds.members(name)
         if len(set(members)) != len(members) or any(m in ("", "none", "auto") for m in members):
@@ -31,7 +32,9 @@ def check_drafter_name(name: str) -> None:
         return
     base, _, mode = name.partition(":")
     kind = drafter_kinds.kind(base)
-    if mode and (not kind.trees or mode not in ("tree", "chain")):
+    if mode and mode not in kind.modes and (not kind.trees or mode not in ("tree", "chain")):
+        if kind.modes:
+            raise SpecrtError(f"drafter {name!r}: {base} takes {' or '.join(':' + m for m in kind.modes)}")
         raise SpecrtError(f"drafter {name!r}: only {', '.join(drafter_kinds.tree_kinds())} take :tree or :chain")
 
 
@@ -58,6 +61,9 @@ def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads
     if mode == "tree":
         drafter.use_tree()
         drafter.name = f"{base}:tree"
+    elif mode in kind.modes:
+        drafter.use_mode(mode)
+        drafter.name = name
     return drafter
 
 

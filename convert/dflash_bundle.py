@@ -7,7 +7,8 @@ The drafter runs in int4 beside an int4 target, else in fp32 (as the feature hea
 the checkpoint into the graph one at a time, so an 8B model's drafter converts in the memory of its largest
 tensor. Its block size is capped by the target graph's context. A checkpoint with a draft vocabulary (d2t,
 models/dflash.py) keeps only those rows of the target's lm_head, and its d2t goes beside the graph as
-dflash.d2t.safetensors (the EAGLE-3 head's format).
+dflash.d2t.safetensors (the EAGLE-3 head's format). A confidence head beside the checkpoint
+(models/dflash_confidence.py) becomes the graph's accept_logits output, validated with the rest.
 
 Validation as the feature heads' (convert/head_graph.py validate_graph): an fp32 graph must equal the torch
 drafter within MAX_DIFF; an int4 graph, run with float activations, must equal the torch drafter holding the
@@ -51,9 +52,11 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     from specrt.convert.head_graph import head_precision, validate_graph
     from specrt.convert.target_graph import GraphOptions, Int4Readback
     from specrt.models.dflash import open_dflash_checkpoint
+    from specrt.models.dflash_confidence import load_confidence_head
 
     folder = Path(arg).expanduser()
     cfg, tensors, d2t = open_dflash_checkpoint(folder, loaded.config)
+    confidence = load_confidence_head(folder, cfg.layers.hidden_size, cfg.block_size)
     if cfg.block_size >= max_context:
         raise SourceError(f"DFlash block size {cfg.block_size} does not fit the target graph's context of "
                           f"{max_context} tokens (convert with a larger --max-context)")
@@ -70,12 +73,13 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     # rotary tables cover the block drawn past the last context position
     opts = GraphOptions(precision=head_precision(precision), max_context=max_context + cfg.block_size)
     stages.start(f"build {STEM} graph")
-    written = write_dflash_graph(cfg, weights, opts, out_vocab, tmp, STEM)
+    written = write_dflash_graph(cfg, weights, opts, out_vocab, tmp, STEM, confidence)
     stages.done()
     stages.start(f"validate {STEM}")
     vocab = loaded.config.vocab_size
     int4 = bool(written.int4_rows)
-    calls, reference = reference_outputs(cfg, Int4Readback(weights, written) if int4 else weights, vocab)
+    calls, reference = reference_outputs(cfg, Int4Readback(weights, written) if int4 else weights, vocab,
+                                         confidence=confidence)
     validation, session = validate_graph(tmp / f"{STEM}.onnx", int4, providers,
                                          lambda session: max_difference(session, cfg, calls, reference), "DFlash",
                                          opts.precision)
@@ -86,7 +90,8 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
         "kind": "dflash", "name": "dflash", "spec": spec, "source": str(folder), "source_sha256": checkpoint_sha256(folder),
         "model_config": c.to_dict(),
         "graph": {"file": f"{STEM}.onnx", "data_file": f"{STEM}.onnx.data", "precision": opts.precision,
-                  "inputs": ["input_ids", "features", "position_ids"], "outputs": ["logits"],
+                  "inputs": ["input_ids", "features", "position_ids"],
+                  "outputs": ["logits"] + ([] if confidence is None else ["accept_logits"]),
                   "hidden_size": c.hidden_size},
         "kv": {"layers": c.num_layers, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
                "max_context": max_context, "dtype": "float32"},

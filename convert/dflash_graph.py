@@ -7,9 +7,10 @@ Inputs: input_ids [1, S] (the anchor token and S - 1 mask tokens, embedded with 
 the graph), features [1, C, F] (the target's hidden states at the drafter's layers for the C context positions
 it has not read yet), position_ids [1, C + S] (those C positions, then the block's S), and per draft layer
 past_key_values.{i}.key|value [1, KV, P, D] (the context read before). Outputs: logits [1, S - 1, V] for the
-masked positions (through the target's lm_head, or [1, S - 1, V_draft] through its draft-vocabulary rows) and
+masked positions (through the target's lm_head, or [1, S - 1, V_draft] through its draft-vocabulary rows),
 present.{i}.key|value [1, KV, P + C, D]: the past plus the new context, never the block, so a rejected draft
-leaves nothing to undo. The cache is small (context keys of a few layers) and is carried between calls by the
+leaves nothing to undo, and, where the checkpoint has a confidence head (models/dflash_confidence.py), last
+accept_logits [1, S - 1]. The cache is small (context keys of a few layers) and is carried between calls by the
 drafter as arrays.
 
 Per layer: queries from the normed block, keys and values from [context; block] (one fused K/V projection),
@@ -87,9 +88,10 @@ class DFlashWeights(WeightSource):
 
 
 class _DFlashBuilder(_TargetBuilder):
-    def __init__(self, cfg: DFlashConfig, weights: Mapping, opts: GraphOptions, out_vocab: int):
+    def __init__(self, cfg: DFlashConfig, weights: Mapping, opts: GraphOptions, out_vocab: int,
+                 confidence: dict | None = None):
         super().__init__(cfg.layers, weights, opts, None)
-        self.dflash, self.out_vocab = cfg, out_vocab
+        self.dflash, self.out_vocab, self.confidence = cfg, out_vocab, confidence
 
     def build(self) -> onnx.ModelProto:
         cfg, g = self.cfg, self.g
@@ -119,7 +121,24 @@ class _DFlashBuilder(_TargetBuilder):
         g.add_output("logits", TensorProto.FLOAT, [1, "masked", self.out_vocab])
         for name in names_out[1:]:
             g.add_output(name, TensorProto.FLOAT, [1, cfg.num_kv_heads, "total", cfg.head_dim])
+        if self.confidence is not None:
+            self._accept_logits(masked, logits)
         return g.model()
+
+    def _accept_logits(self, masked: str, logits: str) -> None:
+        """The confidence head (models/dflash_confidence.py accept_logits) on masked [1, S - 1, H] and logits
+        [1, S - 1, V_out] -> output accept_logits [1, S - 1]."""
+        g, head = self.g, self.confidence
+        dot = g.op("MatMul", [masked, g.weight("confidence.weight", head["weight"].reshape(-1, 1).astype(self.dtype))])
+        dot = g.op("Squeeze", [dot, g.const([-1])])  # [1, S - 1]
+        count = g.op("Slice", [g.op("Shape", [masked]), g.const([1]), g.const([2])])  # [1]: S - 1
+        bias, scale = (g.op("Slice", [g.weight(f"confidence.{n}", head[n].astype(self.dtype)), g.const([0]), count])
+                       for n in ("bias", "prob_scale"))  # [S - 1] each
+        top = g.op("Sub", [g.op("ReduceMax", [logits, g.const([-1])], keepdims=0),
+                           g.op("ReduceLogSumExp", [logits, g.const([-1])], keepdims=0)])  # [1, S - 1]
+        out = g.op("Add", [g.op("Add", [dot, bias]), g.op("Mul", [scale, top])])
+        g.op("Identity", [out], outputs=["accept_logits"])
+        g.add_output("accept_logits", TensorProto.FLOAT, [1, "masked"])
 
     def _attention(self, i: int, h: str, ctx: str, context: str, block_pos: str, names_in, names_out) -> str:
         """h [1, S, H] normed block; ctx [1, C, H]. Returns the o_proj output [1, S, H]; writes present.{i}.*."""
@@ -161,10 +180,11 @@ def io_names(layers: int) -> tuple[list[str], list[str]]:
 
 
 def write_dflash_graph(cfg: DFlashConfig, weights: Mapping, opts: GraphOptions, out_vocab: int, folder: Path,
-                       stem: str) -> WrittenGraph:
+                       stem: str, confidence: dict | None = None) -> WrittenGraph:
     """Write `<stem>.onnx` and `<stem>.onnx.data`, one weight in memory at a time. weights: graph names
-    (DFlashWeights); out_vocab: the lm_head's rows (the draft vocabulary's size where there is one)."""
-    return write_graph(_DFlashBuilder(cfg, weights, opts, out_vocab), folder, stem)
+    (DFlashWeights); out_vocab: the lm_head's rows (the draft vocabulary's size where there is one);
+    confidence: the confidence head's tensors (None: no accept_logits output)."""
+    return write_graph(_DFlashBuilder(cfg, weights, opts, out_vocab, confidence), folder, stem)
 
 
 def validation_calls(cfg: DFlashConfig, vocab: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
@@ -179,13 +199,14 @@ def validation_calls(cfg: DFlashConfig, vocab: int, seed: int = 0) -> list[tuple
     return calls
 
 
-def reference_outputs(cfg: DFlashConfig, weights: Mapping, vocab: int, seed: int = 0):
+def reference_outputs(cfg: DFlashConfig, weights: Mapping, vocab: int, seed: int = 0, confidence: dict | None = None):
     """validation_calls and what the torch drafter, run layer by layer on these weights (models/dflash.py
-    run_dflash_layerwise), returns for them: computed once, compared with any number of sessions."""
+    run_dflash_layerwise), returns for them (with the confidence head's accept_logits last where there is one):
+    computed once, compared with any number of sessions."""
     from specrt.models.dflash import run_dflash_layerwise
 
     calls = validation_calls(cfg, vocab, seed)
-    return calls, run_dflash_layerwise(cfg, weights, calls)
+    return calls, run_dflash_layerwise(cfg, weights, calls, confidence=confidence)
 
 
 def max_difference(session, cfg: DFlashConfig, calls, reference) -> float:
@@ -198,5 +219,5 @@ def max_difference(session, cfg: DFlashConfig, calls, reference) -> float:
     for (ids, feats, pos), ref in zip(calls, reference):
         outs = session.run(None, dict(zip(inputs, [ids, feats, pos, *past])))
         worst = max(worst, *(float(np.abs(a - b).max()) for a, b in zip(outs, ref)))
-        past = outs[1:]
+        past = outs[1:1 + 2 * c.num_layers]
     return worst

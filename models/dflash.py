@@ -262,13 +262,15 @@ def state_dict_of(model: DFlashDraft) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
 
 
-def run_dflash_layerwise(cfg: DFlashConfig, weights, calls, head_chunk: int = 16384) -> list[list[np.ndarray]]:
+def run_dflash_layerwise(cfg: DFlashConfig, weights, calls, head_chunk: int = 16384,
+                         confidence: dict | None = None) -> list[list[np.ndarray]]:
     """The drafter's outputs for consecutive calls (each reads the caches of those before), computed one layer
     at a time: each layer's weights are in memory only while it runs, the lm_head is read in chunks of rows.
 
     weights: the graph's names (convert/dflash_graph.py DFlashWeights, or its int4 readback); calls: (input_ids
     [1, S], features [1, C, F], position_ids [1, C + S]). Returns per call [logits [1, S - 1, V_out], then
-    present key, value [1, KV, P + C, D] per layer], as the graph returns them."""
+    present key, value [1, KV, P + C, D] per layer, then where `confidence` (a confidence head's tensors,
+    models/dflash_confidence.py) is given accept_logits [1, S - 1]], as the graph returns them."""
     from specrt.models.layerwise import load_module
 
     c = cfg.layers
@@ -307,5 +309,11 @@ def run_dflash_layerwise(cfg: DFlashConfig, weights, calls, head_chunk: int = 16
             rows = torch.from_numpy(np.asarray(rows_of(weights, "lm_head.weight", ids), np.float32))  # [chunk, H]
             for out, f in zip(logits, finals):
                 out[..., lo:lo + len(ids)] = (f @ rows.t()).numpy()
-    return [[lg] + [t.numpy() for t in p] for lg, p in zip(logits, presents)]
+    outs = [[lg] + [t.numpy() for t in p] for lg, p in zip(logits, presents)]
+    if confidence is not None:
+        from specrt.models.dflash_confidence import accept_logits
+
+        for out, f, lg in zip(outs, finals, logits):
+            out.append(accept_logits(f.numpy(), lg, confidence).astype(np.float32))
+    return outs
 

@@ -122,11 +122,14 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 
 
 def checkpoint_sha256(folder: Path) -> str:
-    """One hash over a checkpoint folder's config.json and safetensors files (a cached bundle compares it with
-    the head shipped now, to notice a newer one)."""
+    """One hash over a checkpoint folder's config.json and safetensors files, a DFlash drafter's confidence head
+    (models/dflash_confidence.py) included (a cached bundle compares it with the head shipped now, to notice a
+    newer one)."""
     h = hashlib.sha256()
-    for f in [Path(folder) / "config.json", *sorted(Path(folder).glob("*.safetensors"))]:
-        h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
+    folder = Path(folder)
+    for f in [folder / "config.json", *sorted(folder.glob("*.safetensors")),
+              *sorted(folder.glob("specrt_confidence_head/*.safetensors"))]:
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + sha256_file(f).encode())
     return h.hexdigest()
 
 

@@ -197,7 +197,8 @@ sampling_options = [
     click.option("--seed", type=int, default=None),
     click.option("--drafter", default="auto", show_default=True,
                  help=f"{', '.join(drafter_kinds.KINDS)} ({' / '.join(k + ':tree' for k in drafter_kinds.tree_kinds())} "
-                      f"for tree drafts, A+B to mix), none for plain decoding, or auto: the first the bundle has of "
+                      f"for tree drafts; dflash:prob / dflash:head: cut the block by the draft's probability or its "
+                      f"confidence head; A+B to mix), none for plain decoding, or auto: the first the bundle has of "
                       f"{', '.join(f'{k.title} ({k.auto})' for k in drafter_kinds.KINDS.values() if k.auto)}, else none"),
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True),
     click.option("--precision", type=click.Choice(["fp32", "int4"]), default="int4", show_default=True,
@@ -368,6 +369,12 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
 @click.argument("target")
 @click.option("--kind", type=click.Choice(list(drafter_kinds.trainable_kinds())), default="eagle3", show_default=True)
 @click.option("--block-size", type=int, default=8, show_default=True, help="dflash: tokens per drafted block")
+@click.option("--layers", type=int, default=1, show_default=True, help="dflash: drafter layers")
+@click.option("--anchors", type=int, default=64, show_default=True, help="dflash: training blocks per sequence")
+@click.option("--init", "init", type=click.Path(path_type=Path), default=None,
+              help="dflash: start from this drafter checkpoint folder (extra --layers start as pass-throughs)")
+@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+              help="dflash: bf16 trains under bf16 autocast (much faster on GPUs and CPUs with avx512_bf16)")
 @click.option("--data", default="sharegpt", show_default=True, help="sharegpt, or a JSONL file of {\"messages\": [...]}")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="checkpoint folder to write")
 @click.option("--max-tokens", type=int, default=200_000, show_default=True, help="training tokens to use")
@@ -376,7 +383,8 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
 @click.option("--lr", type=float, default=1e-3, show_default=True)
 @click.option("--seq-len", type=int, default=256, show_default=True, help="tokens per training sequence")
 @click.option("--device", default="cpu", show_default=True, help="torch device to train on (cpu, cuda, cuda:1, ...)")
-def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, lr, seq_len, device, block_size):
+def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, lr, seq_len, device, block_size,
+                      layers, anchors, init, precision):
     """Train a drafter for TARGET on its own hidden states (resumes from OUT/train after an interrupt)."""
     from specrt.train.recipe import train_drafter
 
@@ -389,7 +397,8 @@ def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, 
     except (RuntimeError, AssertionError) as exc:
         raise SpecrtError(f"--device {device}: not usable here ({str(exc).splitlines()[0]})") from None
     train_drafter(target, kind, data, out, max_tokens, epochs, seq_len=seq_len, draft_vocab=draft_vocab, lr=lr,
-                  log=lambda m: click.echo(m, err=True), device=device, block_size=block_size)
+                  log=lambda m: click.echo(m, err=True), device=device, block_size=block_size, precision=precision,
+                  layers=layers, anchors=anchors, init=init)
     click.echo(f"drafter written: {out} (use: specrt convert {target} --drafter {kind}:{out} -o BUNDLE)")
 
 

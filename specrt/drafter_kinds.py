@@ -24,6 +24,7 @@ class DrafterKind:
     entry_fields: tuple[str, ...] = ()  # fields its manifest entry must carry (types: specrt/drafter_entry.py)
     head_graph: bool = True  # its graph records its own hidden width (graph.hidden_size)
     trees: bool = False  # drafts EAGLE-2 dynamic trees as KIND:tree
+    modes: tuple[str, ...] = ()  # other KIND:MODE names it takes (its proposer's use_mode(MODE))
     auto: str | None = None  # what `auto` runs when a bundle has this kind (the first such kind in KINDS wins)
     shipped: bool = False  # the catalog may ship a checkpoint of it in the package (drafters/<module>/heads/)
     catalog_draft_model: bool = False  # it runs the catalog's draft model (which may need a bundle of its own)
@@ -56,7 +57,7 @@ KINDS: dict[str, DrafterKind] = {k.name: k for k in (
                 title="MTP module", missing="convert a target that ships one with --drafter mtp"),
     DrafterKind("dflash", "specrt.drafters.dflash:DFlashDrafter", "specrt.convert.dflash_bundle", "FOLDER",
                 ("block_size", "mask_token_id", "target_hidden_size", "vocab_size", "target_layer_ids"),
-                auto="dflash", shipped=True, trainer="specrt.train.recipe:DFLASH",
+                modes=("prob", "head"), auto="dflash", shipped=True, trainer="specrt.train.recipe:DFLASH",
                 title="DFlash drafter", missing="convert it with --drafter dflash:CHECKPOINT_FOLDER"),
     DrafterKind("draft-model", "specrt.drafters.draft_model:DraftModelDrafter", "specrt.convert.draft_model_bundle",
                 "PATH_OR_NAME", ("vocab_size", "model_config"), head_graph=False, auto="draft-model+ngram",

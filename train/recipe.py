@@ -110,27 +110,52 @@ def dflash_config(target_cfg, block_size: int, mask_token_id: int, layers: int =
     return dflash_config_from_hf(hf, t)
 
 
-def _dflash_trainee(loaded, block_size: int, counts: np.ndarray, frequent: int = 4096):
-    """A one-layer DFlash drafter; its layer starts as a copy of the target's last layer (q/k norms at one) and
-    its output norm as the target's final norm, so its first outputs already look like the target's. The mask
-    token is the target token least used in the training data (its embedding row is the mask's). The loss's
-    softmax always includes the `frequent` most frequent tokens of the data (train/dflash.py)."""
+def _dflash_trainee(loaded, block_size: int, counts: np.ndarray, layers: int = 1, init: Path | None = None,
+                    frequent: int = 4096):
+    """A DFlash drafter of `layers` layers. Fresh: layer i starts as a copy of one of the target's last layers
+    (q/k norms at one, o_proj scaled by 0.1) and the output norm as the target's final norm, so its first outputs
+    already look like the target's; the mask token is the target token least used in the training data (its
+    embedding row is the mask's). From `init` (a DFlash checkpoint folder, e.g. a shipped drafter): its weights,
+    block size and mask token; layers beyond its own are added after them as exact pass-throughs (a copy of the
+    target's last layer with o_proj and down_proj zero), so training starts from the init drafter's outputs.
+    The loss's softmax always includes the `frequent` most frequent tokens of the data (train/dflash.py)."""
     import torch
 
     from specrt.train.dflash import DFlashTrainee
-    from specrt.models.dflash import DFlashDraft
+    from specrt.models.dflash import D2T, DFlashDraft, load_dflash_checkpoint
 
     t, w = loaded.config, loaded.weights
-    mask = int(np.argmin(counts[1:]) + 1)  # never id 0: often a special token the template uses
-    draft = DFlashDraft(dflash_config(t, block_size, mask))
+    base = None
+    if init is not None:
+        base_cfg, base = load_dflash_checkpoint(Path(init), t)
+        if base_cfg.block_size != block_size:
+            raise SpecrtError(f"--init {init}: its block size is {base_cfg.block_size}, not --block-size {block_size}")
+        if base_cfg.layers.num_layers > layers:
+            raise SpecrtError(f"--init {init} has {base_cfg.layers.num_layers} layers, more than --layers {layers}")
+        mask = base_cfg.mask_token_id
+    else:
+        mask = int(np.argmin(counts[1:]) + 1)  # never id 0: often a special token the template uses
+    draft = DFlashDraft(dflash_config(t, block_size, mask, layers))
+    if base is not None and tuple(draft.cfg.target_layer_ids) != tuple(base_cfg.target_layer_ids):
+        raise SpecrtError(f"--init {init} reads target layers {list(base_cfg.target_layer_ids)}, "
+                          f"not {list(draft.cfg.target_layer_ids)}")
+    start = 0 if base is None else base_cfg.layers.num_layers
     with torch.no_grad():
-        prefix = f"model.layers.{t.num_layers - 1}."
-        layer = draft.layers[0]
-        for name, p in layer.named_parameters():
-            if prefix + name in w:
-                p.copy_(torch.from_numpy(np.array(w[prefix + name], dtype=np.float32)))
-        layer.self_attn.o_proj.weight.mul_(0.1)
+        for i, layer in enumerate(draft.layers):
+            if i < start:
+                continue
+            prefix = f"model.layers.{t.num_layers - max(1, layers - i) if base is None else t.num_layers - 1}."
+            for name, p in layer.named_parameters():
+                if prefix + name in w:
+                    p.copy_(torch.from_numpy(np.array(w[prefix + name], dtype=np.float32)))
+            if base is None:
+                layer.self_attn.o_proj.weight.mul_(0.1)
+            else:  # a pass-through until trained
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
         draft.norm.weight.copy_(torch.from_numpy(np.array(w["model.norm.weight"], dtype=np.float32)))
+        if base is not None:
+            draft.load_state_dict({k: torch.from_numpy(v) for k, v in base.items() if k != D2T}, strict=False)
     embed = torch.from_numpy(np.array(w["model.embed_tokens.weight"], dtype=np.float32))
     head = w.get("lm_head.weight")
     lm_head = embed if head is None or t.tie_word_embeddings else torch.from_numpy(np.array(head, dtype=np.float32))
@@ -152,11 +177,16 @@ class TrainingJob:
     device: str = "cpu"
     block_size: int = 8
     seq_len: int = 256
+    precision: str = "fp32"  # dflash: "bf16" trains under bf16 autocast (train/dflash.py)
+    layers: int = 1  # dflash: drafter layers
+    anchors: int = 64  # dflash: blocks per training sequence
+    init: Path | None = None  # dflash: start from this checkpoint folder
 
 
 def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int, epochs: float, seq_len: int = 256,
                   batch_size: int = 4, draft_vocab: int = 8192, lr: float = 1e-3, unroll: int = 3, log=print,
-                  device: str = "cpu", block_size: int = 8) -> dict:
+                  device: str = "cpu", block_size: int = 8, precision: str = "fp32", layers: int = 1,
+                  anchors: int = 64, init: Path | None = None) -> dict:
     """Train a drafter of this kind for the target: the shared part (data, target, draft vocabulary) here, the
     kind's own part in the trainer the registry names (specrt/drafter_kinds.py: train_eagle3, train_mtp,
     train_dflash below)."""
@@ -169,7 +199,7 @@ def train_drafter(target: str, kind: str, data: str, out: Path, max_tokens: int,
     if spec is None or spec.trainer is None:
         raise SpecrtError(f"train-drafter --kind {kind} is not available (available: {', '.join(trainable)})")
     job = TrainingJob(target, Path(out).expanduser(), epochs, batch_size, draft_vocab, lr, unroll, device, block_size,
-                      seq_len)
+                      seq_len, precision, layers, anchors, None if init is None else Path(init).expanduser())
     trainer = drafter_kinds.load_object(spec.trainer)
     trainer.check(job)
     loaded = sources.load(sources.resolve(target, log=log))
@@ -262,6 +292,12 @@ def held_back_agreement(target_model, head, held, unroll: int) -> list[float]:
 def _check_dflash(job: TrainingJob) -> None:
     if not 2 <= job.block_size <= job.seq_len // 2:
         raise SpecrtError(f"--block-size must be between 2 and half of --seq-len ({job.seq_len // 2})")
+    if job.layers < 1 or job.anchors < 1:
+        raise SpecrtError("--layers and --anchors must be at least 1")
+    if job.precision not in ("fp32", "bf16"):
+        raise SpecrtError(f"--precision {job.precision}: fp32 or bf16")
+    if job.init is not None and not (job.init / "config.json").is_file():
+        raise SpecrtError(f"--init {job.init}: no DFlash checkpoint there (config.json missing)")
 
 
 def train_dflash(loaded, job: TrainingJob, seqs, counts, log) -> dict:
@@ -274,10 +310,11 @@ def train_dflash(loaded, job: TrainingJob, seqs, counts, log) -> dict:
 
     target, out, block_size, device = job.target, job.out, job.block_size, job.device
     draft_ids = _draft_ids(counts, job.draft_vocab)
-    trainee = _dflash_trainee(loaded, block_size, counts)
+    trainee = _dflash_trainee(loaded, block_size, counts, job.layers, job.init)
     train_seqs, held, steps = _split(seqs, job.epochs, job.batch_size)
-    log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); DFlash block "
-        f"{block_size}, mask token {trainee.draft.cfg.mask_token_id}; draft vocabulary {len(draft_ids)} covers "
+    log(f"{len(seqs)} sequences, {sum(len(s) for s in seqs)} tokens ({len(held)} held back); DFlash of "
+        f"{job.layers} layer(s){'' if job.init is None else f' from {job.init}'}, block {block_size}, "
+        f"{job.anchors} blocks per sequence, {job.precision}, mask token {trainee.draft.cfg.mask_token_id}; draft vocabulary {len(draft_ids)} covers "
         f"{counts[draft_ids].sum() / counts.sum():.1%} of the data; {steps} steps")
     target_model = _torch_model(loaded.config, loaded.weights)
     t0 = time.time()
@@ -285,17 +322,36 @@ def train_dflash(loaded, job: TrainingJob, seqs, counts, log) -> dict:
     def report_held(step):
         log(f"step {step}: held-back top-1 by block position {dflash_agreement(target_model, trainee, held[:8])}")
 
-    # 64 blocks per sequence: the target pass over the sequence is most of a step's cost, so each pass feeds
-    # many blocks
+    # many blocks per sequence (64 by default): the target pass over the sequence is a large part of a step's
+    # cost, so each pass feeds many blocks
     train_blocks(target_model, trainee, train_seqs, steps, out / "train", lr=job.lr, batch_size=job.batch_size,
-                 anchors=64, log=log, device=device, on_checkpoint=report_held)
+                 anchors=job.anchors, log=log, device=device, on_checkpoint=report_held,
+                 bf16=job.precision == "bf16")
     agree = dflash_agreement(target_model, trainee, held)
     save_dflash_checkpoint(out, trainee.draft.cfg, {**dflash_state(trainee.draft), D2T: d2t_for(draft_ids)})
+    confidence = _confidence_head(target_model, trainee, held, draft_ids, out, job.precision == "bf16", log)
     report = {"target": target, "kind": "dflash", "sequences": len(train_seqs),
               "tokens": int(sum(len(s) for s in train_seqs)), "steps": steps, "seconds": round(time.time() - t0, 1),
-              "held_back_top1_by_position": agree, "losses": loss_history(out / "train")}
+              "held_back_top1_by_position": agree, "confidence_head": confidence,
+              "losses": loss_history(out / "train")}
     (out / "training_report.json").write_text(json.dumps(report))
     log(f"held-back top-1 agreement with the target by block position: {agree} -> {out}")
+    return report
+
+
+def _confidence_head(target_model, trainee, held: list, draft_ids: np.ndarray, out: Path, bf16: bool, log) -> dict:
+    """Fit the drafter's confidence head (train/confidence.py) on the first half of the held-back sequences
+    (text the drafter never trained on, as at inference), score it on the second half, save it beside the
+    checkpoint; returns the score."""
+    from specrt.models.dflash_confidence import save_confidence_head
+    from specrt.train.confidence import collect, fit, held_back_report
+
+    half = max(1, len(held) // 2)
+    fit_on, score_on = held[:half], held[half:] or held
+    head = fit(collect(target_model, trainee, fit_on, draft_ids, anchors=32, seed=1, bf16=bf16))
+    report = held_back_report(head, collect(target_model, trainee, score_on, draft_ids, anchors=32, seed=2, bf16=bf16))
+    save_confidence_head(out, head)
+    log(f"confidence head ({len(fit_on)} sequences to fit, {len(score_on)} to score): {report}")
     return report
 
 

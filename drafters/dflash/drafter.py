@@ -6,7 +6,10 @@ kept while the tokens there stay the same) and the block [x_n, mask, ..., mask] 
 logits of the masked positions give the draft chain (greedy: argmax; sampling: each position drawn from its
 own distribution, which is the q the verifier needs). A drafter with a draft vocabulary (d2t beside its graph)
 maps its ids back to target ids; its q is zero outside that vocabulary. The chain is cut by confidence
-(schedule.py) where the engine's measured verification costs say further tokens no longer pay.
+(schedule.py) where the engine's measured verification costs say further tokens no longer pay. The confidence
+of a greedy draft is its confidence head's (models/dflash_confidence.py: the graph's accept_logits) where the
+bundle has one, else the draft's own probability; `dflash:prob` and `dflash:head` ask for one of the two. A
+sampled draft always uses its own probability (the head learned whether the target's greedy token agrees).
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from specrt.drafter_entry import DrafterEntry
+from specrt.errors import SpecrtError
 from specrt.drafters.dflash.schedule import cut_length
 from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
 from specrt.runtime.drafter import Draft, Drafter, TargetView, common_prefix
 from specrt.runtime.sampling import SamplingParams, target_probs
 from specrt.runtime.target_session import make_session_options
+
+
+CUTS = ("prob", "head")  # the modes a drafter name may ask for: dflash:prob, dflash:head
 
 
 def _softmax_max(logits: np.ndarray) -> np.ndarray:
@@ -51,7 +58,19 @@ class DFlashDrafter(Drafter):
         self.seconds = None  # call cost by tokens fed, from the engine's controller: cut the block by confidence
         self.target: TargetView | None = None
         self.params, self.rng = SamplingParams(temperature=0.0), np.random.default_rng()
+        self.has_head = "accept_logits" in {o.name for o in self.session.get_outputs()}
+        self.cut = "head" if self.has_head else "prob"  # what greedy confidence comes from
         self._clear()
+
+    def use_mode(self, mode: str) -> None:
+        """dflash:prob cuts by the draft's probability, dflash:head by the confidence head (which the bundle
+        must have)."""
+        if mode not in CUTS:
+            raise SpecrtError(f"dflash:{mode}: the DFlash drafter takes :prob or :head")
+        if mode == "head" and not self.has_head:
+            raise SpecrtError("dflash:head: this bundle's DFlash drafter has no confidence head (train one with "
+                              "specrt train-drafter --kind dflash, or use dflash:prob)")
+        self.cut = mode
 
     @classmethod
     def from_bundle(cls, bundle_dir, entry, manifest, providers, threads: int = 0) -> "DFlashDrafter":
@@ -90,11 +109,15 @@ class DFlashDrafter(Drafter):
         names = ["input_ids", "features", "position_ids"] + [
             f"past_key_values.{i}.{kv}" for i in range(self.layers) for kv in ("key", "value")]
         out = self.session.run(None, dict(zip(names, [ids, feats.astype(np.float32), positions, *self.past])))
-        logits, self.past, self.read = out[0][0], out[1:], list(context[:n])  # logits [block - 1, V or V_draft]
+        logits, self.past, self.read = out[0][0], out[1:1 + 2 * self.layers], list(context[:n])  # [block - 1, V']
         if self.params.greedy:
             best = logits.argmax(-1)
             tokens = [int(t) for t in (best if self.targets is None else self.targets[best])]
-            probs, confidence = None, _softmax_max(logits)
+            probs = None
+            if self.cut == "head":  # the head's estimate that the target agrees here, given the ones before
+                confidence = 1.0 / (1.0 + np.exp(-out[-1][0].astype(np.float64)))
+            else:
+                confidence = _softmax_max(logits)
         else:
             if self.targets is not None:
                 logits = to_target_vocab(logits, self.targets, self.vocab_size)  # [block - 1, V]
