@@ -219,6 +219,10 @@ def summarize(runs: dict, greedy: bool, dataset: str) -> list[dict]:
             "tokens_per_second_range": [min(r.tokens_per_second), max(r.tokens_per_second)],
             "tokens_per_second_by_prompt": [round(t, 3) for t in r.tokens_per_second],
             "mean_accepted": (r.produced / r.calls if r.calls else 0.0) if r.system == "specrt" else None,
+            # the verification width: drafts per target call, and those the target rejected
+            "drafted_per_call": (sum(r.drafted) / r.calls if r.calls else 0.0) if r.system == "specrt" else None,
+            "wasted_per_call": ((sum(r.drafted) - sum(r.accepted)) / r.calls if r.calls else 0.0)
+            if r.system == "specrt" else None,
             "speedup": statistics.median(ratios) if ratios else 0.0,
             "min_speedup": min(ratios) if ratios else 0.0,
             "max_speedup": max(ratios) if ratios else 0.0,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-COLUMNS = ("dataset", "system", "drafter", "precision", "tok/s", "range", "mean acc", "speedup", "range",
-           "acceptance by depth", "identical")
+COLUMNS = ("dataset", "system", "drafter", "precision", "tok/s", "range", "mean acc", "wasted", "speedup", "range",
+           "acceptance by depth", "identical")  # wasted: drafted tokens the target rejected, per target call
 
 
 def _cells(report: dict, r: dict) -> list[str]:
@@ -12,10 +12,11 @@ def _cells(report: dict, r: dict) -> list[str]:
     if "error" in r:
         return base + [f"not run: {r['error']}"] + [""] * (len(COLUMNS) - 5)
     lo, hi = r.get("tokens_per_second_range", [0, 0])
-    acc = r.get("mean_accepted")
+    acc, wasted = r.get("mean_accepted"), r.get("wasted_per_call")
     depth = " / ".join(f"{a:.2f}" for a in r.get("acceptance_by_position", []))
     identical = f"{r['identical_to_plain']}/{r['prompts']}" if "identical_to_plain" in r else ""
     return base + [f"{r['tokens_per_second']:.1f}", f"{lo:.0f}-{hi:.0f}", "-" if acc is None else f"{acc:.2f}",
+                   "-" if wasted is None else f"{wasted:.2f}",
                    f"{r['speedup']:.2f}x", f"{r['min_speedup']:.2f}-{r.get('max_speedup', r['speedup']):.2f}",
                    depth, identical]
 

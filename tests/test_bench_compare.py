@@ -95,6 +95,10 @@ def test_compared_rows_order_medians_and_speedups(bundle, tmp_path):
     assert plain["speedup"] == 1.0
     assert plain["tokens_per_second"] == pytest.approx(statistics.median(plain["tokens_per_second_by_prompt"]), rel=1e-5)
     assert ngram["identical_to_plain"] == len(PROMPTS)  # specrt's drafter is lossless
+    # wasted: rejected draft tokens per target call = drafted per call - (tokens per call - 1)
+    assert plain["wasted_per_call"] == 0.0 and fast["wasted_per_call"] is None
+    assert ngram["drafted_per_call"] > ngram["wasted_per_call"] > 0.0
+    assert ngram["wasted_per_call"] == pytest.approx(ngram["drafted_per_call"] - (ngram["mean_accepted"] - 1))
     assert fast["identical_to_plain"] == 0  # the fake's tokens are not the model's
     # the harness asked in rotated order: a warm-up (8 tokens) per variant, then one call per prompt
     calls = [json.loads(line) for line in log.read_text().splitlines()]
