@@ -33,7 +33,7 @@ def test_the_runner_blocks_the_conversion_packages(module, result):
 
 
 @pytest.mark.parametrize("precision, drafters", [
-    ("int4", ["eagle3", "dflash", "ngram"]),
+    ("int4", ["eagle3", "dflash", "dflash:prob", "ngram"]),
     ("fp32", ["eagle3", "eagle3:tree", "dflash", "draft-model", "draft-model+ngram", "ngram"]),
 ])
 def test_every_drafter_runs_without_the_conversion_packages(bundles, precision, drafters):

@@ -1,8 +1,10 @@
 """Held-back top-1 agreement by block position of several DFlash checkpoints on one common set, the last N
 sequences of the first 960k tokens of ShareGPT (beyond what a run with --max-tokens 640000 trains on or holds
-back), so drafters trained on different amounts of data are compared on the same sequences.
+back), so drafters trained on different amounts of data are compared on the same sequences. --stream T takes
+the last N sequences of the first T tokens instead (T = a run's --max-tokens and N = its held-back count: that
+run's held-back set).
 
-    python scripts/dflash_recipe/compare_heads.py 48 FOLDER [FOLDER ...]
+    python scripts/dflash_recipe/compare_heads.py 48 FOLDER [FOLDER ...] [--stream 960000]
 """
 
 import sys
@@ -19,9 +21,9 @@ from specrt.train.recipe import _tokenize
 from specrt.models.dflash import load_dflash_checkpoint, model_from_tensors
 
 
-def main(count: int, folders: list[str]) -> None:
+def main(count: int, folders: list[str], stream: int = 960_000) -> None:
     loaded = sources.load(sources.resolve("smollm2-135m-instruct", log=lambda m: None))
-    held = _tokenize(loaded, load_conversations(None), 960_000, 256)[-count:]
+    held = _tokenize(loaded, load_conversations(None), stream, 256)[-count:]
     target = _torch_model(loaded.config, loaded.weights)
     embed = torch.from_numpy(np.array(loaded.weights["model.embed_tokens.weight"], dtype=np.float32))  # tied
     for folder in folders:
@@ -31,4 +33,10 @@ def main(count: int, folders: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2:])
+    args = sys.argv[2:]
+    stream = 960_000
+    if "--stream" in args:
+        at = args.index("--stream")
+        stream = int(args[at + 1])
+        args = args[:at] + args[at + 2:]
+    main(int(sys.argv[1]), args, stream)
