@@ -144,13 +144,16 @@ def default_batch_invariant(drafter, precision: str) -> bool:
 
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
-         threads: int = 0, stages=None, batch_invariant: bool | None = None) -> Engine:
+         threads: int = 0, stages=None, batch_invariant: bool | None = None,
+         draft_length: int | None = None) -> Engine:
     """drafter: a name (a kind of specrt/drafter_kinds.py; eagle3/mtp also as NAME:tree), None or "none" for plain decoding, or
     "auto" (the bundle's EAGLE-3 head, else its MTP module, else its DFlash drafter, else its draft model mixed
     with ngram, else none); "A+B" mixes drafters (the adaptive loop picks one per step).
     batch_invariant: every target call feeds >= 2 rows, which makes int4 output independent of how tokens
     are grouped into calls: what lossless speculation on an int4 graph needs (fp32 does not). None: on for an
-    int4 bundle with a drafter."""
+    int4 bundle with a drafter.
+    draft_length: draft exactly this many tokens per target call (adaptive length and the confidence cut off), as
+    vLLM and SGLang draft a fixed num_speculative_tokens; None: the adaptive controller chooses."""
     if drafter not in (None, "auto"):
         check_drafter_name(drafter)
     providers = providers_for(device)
@@ -159,6 +162,24 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
     if drafter == "auto":
         drafter = auto_drafter(manifest)
     drafter_obj = make_drafter(drafter or "none", bundle, manifest, providers, threads)
+    check_draft_length(draft_length, drafter_obj)
     if batch_invariant is None:
         batch_invariant = default_batch_invariant(drafter_obj, manifest.target.precision)
-    return Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj, batch_invariant=batch_invariant)
+    return Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj, batch_invariant=batch_invariant,
+                  draft_length=draft_length)
+
+
+def check_draft_length(draft_length: int | None, drafter) -> None:
+    """A fixed draft length must be positive, needs a drafter, and fits a block drafter's block."""
+    if draft_length is None:
+        return
+    if draft_length < 1:
+        raise SpecrtError(f"--draft-length must be at least 1 (got {draft_length})")
+    if drafter is None:
+        raise SpecrtError("--draft-length fixes how many tokens a drafter drafts, but no drafter is used "
+                          "(--drafter none, or the bundle has none)")
+    for member in drafter.members:
+        limit = member.max_draft if member.block_drafter else None
+        if limit is not None and draft_length > limit:
+            raise SpecrtError(f"--draft-length {draft_length}: the {member.name} drafter drafts at most {limit} "
+                              f"tokens per call (its block size - 1)")

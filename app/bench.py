@@ -21,7 +21,7 @@ from pathlib import Path
 from specrt import drafter_kinds
 from specrt.bundle import MANIFEST, load_bundle
 from specrt.errors import SpecrtError
-from specrt.app.api import check_drafter_name, make_drafter, resolve_bundle
+from specrt.app.api import check_draft_length, check_drafter_name, make_drafter, resolve_bundle
 from specrt.app.bench_contestants import SpecrtContestant, start_external
 from specrt.app.compare.environment import SystemUnavailable
 from specrt.runtime.engine import Engine
@@ -68,7 +68,8 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _load(model: str, precision: str, drafters: list[str], device: str, threads: int, stages):
+def _load(model: str, precision: str, drafters: list[str], device: str, threads: int, stages,
+          draft_length: int | None = None):
     """Engine and drafter objects for one precision; drafters the bundle cannot serve are skipped with a note."""
     providers = providers_for(device)
     wanted = [d for d in drafters if d != "none"]
@@ -82,12 +83,14 @@ def _load(model: str, precision: str, drafters: list[str], device: str, threads:
         wanted = [d for d in wanted if d not in drafting]
         bundle = resolve_bundle(model, precision, stages)
     manifest = load_bundle(bundle, check_hashes=False)
-    engine = Engine(bundle, manifest, providers, threads=threads)
+    engine = Engine(bundle, manifest, providers, threads=threads, draft_length=draft_length)
     objects = {"none": None}
     for name in wanted:
         try:
             objects[name] = make_drafter(name, bundle, manifest, providers, threads)
+            check_draft_length(draft_length, objects[name])
         except SpecrtError as exc:  # e.g. a tree on an int4 graph: noted, not silently dropped
+            objects.pop(name, None)
             _log(f"skipping {name} at {manifest.target.precision}: {exc}")
     return engine, objects, manifest, bundle
 
@@ -100,10 +103,12 @@ def rotation(items: list, i: int) -> list:
 
 def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str], precisions: list[str],
               params: SamplingParams, device: str = "auto", threads: int = 0, stages=None, log=_log,
-              batch_invariant: bool | None = None, compare: list[str] = (), systems: dict | None = None) -> dict:
+              batch_invariant: bool | None = None, compare: list[str] = (), systems: dict | None = None,
+              draft_length: int | None = None) -> dict:
     """prompt_sets: dataset name -> prompts. compare: names in `systems` (default: compare.systems.SYSTEMS).
     batch_invariant: None runs each specrt row as specrt.load would (int4 drafters batch-invariant, plain decoding
-    not); True or False forces it for every specrt row."""
+    not); True or False forces it for every specrt row. draft_length: every drafter row drafts exactly this many
+    tokens per target call (None: adaptive)."""
     from specrt.app.compare.systems import SYSTEMS
 
     systems = SYSTEMS if systems is None else systems
@@ -120,7 +125,7 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
         precisions = [load_bundle(Path(model).expanduser(), check_hashes=False).target.precision]
     groups = list(precisions)
     for precision in groups:
-        engine, objects, manifest, bundle = _load(model, precision, drafters, device, threads, stages)
+        engine, objects, manifest, bundle = _load(model, precision, drafters, device, threads, stages, draft_length)
         precision = manifest.target.precision
         contestants = [SpecrtContestant(engine, name, obj, precision, batch_invariant) for name, obj in objects.items()]
         externals, error_rows = start_external(compare, systems, pythons, install_errors, precision, groups,
@@ -135,7 +140,7 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
         results += error_rows
     return {"model": model, "datasets": {k: len(v) for k, v in prompt_sets.items()},
             "prompts": sum(len(v) for v in prompt_sets.values()), "max_new_tokens": params.max_new_tokens,
-            "temperature": params.temperature, "batch_invariant": batch_invariant,
+            "temperature": params.temperature, "batch_invariant": batch_invariant, "draft_length": draft_length,
             "machine": machine_info(providers_for(device)), "results": results}
 
 
@@ -223,6 +228,8 @@ def summarize(runs: dict, greedy: bool, dataset: str) -> list[dict]:
             "drafted_per_call": (sum(r.drafted) / r.calls if r.calls else 0.0) if r.system == "specrt" else None,
             "wasted_per_call": ((sum(r.drafted) - sum(r.accepted)) / r.calls if r.calls else 0.0)
             if r.system == "specrt" else None,
+            # vLLM's and SGLang's unit: 1 + accepted / drafts (steps that drafted nothing left out)
+            "acceptance_length": 1.0 + sum(r.accepted) / r.drafted[0] if r.drafted and r.drafted[0] else None,
             "speedup": statistics.median(ratios) if ratios else 0.0,
             "min_speedup": min(ratios) if ratios else 0.0,
             "max_speedup": max(ratios) if ratios else 0.0,

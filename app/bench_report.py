@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-COLUMNS = ("dataset", "system", "drafter", "precision", "tok/s", "range", "mean acc", "wasted", "speedup", "range",
-           "acceptance by depth", "identical")  # wasted: drafted tokens the target rejected, per target call
+COLUMNS = ("dataset", "system", "drafter", "precision", "tok/s", "range", "mean acc", "acc len", "wasted", "speedup",
+           "range", "acceptance by depth", "identical")
+# mean acc: tokens per target call; acc len: 1 + accepted / drafts (vLLM's and SGLang's mean acceptance length);
+# wasted: drafted tokens the target rejected, per target call
 
 
 def _cells(report: dict, r: dict) -> list[str]:
@@ -12,11 +14,11 @@ def _cells(report: dict, r: dict) -> list[str]:
     if "error" in r:
         return base + [f"not run: {r['error']}"] + [""] * (len(COLUMNS) - 5)
     lo, hi = r.get("tokens_per_second_range", [0, 0])
-    acc, wasted = r.get("mean_accepted"), r.get("wasted_per_call")
+    acc, length, wasted = r.get("mean_accepted"), r.get("acceptance_length"), r.get("wasted_per_call")
     depth = " / ".join(f"{a:.2f}" for a in r.get("acceptance_by_position", []))
     identical = f"{r['identical_to_plain']}/{r['prompts']}" if "identical_to_plain" in r else ""
     return base + [f"{r['tokens_per_second']:.1f}", f"{lo:.0f}-{hi:.0f}", "-" if acc is None else f"{acc:.2f}",
-                   "-" if wasted is None else f"{wasted:.2f}",
+                   "-" if length is None else f"{length:.2f}", "-" if wasted is None else f"{wasted:.2f}",
                    f"{r['speedup']:.2f}x", f"{r['min_speedup']:.2f}-{r.get('max_speedup', r['speedup']):.2f}",
                    depth, identical]
 
@@ -27,6 +29,7 @@ def _title(report: dict) -> str:
     return (f"{report['model']}, {sets or str(report['prompts']) + ' prompts'}: {report['max_new_tokens']} new tokens, "
             f"temperature {report['temperature']}"
             + (" (identical: outputs equal to specrt plain decoding's)" if report["temperature"] == 0 else "")
+            + (f"; draft length {report['draft_length']} (fixed)" if report.get("draft_length") else "")
             + (f"; {m.get('cpu')}, {m.get('cores')} cores, onnxruntime {m.get('onnxruntime')}" if m else ""))
 
 

@@ -75,7 +75,8 @@ class StopStringFilter:
 
 class Engine:
     def __init__(self, bundle_dir: Path, manifest: Manifest, providers: list[str], threads: int = 0,
-                 drafter=None, max_draft: int = 4, adaptive: bool = True, batch_invariant: bool = False):
+                 drafter=None, max_draft: int = 4, adaptive: bool = True, batch_invariant: bool = False,
+                 draft_length: int | None = None):
         self.bundle_dir, self.manifest, self.providers = Path(bundle_dir), manifest, providers
         self.tokenizer = BundleTokenizer(self.bundle_dir, manifest.chat_template)
         window = manifest.model_config["sliding_window"] if "sliding_attention_bias" in manifest.target.inputs else 0
@@ -96,6 +97,9 @@ class Engine:
         self.drafter = drafter  # default drafter of generate(); None: plain decoding
         self.max_draft = max_draft
         self.adaptive = adaptive  # let measured costs and acceptance pick the draft length (down to none)
+        # a fixed number of draft tokens per target call (adaptive off, no confidence cut), as engines that
+        # draft a fixed k do; None: the adaptive controller chooses
+        self.draft_length = draft_length
 
     # -- prompts -------------------------------------------------------------------------------
     def prompt_ids(self, prompt, system: str | None = None, raw: bool = False) -> list[int]:
@@ -177,6 +181,8 @@ class Engine:
     def _stepper(self, params: SamplingParams, drafter: Drafter | None):
         if drafter is None:
             return PlainStepper(self, params)
+        if self.draft_length is not None:
+            return SpeculativeStepper(self, params, drafter, max_draft=self.draft_length, adaptive=False)
         max_draft = drafter.max_draft or self.max_draft  # a tree drafter asks for more nodes
         return SpeculativeStepper(self, params, drafter, max_draft=max_draft, adaptive=self.adaptive)
 
@@ -230,6 +236,7 @@ class Engine:
             acceptance_by_position=[a / d for a, d in zip(stepper.stats.accepted_by_position,
                                                           stepper.stats.drafted_by_position)],
             drafted_by_position=list(stepper.stats.drafted_by_position),
+            accepted_by_position=list(stepper.stats.accepted_by_position),
             draft_seconds=stepper.stats.draft_seconds, verify_seconds=stepper.stats.verify_seconds,
             drafts_by_drafter=dict(stepper.stats.drafts_by_drafter),
         )

@@ -18,12 +18,21 @@ class GenerationStats:
     drafter: str = "none"
     acceptance_by_position: list = field(default_factory=list)  # share of drafts accepted at depth 1, 2, ...
     drafted_by_position: list = field(default_factory=list)  # how many drafts reached depth 1, 2, ...
+    accepted_by_position: list = field(default_factory=list)  # how many drafts were accepted to depth 1, 2, ...
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0  # target calls after prefill (verification, or plain decode steps)
     drafts_by_drafter: dict = field(default_factory=dict)  # verified drafts per drafter (a mix has several)
 
+    @property
+    def acceptance_length(self) -> float | None:
+        """Mean acceptance length in vLLM's and SGLang's unit: 1 + accepted draft tokens / drafts verified (the
+        tokens a drafting step yields). Unlike mean_accepted it leaves out steps that drafted nothing. None: no
+        draft was verified."""
+        drafts = self.drafted_by_position[0] if self.drafted_by_position else 0
+        return 1.0 + sum(self.accepted_by_position) / drafts if drafts else None
+
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {**self.__dict__, "acceptance_length": self.acceptance_length}
 
 
 @dataclass(frozen=True)

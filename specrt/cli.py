@@ -178,13 +178,13 @@ def _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop=()):
                           seed=seed, stop=tuple(stop))
 
 
-def _load_engine(model, device, drafter, precision, batch_invariant=None):
+def _load_engine(model, device, drafter, precision, batch_invariant=None, draft_length=None):
     import specrt
 
     stages = TqdmStages()
     try:
         return specrt.load(model, device=device, drafter=drafter, precision=precision, stages=stages,
-                           batch_invariant=batch_invariant)
+                           batch_invariant=batch_invariant, draft_length=draft_length)
     finally:
         stages.close()
 
@@ -206,6 +206,9 @@ sampling_options = [
     click.option("--batch-invariant/--no-batch-invariant", default=None,
                  help="feed >= 2 tokens per target call: int4 output then equals with and without a drafter "
                       "[default: on for int4 with a drafter]"),
+    click.option("--draft-length", type=int, default=None, metavar="K",
+                 help="draft exactly K tokens per target call (adaptive length off), as vLLM and SGLang draft a "
+                      "fixed num_speculative_tokens [default: adaptive]"),
 ]
 
 
@@ -224,12 +227,12 @@ def with_sampling(f):
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of streaming text")
 @with_sampling
 def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperature, top_p, top_k, seed, drafter, device,
-             precision, batch_invariant):
+             precision, batch_invariant, draft_length):
     """Generate a continuation of --prompt with MODEL (bundle folder or catalog name)."""
     import json as jsonlib
 
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop)
-    engine = _load_engine(model, device, drafter, precision, batch_invariant)
+    engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length)
     gen = engine.generate(prompt, params, system=system, raw=raw)
     for chunk in gen:
         if not as_json:
@@ -240,8 +243,11 @@ def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperat
         click.echo(jsonlib.dumps({
             "text": res.text, "token_ids": res.token_ids, "finish_reason": res.finish_reason,
             "stats": {"new_tokens": stats.new_tokens, "target_calls": stats.target_calls,
-                      "mean_accepted": stats.mean_accepted, "tokens_per_second": stats.tokens_per_second,
-                      "drafter": stats.drafter},
+                      # tokens per target call (specrt's unit), and 1 + accepted / drafts (vLLM's and SGLang's)
+                      "mean_accepted": stats.mean_accepted, "acceptance_length": stats.acceptance_length,
+                      "drafted_by_position": stats.drafted_by_position,
+                      "accepted_by_position": stats.accepted_by_position,
+                      "tokens_per_second": stats.tokens_per_second, "drafter": stats.drafter},
         }, ensure_ascii=False))
     else:
         click.echo()
@@ -251,12 +257,13 @@ def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperat
 @click.argument("model", required=False, default="smollm2-135m-instruct")
 @click.option("--system", default=None, help="system message")
 @with_sampling
-def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision, batch_invariant):
+def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision, batch_invariant,
+         draft_length):
     """Chat with MODEL (default: smollm2-135m-instruct). /reset, /stats, /exit; Ctrl-C stops an answer."""
     from specrt.app.chat_cli import run_chat
 
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed)
-    engine = _load_engine(model, device, drafter, precision, batch_invariant)
+    engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length)
     run_chat(engine, params, system)
 
 
@@ -279,13 +286,15 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.option("--batch-invariant/--no-batch-invariant", default=None,
               help="every specrt row feeds >= 2 tokens per target call (default: as specrt.load does, on for "
                    "int4 drafters only)")
+@click.option("--draft-length", type=int, default=None, metavar="K",
+              help="every drafter row drafts exactly K tokens per target call (adaptive length off) [default: adaptive]")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write the results here")
 @click.option("--markdown", "markdown_out", type=click.Path(path_type=Path), default=None,
               help="write the results as a Markdown table (with the command) here")
 @click.option("--plot", "plot_out", type=click.Path(path_type=Path), default=None,
               help="write a PNG: tokens/s per system and dataset, acceptance by draft depth (needs matplotlib)")
 def bench(model, prompts_file, datasets, limit, max_new_tokens, drafters, precisions, compare, temperature, device,
-          batch_invariant, json_out, markdown_out, plot_out):
+          batch_invariant, draft_length, json_out, markdown_out, plot_out):
     """specrt's plain decoding vs each --drafter (and each --compare system) on the same prompts, interleaved."""
     import json as jsonlib
 
@@ -306,7 +315,7 @@ def bench(model, prompts_file, datasets, limit, max_new_tokens, drafters, precis
     try:
         report = run_bench(model, prompt_sets, [d for d in drafters if d != "none"], list(precisions) or ["int4"],
                            params, device=device, stages=stages, batch_invariant=batch_invariant,
-                           compare=list(dict.fromkeys(compare)))
+                           compare=list(dict.fromkeys(compare)), draft_length=draft_length)
     finally:
         stages.close()
     click.echo(format_table(report))
