@@ -39,22 +39,26 @@ EMBED, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 class DFlashWeights(WeightSource):
     """The drafter's weights under the graph's names, read when asked: the checkpoint's tensors (layers.{i}.* as
     model.layers.{i}.*, norm.weight as model.norm.weight, fc and hidden_norm as they are), the target's
-    embedding table and its lm_head (only the draft vocabulary's rows where the drafter has one)."""
+    embedding table and its lm_head (only the draft vocabulary's rows where the drafter has one), or the
+    checkpoint's own lm_head where it brings one (an export for vLLM does)."""
 
     def __init__(self, checkpoint: Mapping, target: Mapping, target_head: str, head_rows: np.ndarray | None):
         self.checkpoint, self.target, self.target_head, self.head_rows = checkpoint, target, target_head, head_rows
         self.names = {EMBED: None, HEAD: None}
+        self.own_head = HEAD in checkpoint
         for name in checkpoint:
             if name.startswith("layers."):
                 self.names["model." + name] = name
             elif name == "norm.weight":
                 self.names["model.norm.weight"] = name
-            elif name != "d2t":
+            elif name not in ("d2t", HEAD):
                 self.names[name] = name
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name == EMBED:
             return self.target[EMBED]
+        if name == HEAD and self.own_head:
+            return self.checkpoint[HEAD]
         if name == HEAD:
             if self.head_rows is None:
                 return self.target[self.target_head]
@@ -64,6 +68,8 @@ class DFlashWeights(WeightSource):
     def shape(self, name: str) -> tuple[int, ...]:
         if name == EMBED:
             return shape_of(self.target, EMBED)
+        if name == HEAD and self.own_head:
+            return shape_of(self.checkpoint, HEAD)
         if name == HEAD:
             full = shape_of(self.target, self.target_head)
             return full if self.head_rows is None else (len(self.head_rows), full[1])
@@ -72,6 +78,8 @@ class DFlashWeights(WeightSource):
     def rows(self, name: str, ids) -> np.ndarray:
         if name == EMBED:
             return rows_of(self.target, EMBED, ids)
+        if name == HEAD and self.own_head:
+            return self.checkpoint[HEAD][np.asarray(ids)]
         if name == HEAD:
             ids = np.asarray(ids) if self.head_rows is None else self.head_rows[np.asarray(ids)]
             return rows_of(self.target, self.target_head, ids)

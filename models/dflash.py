@@ -37,10 +37,12 @@ from specrt.errors import SourceError
 from specrt.models.checkpoint_folder import check_tensors, open_checkpoint, tensor_refs
 from specrt.models.tensor_source import LazyWeights, rows_of, shape_of
 from specrt.models.config import ModelConfig, config_from_hf
+from specrt.models.layer_ids import dflash_layers
 from specrt.models.transformer import MLP, RMSNorm, rotate
 
 ARCHITECTURE = "DFlashDraftModel"
 D2T = "d2t"  # optional draft vocabulary (see the module docstring)
+LM_HEAD = "lm_head.weight"  # optional: the drafter's own output rows (else the target's lm_head)
 
 
 @dataclass(frozen=True)
@@ -69,19 +71,24 @@ class DFlashConfig:
         }
 
 
-def dflash_config_from_hf(hf: dict, target: ModelConfig) -> DFlashConfig:
-    """Read a DFlash config.json against its target (mismatches are SourceErrors naming the field)."""
+def dflash_config_from_hf(hf: dict, target: ModelConfig, where: str = "DFlash config") -> DFlashConfig:
+    """Read a DFlash config.json (the reference layout, or the speculators format) against its target
+    (mismatches are SourceErrors naming the field)."""
+    if "speculators_config" in hf:  # the layers' shape is in transformer_layer_config
+        inner = hf.get("transformer_layer_config")
+        if not isinstance(inner, dict):
+            raise SourceError(f"{where}: a speculators config needs a transformer_layer_config object")
+        hf = {**inner, **{k: hf[k] for k in ("speculators_config", "aux_hidden_state_layer_ids", "mask_token_id",
+                                              "block_size", "target_hidden_size") if hf.get(k) is not None}}
     extra = hf.get("dflash_config") or {}
 
     def value(name, default=None):
         return extra.get(name, hf.get(name, default))
 
     layers = config_from_hf({**hf, "model_type": "qwen3", "tie_word_embeddings": False})
-    ids = value("target_layer_ids")
-    if not ids:
-        raise SourceError("DFlash config lacks dflash_config.target_layer_ids")
+    ids = dflash_layers(hf, target.num_layers, where)
     mask = value("mask_token_id")
-    cfg = DFlashConfig(layers, int(hf.get("target_hidden_size") or layers.hidden_size), tuple(int(i) for i in ids),
+    cfg = DFlashConfig(layers, int(hf.get("target_hidden_size") or layers.hidden_size), ids,
                        int(value("block_size", 16)), -1 if mask is None else int(mask))
     if cfg.target_hidden_size != target.hidden_size:
         raise SourceError(f"DFlash drafter reads hidden size {cfg.target_hidden_size}, the target has {target.hidden_size}")
@@ -90,9 +97,6 @@ def dflash_config_from_hf(hf: dict, target: ModelConfig) -> DFlashConfig:
                           f"table of width {target.hidden_size}")
     if layers.vocab_size != target.vocab_size:
         raise SourceError(f"DFlash drafter has vocabulary {layers.vocab_size}, the target has {target.vocab_size}")
-    if not all(0 <= i < target.num_layers for i in cfg.target_layer_ids):
-        raise SourceError(f"DFlash drafter reads layers {list(cfg.target_layer_ids)}; the target has "
-                          f"{target.num_layers} layers")
     if not 0 <= cfg.mask_token_id < target.vocab_size:
         raise SourceError(f"DFlash mask token id {cfg.mask_token_id} is not in the target's vocabulary of "
                           f"{target.vocab_size} (its embedding table has no row for it)")
@@ -202,14 +206,20 @@ def open_dflash_checkpoint(folder: Path, target: ModelConfig) -> tuple[DFlashCon
     checkpoint folder; SourceError names the first problem."""
     folder = Path(folder)
     hf, files = open_checkpoint(folder, "a DFlash checkpoint folder")
-    cfg = dflash_config_from_hf(hf, target)
+    cfg = dflash_config_from_hf(hf, target, f"{folder}/config.json")
     refs = tensor_refs(files, lambda name: name.removeprefix("model."))
-    check_tensors(folder, refs, expected_shapes(cfg), "DFlash checkpoint", optional={D2T})
+    check_tensors(folder, refs, expected_shapes(cfg), "DFlash checkpoint", optional={D2T, LM_HEAD})
     d2t = None
     if D2T in refs:
         d2t = refs.pop(D2T).read()
         draft_vocab_targets(folder, d2t, target.vocab_size)  # raises on a bad map
         d2t = d2t.astype(np.int64)
+    if LM_HEAD in refs:  # its own output rows (what vLLM needs with a draft vocabulary): one per draft id
+        rows = target.vocab_size if d2t is None else len(d2t)
+        if tuple(refs[LM_HEAD].shape) != (rows, cfg.layers.hidden_size):
+            raise SourceError(f"{folder}: tensor {LM_HEAD} has shape {tuple(refs[LM_HEAD].shape)}, expected "
+                              f"{(rows, cfg.layers.hidden_size)} (one row per {'draft' if d2t is not None else 'target'} "
+                              f"vocabulary id)")
     return cfg, LazyWeights(refs), d2t
 
 
@@ -254,7 +264,8 @@ def save_dflash_checkpoint(folder: Path, cfg: DFlashConfig, tensors: dict[str, n
 
 def model_from_tensors(cfg: DFlashConfig, tensors: dict[str, np.ndarray]) -> DFlashDraft:
     model = DFlashDraft(cfg).eval()
-    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in tensors.items() if k != D2T}, strict=True)
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in tensors.items() if k not in (D2T, LM_HEAD)},
+                          strict=True)
     return model
 
 

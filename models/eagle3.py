@@ -28,13 +28,15 @@ from torch import nn
 from specrt.errors import SourceError
 from specrt.models.checkpoint_folder import check_tensors, open_checkpoint, read_tensors
 from specrt.models.config import ModelConfig, config_from_hf
+from specrt.models.layer_ids import EAGLE_TOP, eagle3_layers, write_eagle3_layers
 from specrt.models.transformer import MLP, Attention, RMSNorm, causal_mask
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 
 
 def default_aux_layers(num_layers: int) -> tuple[int, ...]:
-    """EAGLE-3's choice of target layers to read: low, middle, high."""
+    """The layers specrt's trainers read (low, middle, high): the outputs of layers 2, N // 2 and N - 3. (A
+    config without ids means EAGLE's default, one layer lower: models/layer_ids.py.)"""
     return (min(2, num_layers - 1), num_layers // 2, max(num_layers - 3, 0))
 
 
@@ -64,23 +66,39 @@ class Eagle3Config:
             "vocab_size": c.vocab_size, "draft_vocab_size": self.draft_vocab_size,
             "target_hidden_size": self.target_hidden_size, "hidden_act": c.hidden_act, "tie_word_embeddings": False,
             "norm_before_residual": self.norm_before_residual,
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers), "use_aux_hidden_state": True},
-        }
+        } | _layer_fields(self.aux_layers)
 
 
-def eagle3_config_from_hf(hf: dict, target: ModelConfig) -> Eagle3Config:
-    """Read an EAGLE-3 config.json against the target it must draft for (mismatches are SourceErrors)."""
+def _layer_fields(aux_layers: tuple[int, ...]) -> dict:
+    """The layer ids as both vLLM and SGLang read them (models/layer_ids.py)."""
+    written = write_eagle3_layers({}, aux_layers)
+    return {EAGLE_TOP: written[EAGLE_TOP], "eagle_config": written["eagle_config"]}
+
+
+def eagle3_config_from_hf(hf: dict, target: ModelConfig, where: str = "EAGLE-3 config") -> Eagle3Config:
+    """Read an EAGLE-3 config.json (specrt's and the engines' layout, or the speculators format) against the
+    target it must draft for (mismatches and ambiguous layer ids are SourceErrors)."""
+    if "speculators_config" in hf:  # the layer's shape is in transformer_layer_config
+        inner = hf.get("transformer_layer_config")
+        if not isinstance(inner, dict):
+            raise SourceError(f"{where}: a speculators config needs a transformer_layer_config object")
+        for flag in ("norm_before_fc", "fc_norm", "norm_output"):
+            if hf.get(flag):
+                raise SourceError(f"{where}: {flag} is not supported by specrt's EAGLE-3 graph")
+        # vLLM reads an absent norm_before_residual in this format as true
+        hf = {**inner, **{k: hf[k] for k in ("draft_vocab_size", "target_hidden_size", EAGLE_TOP,
+                                              "speculators_config") if hf.get(k) is not None},
+              "norm_before_residual": hf.get("norm_before_residual", True)}
     layer = config_from_hf({**hf, "model_type": "llama", "num_hidden_layers": 1, "tie_word_embeddings": False})
-    aux = (hf.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    aux = tuple(int(i) for i in aux) if aux else default_aux_layers(target.num_layers)
+    aux = eagle3_layers(hf, target.num_layers, where)
     cfg = Eagle3Config(layer, int(hf.get("target_hidden_size") or layer.hidden_size),
                        int(hf.get("draft_vocab_size") or layer.vocab_size), aux, bool(hf.get("norm_before_residual")))
     if cfg.target_hidden_size != target.hidden_size:
         raise SourceError(f"EAGLE-3 head reads hidden size {cfg.target_hidden_size}, the target has {target.hidden_size}")
     if cfg.vocab_size != target.vocab_size:
         raise SourceError(f"EAGLE-3 head has vocabulary {cfg.vocab_size}, the target has {target.vocab_size}")
-    if len(aux) != 3 or not all(0 <= i < target.num_layers for i in aux):
-        raise SourceError(f"EAGLE-3 head reads layers {list(aux)}; the target has {target.num_layers} layers")
+    if len(aux) != 3:
+        raise SourceError(f"{where}: the EAGLE-3 head reads {len(aux)} layers {list(aux)}; specrt's graph fuses 3")
     return cfg
 
 
@@ -169,7 +187,7 @@ def load_eagle3_checkpoint(folder: Path, target: ModelConfig) -> tuple[Eagle3Con
     first problem (missing file, pickle-only weights, missing/extra/misshaped tensor, d2t out of range)."""
     folder = Path(folder)
     hf, files = open_checkpoint(folder, "an EAGLE-3 checkpoint folder")
-    cfg = eagle3_config_from_hf(hf, target)
+    cfg = eagle3_config_from_hf(hf, target, f"{folder}/config.json")
     tensors = read_tensors(files, _canonical)
     check_tensors(folder, tensors, expected_shapes(cfg), "EAGLE-3 checkpoint", OPTIONAL)
     targets = np.arange(cfg.draft_vocab_size) + tensors["d2t"].astype(np.int64)

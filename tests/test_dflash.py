@@ -79,7 +79,7 @@ def test_cached_context_equals_one_call():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"dflash_config": {"target_layer_ids": [0, 5], "block_size": 4, "mask_token_id": 96}}, "reads layers [0, 5]"),
+    ({"dflash_config": {"target_layer_ids": [0, 5], "block_size": 4, "mask_token_id": 96}}, "target_layer_ids [0, 5] names layers outside the target's 3"),
     ({"dflash_config": {"target_layer_ids": [0, 2], "block_size": 4, "mask_token_id": 200}}, "mask token id 200"),
     ({"dflash_config": {"target_layer_ids": [0, 2], "block_size": 4}}, "mask token id -1"),
     ({"dflash_config": {"target_layer_ids": [0, 2], "block_size": 1, "mask_token_id": 5}}, "block size 1"),

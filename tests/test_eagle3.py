@@ -18,7 +18,9 @@ from specrt.models.eagle3 import (
 from tests.tiny_models import COMMON
 
 TARGET = config_from_hf({**COMMON, "model_type": "llama", "rope_theta": 10000.0})
-HEAD_HF = {**COMMON, "num_hidden_layers": 1, "draft_vocab_size": 40, "rope_theta": 10000.0}
+# reads the outputs of layers 2, 1, 0 of the 3-layer target: HF hidden_states[3, 2, 1], as vLLM's top-level list says
+HEAD_HF = {**COMMON, "num_hidden_layers": 1, "draft_vocab_size": 40, "rope_theta": 10000.0,
+           "eagle_aux_hidden_state_layer_ids": [3, 2, 1]}
 
 
 def random_head(seed: int = 0) -> Eagle3Draft:
@@ -34,8 +36,11 @@ def random_head(seed: int = 0) -> Eagle3Draft:
 
 
 def test_default_aux_layers_follow_eagle():
-    assert default_aux_layers(30) == (2, 15, 27)
-    assert eagle3_config_from_hf(HEAD_HF, TARGET).aux_layers == (2, 1, 0)  # a 3-layer target
+    assert default_aux_layers(30) == (2, 15, 27)  # what specrt's trainer reads: outputs of layers 2, 15, 27
+    # a config without ids means EAGLE's default, HF hidden_states[2, 1, 1] of a 3-layer target: layer outputs 1, 0, 0
+    no_ids = {k: v for k, v in HEAD_HF.items() if k != "eagle_aux_hidden_state_layer_ids"}
+    assert eagle3_config_from_hf(no_ids, TARGET).aux_layers == (1, 0, 0)
+    assert eagle3_config_from_hf(HEAD_HF, TARGET).aux_layers == (2, 1, 0)
 
 
 @pytest.mark.parametrize("layout", ["midlayer", "layers.0"])
@@ -97,7 +102,12 @@ def _write(tmp_path, head, hf_changes=None, drop=None, add=None, d2t=None):
     (dict(d2t=np.full(40, 90, dtype=np.int64)), "d2t maps draft id 7 to target id 97"),
     (dict(hf_changes={"target_hidden_size": 128}), "reads hidden size 128, the target has 64"),
     (dict(hf_changes={"vocab_size": 151936}), "vocabulary 151936, the target has 97"),
-    (dict(hf_changes={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 30]}}), "reads layers [1, 2, 30]"),
+    (dict(hf_changes={"eagle_aux_hidden_state_layer_ids": [2, 3, 31],
+                      "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 30]}}),
+     "[2, 3, 31] names layers outside the target's 3"),
+    # the eagle_config list alone: vLLM and SGLang read different layers from it, specrt refuses to guess
+    (dict(hf_changes={"eagle_aux_hidden_state_layer_ids": None,
+                      "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 1, 0]}}), "alone is ambiguous"),
 ])
 def test_bad_checkpoints_are_named(tmp_path, kwargs, message):
     _write(tmp_path, random_head(), **kwargs)

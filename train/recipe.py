@@ -46,14 +46,15 @@ def _tokenize(loaded, conversations, max_tokens: int, seq_len: int) -> list[np.n
 
 
 def head_config(target_cfg, draft_vocab: int):
-    from specrt.models.eagle3 import eagle3_config_from_hf
+    from specrt.models.eagle3 import default_aux_layers, eagle3_config_from_hf
+    from specrt.models.layer_ids import write_eagle3_layers
 
     hf = {"hidden_size": target_cfg.hidden_size, "intermediate_size": target_cfg.intermediate_size,
           "num_attention_heads": target_cfg.num_heads, "num_key_value_heads": target_cfg.num_kv_heads,
           "head_dim": target_cfg.head_dim, "rms_norm_eps": target_cfg.rms_norm_eps, "rope_theta": target_cfg.rope.theta,
           "max_position_embeddings": target_cfg.max_position, "vocab_size": target_cfg.vocab_size,
           "draft_vocab_size": draft_vocab}
-    return eagle3_config_from_hf(hf, target_cfg)
+    return eagle3_config_from_hf(write_eagle3_layers(hf, default_aux_layers(target_cfg.num_layers)), target_cfg)
 
 
 def _eagle3_head(loaded, draft_ids: np.ndarray):
