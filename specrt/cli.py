@@ -374,6 +374,30 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
+@cli.command("export-drafter")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--for", "engine", type=click.Choice(["vllm", "sglang", "speculators"]), required=True,
+              help="the engine (or format) to write for")
+@click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path),
+              help="folder to create (a bundle's drafters go into OUTPUT/eagle3, OUTPUT/dflash)")
+@click.option("--target", default=None,
+              help="the target model (catalog name, GGUF file or HF folder): needed for a checkpoint folder, and "
+                   "read for a DFlash draft vocabulary's lm_head rows [default for a bundle: its source]")
+@click.option("--verifier", default=None,
+              help="speculators: the verifier vLLM loads (HF id or folder) [default: --target, or the bundle's source]")
+@click.option("--force", is_flag=True, help="replace an existing output folder")
+def export_drafter_cmd(source, engine, output, target, verifier, force):
+    """Write SOURCE's drafter(s) (a bundle, or one EAGLE-3 / DFlash checkpoint folder) in the layout ENGINE reads."""
+    from specrt.convert.export_drafter import export
+
+    for done in export(source, engine, output, target=target, verifier=verifier, force=force,
+                       log=lambda m: click.echo(m, err=True)):
+        click.echo(f"{done.kind} -> {done.folder}")
+        for note in done.notes:
+            click.echo(f"  {note}")
+        click.echo(f"  run: {done.run}")
+
+
 @cli.command("train-drafter")
 @click.argument("target")
 @click.option("--kind", type=click.Choice(list(drafter_kinds.trainable_kinds())), default="eagle3", show_default=True)

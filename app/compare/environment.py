@@ -30,12 +30,15 @@ def system_dir(name: str) -> Path:
     return cache_dir() / "systems" / name
 
 
-def ensure_environment(name: str, requirements: tuple[str, ...], log) -> Path:
-    """The Python of NAME's environment, with requirements installed (pip output in NAME/install.log)."""
+def ensure_environment(name: str, requirements: tuple[str, ...], log, layered: bool = True,
+                       remove: tuple[str, ...] = ()) -> Path:
+    """The Python of NAME's environment, with requirements installed (pip output in NAME/install.log).
+    layered=False: a plain environment that sees none of specrt's packages (a system that pins its own torch
+    stack); remove: packages uninstalled after the install (what a system pulls in but cannot import)."""
     root = system_dir(name)
     python = root / "venv" / "bin" / "python"
     marker = root / "installed.json"
-    want = sorted(requirements)
+    want = sorted(requirements) + [f"-{r}" for r in sorted(remove)] + ([] if layered else ["(not layered)"])
     if python.is_file() and marker.is_file() and json.loads(marker.read_text()).get("requirements") == want:
         return python
     root.mkdir(parents=True, exist_ok=True)
@@ -45,15 +48,19 @@ def ensure_environment(name: str, requirements: tuple[str, ...], log) -> Path:
         proc = subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemUnavailable(f"could not create an environment for {name}: {_last_line(proc.stderr)}")
-        _layer_over_running_python(python)
-    if want:
+        if layered:
+            _layer_over_running_python(python)
+    if requirements:
         with open(root / "install.log", "w") as logf:
-            proc = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *want],
-                                  stdout=logf, stderr=subprocess.STDOUT)
+            proc = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
+                                   *sorted(requirements)], stdout=logf, stderr=subprocess.STDOUT)
+            if proc.returncode == 0 and remove:
+                proc = subprocess.run([str(python), "-m", "pip", "uninstall", "-y", *remove],
+                                      stdout=logf, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             text = (root / "install.log").read_text(errors="replace")
-            raise SystemUnavailable(f"could not install {' '.join(want)}: {_last_line(text, 'ERROR')} "
-                                    f"(log: {root / 'install.log'})")
+            raise SystemUnavailable(f"could not install {' '.join(sorted(requirements))}: "
+                                    f"{_last_line(text, 'ERROR')} (log: {root / 'install.log'})")
     marker.write_text(json.dumps({"requirements": want, "seconds": round(time.perf_counter() - t0, 1)}))
     log(f"{name} installed in {time.perf_counter() - t0:.0f} s")
     return python

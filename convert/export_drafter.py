@@ -1,0 +1,270 @@
+"""`specrt export-drafter`: a drafter checkpoint rewritten in the layout a serving engine reads, so that a drafter
+trained or converted with specrt moves unchanged to vLLM, SGLang or the speculators format.
+
+What each engine reads was taken from its code (docs/handoff.md cites files and lines: vLLM 0.32, SGLang 0.5.23,
+speculators 0.9.0):
+
+- EAGLE-3, vllm and sglang: one layout serves both: `LlamaForCausalLMEagle3`, `draft_vocab_size`, the layer ids
+  twice (top-level as vLLM reads them, hidden_states[k]; eagle_config as SGLang reads them, the output of layer k;
+  models/layer_ids.py), `layers.0.*` names without a `model.` prefix, lm_head [V_draft, H] and d2t offsets, no
+  t2d. SGLang has no `norm_before_residual`: such a head is refused for sglang.
+- DFlash, vllm: `DFlashDraftModel` with dflash_config {target_layer_ids (outputs), block_size, mask_token_id}
+  and no EAGLE ids (vLLM would read those first). With a draft vocabulary: `draft_vocab_size`, d2t, and the
+  target's lm_head rows of the draft vocabulary as the drafter's own `lm_head.weight` (vLLM shares the target's
+  full head otherwise, whose first rows d2t would then map to unrelated tokens).
+- DFlash, sglang: SGLang always drafts over the target's whole vocabulary (it ignores lm_head and d2t), so the
+  draft vocabulary is dropped, with a note: its drafts can differ from specrt's.
+- speculators: `speculators_model_type` eagle3 / dflash with transformer_layer_config, ids as hidden_states
+  indices (EAGLE-3: eagle_aux_hidden_state_layer_ids; DFlash: aux_hidden_state_layer_ids), and the verifier
+  named by --verifier (vLLM loads that model when given the speculator's folder alone).
+
+specrt reads every one of these back (models/eagle3.py, models/dflash.py). The output folder is written under a
+temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specrt.errors import SourceError, SpecrtError
+from specrt.models.layer_ids import write_eagle3_layers
+
+ENGINES = ("vllm", "sglang", "speculators")
+EXPORTABLE = ("eagle3", "dflash")
+SPECULATORS_VERSION = "0.9.0"  # the format version written (the one read from its code)
+NOT_EXPORTED = {
+    "ngram": "the engines have their own prompt lookup (vLLM: method \"ngram\"; SGLang: speculative_algorithm "
+             "\"NGRAM\"): nothing to export",
+    "draft-model": "a draft model is an ordinary model folder: give the engine its source as it is",
+    "mtp": "MTP modules are part of the target's own checkpoint: the engines read them from there",
+}
+
+
+@dataclass
+class Exported:
+    kind: str
+    folder: Path
+    notes: list[str]
+    run: str  # how to run it in that engine (one line)
+
+
+def export(source: Path, engine: str, out: Path, target: str | None = None, verifier: str | None = None,
+           force: bool = False, log=print) -> list[Exported]:
+    """Export the drafter(s) of `source` (a bundle: each of its EAGLE-3 / DFlash drafters into out/KIND; or one
+    checkpoint folder: into out) for `engine`. target: the target model (catalog name, GGUF or HF folder),
+    needed for a checkpoint folder and for a DFlash draft vocabulary (its lm_head rows)."""
+    from specrt.bundle import MANIFEST
+
+    if engine not in ENGINES:
+        raise SpecrtError(f"unknown engine {engine!r} for --for (known: {', '.join(ENGINES)})")
+    source = Path(source).expanduser()
+    out = Path(out).expanduser()
+    if out.exists() and not force:
+        raise SpecrtError(f"{out} exists (use --force to replace it)")
+    if (source / MANIFEST).is_file():
+        jobs, loaded_target = _bundle_jobs(source, target, log)
+        nested = True
+    elif (source / "config.json").is_file():
+        if target is None:
+            raise SpecrtError(f"{source} is a checkpoint folder: name its target with --target (catalog name, GGUF "
+                              f"file or HF folder)")
+        jobs, loaded_target, nested = [(_kind_of(source), source)], _Target(target, log), False
+    else:
+        raise SpecrtError(f"{source}: neither a bundle (no {MANIFEST}) nor a checkpoint folder (no config.json)")
+    if not jobs:
+        raise SpecrtError(f"{source}: the bundle has no EAGLE-3 or DFlash drafter to export")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = []
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.partial-") as tmp:
+        root = Path(tmp) / "out"
+        root.mkdir()
+        for kind, folder in jobs:
+            dest = root / kind if nested else root
+            dest.mkdir(exist_ok=True)
+            writer = _eagle3 if kind == "eagle3" else _dflash
+            notes, tokens = writer(folder, engine, dest, loaded_target, verifier)
+            final = out / kind if nested else out
+            run = _run_line(kind, engine, final, tokens)
+            (dest / "README.md").write_text(_readme(kind, engine, folder, notes, run))
+            done.append(Exported(kind, final, notes, run))
+        if out.exists():
+            shutil.rmtree(out)
+        root.rename(out)
+    return done
+
+
+class _Target:
+    """The target model, loaded only when its config or weights are first needed."""
+
+    def __init__(self, spec: str, log, config=None):
+        self.spec, self.log, self._config, self._loaded = spec, log, config, None
+
+    def loaded(self):
+        if self._loaded is None:
+            from specrt.convert import sources
+
+            self._loaded = sources.load(sources.resolve(self.spec, log=self.log))
+        return self._loaded
+
+    @property
+    def config(self):
+        return self._config if self._config is not None else self.loaded().config
+
+    def head_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of the target's lm_head (its embedding table where tied) [len(ids), H], float32."""
+        from specrt.models.tensor_source import rows_of
+
+        loaded = self.loaded()
+        name = "lm_head.weight"
+        if name not in loaded.weights or loaded.config.tie_word_embeddings:
+            name = "model.embed_tokens.weight"
+        return np.asarray(rows_of(loaded.weights, name, ids), dtype=np.float32)
+
+
+def _bundle_jobs(bundle: Path, target: str | None, log) -> tuple[list[tuple[str, Path]], _Target]:
+    from specrt.bundle import checkpoint_sha256, load_bundle
+    from specrt.models.config import ModelConfig
+
+    manifest = load_bundle(bundle, check_hashes=False)
+    jobs = []
+    for entry in manifest.drafters:
+        if entry.kind not in EXPORTABLE:
+            log(f"{entry.name}: not exported: {NOT_EXPORTED.get(entry.kind, 'no engine layout for this kind')}")
+            continue
+        folder = Path(entry.source)
+        if not (folder / "config.json").is_file():
+            raise SpecrtError(f"the bundle's {entry.name} drafter was converted from {folder}, which is not on this "
+                              f"machine: export that checkpoint folder itself (specrt export-drafter FOLDER --target "
+                              f"MODEL)")
+        if entry.raw.get("source_sha256") and checkpoint_sha256(folder) != entry.raw["source_sha256"]:
+            raise SpecrtError(f"{folder} changed since the bundle's {entry.name} drafter was converted from it: "
+                              f"export the folder itself, or convert the bundle again")
+        jobs.append((entry.kind, folder))
+    spec = target or manifest.provenance.get("source") or manifest.model_name
+    return jobs, _Target(spec, log, ModelConfig.from_dict(manifest.model_config))
+
+
+def _kind_of(folder: Path) -> str:
+    try:
+        hf = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"{folder}/config.json: not readable JSON ({exc})") from None
+    if not isinstance(hf, dict):
+        raise SourceError(f"{folder}/config.json: not a JSON object")
+    kind = str(hf.get("speculators_model_type", "")).lower()
+    archs = " ".join(str(a) for a in hf.get("architectures") or []).lower()
+    if kind == "dflash" or "dflash" in archs:
+        return "dflash"
+    if kind == "eagle3" or "eagle3" in archs:
+        return "eagle3"
+    raise SourceError(f"{folder}: not an EAGLE-3 or DFlash checkpoint (architectures {hf.get('architectures')})")
+
+
+def _save(dest: Path, config: dict, tensors: dict[str, np.ndarray]) -> None:
+    from safetensors.numpy import save_file
+
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    save_file({k: np.ascontiguousarray(v) for k, v in sorted(tensors.items())}, str(dest / "model.safetensors"))
+    (dest / "model.safetensors").chmod(0o644)  # readable by the serving engine's user too
+
+
+def _verifier(target: _Target, verifier: str | None) -> dict:
+    from specrt.models.config import ModelConfig
+
+    cfg: ModelConfig = target.config
+    arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+            "mistral": "MistralForCausalLM"}.get(cfg.model_type, "")
+    return {"name_or_path": verifier or target.spec, "architectures": [arch] if arch else []}
+
+
+def _speculators(kind: str, layer_config: dict, tokens: int, target: _Target, verifier: str | None,
+                 fields: dict) -> dict:
+    return {"architectures": ["Eagle3Speculator" if kind == "eagle3" else "DFlashSpeculator"],
+            "speculators_model_type": kind, "speculators_version": SPECULATORS_VERSION,
+            "speculators_config": {"algorithm": kind, "default_proposal_method": "greedy",
+                                   "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": tokens}],
+                                   "verifier": _verifier(target, verifier)},
+            "transformer_layer_config": layer_config, **fields}
+
+
+def _eagle3(folder: Path, engine: str, dest: Path, target: _Target, verifier: str | None) -> tuple[list[str], int]:
+    from specrt.models.eagle3 import load_eagle3_checkpoint
+
+    cfg, tensors = load_eagle3_checkpoint(folder, target.config)
+    if engine == "sglang" and cfg.norm_before_residual:
+        raise SpecrtError(f"{folder}: the head uses norm_before_residual, which SGLang's EAGLE-3 model does not "
+                          f"have (sglang/srt/models/llama_eagle3.py): it would draft differently there")
+    names = {k.replace("midlayer.", "layers.0.", 1): v for k, v in tensors.items() if k != "t2d"}
+    hf = cfg.to_hf()
+    notes = [f"reads the outputs of target layers {list(cfg.aux_layers)} (HF hidden_states "
+             f"{[k + 1 for k in cfg.aux_layers]})"]
+    if engine == "speculators":
+        layer = {k: v for k, v in hf.items() if k not in ("architectures", "draft_vocab_size", "target_hidden_size",
+                                                          "norm_before_residual", "eagle_config",
+                                                          "eagle_aux_hidden_state_layer_ids")}
+        config = _speculators("eagle3", {**layer, "model_type": "llama"}, 3, target, verifier, {
+            "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.target_hidden_size,
+            "norm_before_residual": cfg.norm_before_residual, "norm_before_fc": False, "fc_norm": False,
+            "norm_output": False, "eagle_aux_hidden_state_layer_ids": [k + 1 for k in cfg.aux_layers]})
+    else:
+        config = write_eagle3_layers(hf, cfg.aux_layers)
+    _save(dest, config, names)
+    return notes, 3
+
+
+def _dflash(folder: Path, engine: str, dest: Path, target: _Target, verifier: str | None) -> tuple[list[str], int]:
+    from specrt.models.dflash import D2T, LM_HEAD, open_dflash_checkpoint
+
+    cfg, weights, d2t = open_dflash_checkpoint(folder, target.config)
+    tensors = {k: np.asarray(weights[k]) for k in weights}
+    hf = cfg.to_hf()
+    notes = [f"reads the outputs of target layers {list(cfg.target_layer_ids)}; block of {cfg.block_size} "
+             f"(num_speculative_tokens {cfg.block_size - 1} in vLLM drafts the same block)"]
+    fields = {}
+    if d2t is not None and engine == "sglang":
+        tensors.pop(LM_HEAD, None)
+        notes.append(f"SGLang drafts DFlash over the target's whole vocabulary (it ignores lm_head and d2t): the "
+                     f"draft vocabulary of {len(d2t)} tokens is dropped, so its drafts can differ from specrt's")
+        d2t = None
+    if d2t is not None:
+        if LM_HEAD not in tensors:
+            tensors[LM_HEAD] = target.head_rows(np.arange(len(d2t)) + d2t)  # [V_draft, H]
+        tensors[D2T] = d2t.astype(np.int64)
+        fields["draft_vocab_size"] = len(d2t)
+        notes.append(f"draft vocabulary of {len(d2t)} tokens: d2t plus the target's lm_head rows for them")
+    if engine == "speculators":
+        layer = {k: v for k, v in hf.items() if k not in ("architectures", "dflash_config", "target_hidden_size",
+                                                          "num_target_layers")}
+        config = _speculators("dflash", {**layer, "model_type": "qwen3"}, cfg.block_size - 1, target, verifier, {
+            "draft_vocab_size": fields.get("draft_vocab_size", cfg.layers.vocab_size),
+            "target_hidden_size": cfg.target_hidden_size, "block_size": cfg.block_size,
+            "mask_token_id": cfg.mask_token_id, "sliding_window_non_causal": True,
+            "aux_hidden_state_layer_ids": [k + 1 for k in cfg.target_layer_ids]})
+    else:
+        config = {**hf, **fields}
+    _save(dest, config, tensors)
+    return notes, cfg.block_size - 1
+
+
+def _run_line(kind: str, engine: str, folder: Path, tokens: int) -> str:
+    if engine == "sglang":
+        algo = "EAGLE3" if kind == "eagle3" else "DFLASH"
+        return (f"sglang.Engine(model_path=TARGET, speculative_algorithm=\"{algo}\", "
+                f"speculative_draft_model_path=\"{folder}\")")
+    if engine == "speculators":
+        return f"vllm.LLM(model=\"{folder}\")  # loads the verifier named in its config"
+    return (f"vllm.LLM(model=TARGET, speculative_config={{\"method\": \"{kind}\", \"model\": \"{folder}\", "
+            f"\"num_speculative_tokens\": {tokens}}})")
+
+
+def _readme(kind: str, engine: str, source: Path, notes: list[str], run: str) -> str:
+    lines = [f"# {kind} drafter exported for {engine}", "", f"Written by `specrt export-drafter` from {source}.", ""]
+    lines += [f"- {n}" for n in notes]
+    lines += ["", "Run it:", "", f"    {run}", ""]
+    return "\n".join(lines)
