@@ -73,7 +73,12 @@ def handoff(fp32_bundle, vllm_python, tmp_path_factory):
     for kind, k in (("eagle3", 3), ("dflash", 7)):
         engine = specrt.load(str(fp32_bundle), device="cpu", drafter=kind, draft_length=k)
         ours[kind] = [engine.generate(p, params).wait() for p in PROMPTS]
-    return vllm, ours
+    return vllm, ours, set(manifest.stop_token_ids)
+
+
+def _text_ids(outputs: list[list[int]], stop_ids) -> list[list[int]]:
+    """vLLM's token ids end with the stop token that ended an answer; specrt's do not (it is not output)."""
+    return [ids[:-1] if ids and ids[-1] in stop_ids else ids for ids in outputs]
 
 
 def _specrt_counts(results, k: int) -> tuple[int, list[int]]:
@@ -83,18 +88,18 @@ def _specrt_counts(results, k: int) -> tuple[int, list[int]]:
 
 
 def test_vllm_plain_decoding_equals_specrt(handoff):
-    vllm, ours = handoff
-    assert vllm["plain"]["outputs"] == [r.token_ids for r in ours["plain"]]
+    vllm, ours, stop_ids = handoff
+    assert _text_ids(vllm["plain"]["outputs"], stop_ids) == [r.token_ids for r in ours["plain"]]
 
 
 @pytest.mark.parametrize("name, kind, k", [("eagle3", "eagle3", 3), ("dflash", "dflash", 7),
                                            ("speculators-eagle3", "eagle3", 3),
                                            ("speculators-dflash", "dflash", 7)])
 def test_vllm_accepts_the_exported_drafter_as_specrt_does(handoff, name, kind, k):
-    vllm, ours = handoff
+    vllm, ours, stop_ids = handoff
     run = vllm[name]
     assert run["outputs"] == vllm["plain"]["outputs"]  # lossless in vLLM
-    assert [r.token_ids for r in ours[kind]] == vllm["plain"]["outputs"]  # and in specrt
+    assert [r.token_ids for r in ours[kind]] == _text_ids(vllm["plain"]["outputs"], stop_ids)  # and in specrt
     drafts, per_pos = _specrt_counts(ours[kind], k)
     print(f"{name}: vLLM drafts {run['drafts']} accepted by position {run['accepted_per_pos']} | specrt drafts "
           f"{drafts} accepted by position {per_pos}")
