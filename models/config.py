@@ -140,8 +140,39 @@ def _eos_ids(value) -> tuple[int, ...]:
     return tuple(value) if isinstance(value, (list, tuple)) else (int(value),)
 
 
+# what a real model can have; a file that declares more is refused before anything is allocated for it
+LIMITS = {"vocab_size": 1 << 24, "hidden_size": 1 << 17, "intermediate_size": 1 << 20, "num_layers": 4096,
+          "num_heads": 4096, "num_kv_heads": 4096, "head_dim": 4096, "max_position": 1 << 31}
+
+
+def check_ranges(cfg: ModelConfig) -> ModelConfig:
+    """Every count positive and within LIMITS, heads divisible into kv groups, eps/theta finite and positive:
+    a SourceError naming the field otherwise (a zero would divide by zero later, an infinite eps makes every
+    output NaN, a huge count allocates without end)."""
+    for name, limit in LIMITS.items():
+        value = getattr(cfg, name)
+        if not 1 <= value <= limit:
+            raise SourceError(f"config: {name} = {value} is out of range (1..{limit})")
+    if cfg.num_heads % cfg.num_kv_heads:
+        raise SourceError(f"config: num_attention_heads {cfg.num_heads} is not a multiple of num_key_value_heads "
+                          f"{cfg.num_kv_heads}")
+    if cfg.head_dim % 2:
+        raise SourceError(f"config: head_dim {cfg.head_dim} is odd (rotary embeddings pair its channels)")
+    if not (math.isfinite(cfg.rms_norm_eps) and 0 < cfg.rms_norm_eps < 1):
+        raise SourceError(f"config: rms_norm_eps = {cfg.rms_norm_eps} must be finite, > 0 and < 1")
+    for label, rope in (("rope_theta", cfg.rope), ("rope_local_base_freq", cfg.local_rope)):
+        if rope is not None and not (math.isfinite(rope.theta) and rope.theta > 0):
+            raise SourceError(f"config: {label} = {rope.theta} must be finite and > 0")
+        if rope is not None and not (math.isfinite(rope.factor) and rope.factor > 0):
+            raise SourceError(f"config: rope scaling factor = {rope.factor} must be finite and > 0")
+    return cfg
+
+
 def config_from_hf(hf: dict) -> ModelConfig:
-    """ModelConfig from an HF config.json dict; SourceError for unsupported architectures."""
+    """ModelConfig from an HF config.json dict; SourceError for unsupported architectures, missing or
+    malformed fields and values out of range (check_ranges)."""
+    if not isinstance(hf, dict):
+        raise SourceError(f"config: expected a JSON object, got {type(hf).__name__}")
     model_type = hf.get("model_type", "")
     if model_type == "gemma3" and "text_config" in hf:
         hf = {**hf["text_config"], "model_type": "gemma3_text"}
@@ -186,7 +217,7 @@ def config_from_hf(hf: dict) -> ModelConfig:
         act = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}.get(act)
         if act is None:
             raise SourceError(f"unsupported activation {hf.get('hidden_act')!r} (supported: silu, gelu_pytorch_tanh)")
-        return ModelConfig(
+        return check_ranges(ModelConfig(
             model_type=model_type,
             family=family,
             vocab_size=int(hf["vocab_size"]),
@@ -194,7 +225,7 @@ def config_from_hf(hf: dict) -> ModelConfig:
             intermediate_size=int(hf["intermediate_size"]),
             num_layers=layers,
             num_heads=heads,
-            num_kv_heads=int(hf.get("num_key_value_heads") or heads),
+            num_kv_heads=heads if hf.get("num_key_value_heads") is None else int(hf["num_key_value_heads"]),
             head_dim=head_dim,
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             max_position=int(hf.get("max_position_embeddings", 4096)),
@@ -211,6 +242,8 @@ def config_from_hf(hf: dict) -> ModelConfig:
             local_rope=local,
             bos_token_id=hf.get("bos_token_id"),
             eos_token_ids=_eos_ids(hf.get("eos_token_id")),
-        )
+        ))
     except KeyError as exc:
         raise SourceError(f"config.json lacks {exc.args[0]!r}") from None
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:  # a field of the wrong type or zero
+        raise SourceError(f"config: a malformed field ({type(exc).__name__}: {exc})") from None

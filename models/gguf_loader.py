@@ -9,6 +9,7 @@ interleaved rotary order (reversed here), and Gemma norm weights were stored as 
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -59,10 +60,101 @@ LLAMA_BLOCK_TENSORS = {**BLOCK_TENSORS, "ffn_norm": "post_attention_layernorm"}
 TOP_TENSORS = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
+# GGUF value types: fixed-size ones by size; 8 is a string, 9 an array
+VALUE_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+STRING, ARRAY = 8, 9
+MAX_DIMS = 4  # GGML_MAX_DIMS
+
+
+def check_header(path: Path) -> None:
+    """Walk the header (metadata and tensor infos) checking every declared count, length and type against the
+    bytes the file has, before GGUFReader trusts them: a string or array longer than the rest of the file, an
+    unknown value type, a tensor with more than 4 dimensions is a SourceError naming the key or tensor, found
+    in one pass over the header without allocating what it declares."""
+    import mmap
+    import struct
+
+    with open(path, "rb") as f:
+        size = file_size(path)
+        if size < 24:
+            raise SourceError(f"{path}: not a GGUF file ({size} bytes)")
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            if data[:4] != b"GGUF":
+                raise SourceError(f"{path}: not a GGUF file (no GGUF magic)")
+            version, tensors, kvs = struct.unpack_from("<IQQ", data, 4)
+            if version not in (2, 3):
+                raise SourceError(f"{path}: GGUF version {version} is not supported (2 or 3)")
+            if kvs > size // 13 or tensors > size // 32:
+                raise SourceError(f"{path}: declares {kvs} metadata entries and {tensors} tensors, more than its "
+                                  f"{size} bytes can hold")
+            pos = 24
+
+            def need(n: int, what: str) -> None:
+                if n < 0 or pos + n > size:
+                    raise SourceError(f"{path}: {what} runs past the end of the file")
+
+            def string(what: str) -> str:
+                nonlocal pos
+                need(8, what)
+                (n,) = struct.unpack_from("<Q", data, pos)
+                need(8 + n, what)
+                pos += 8 + n
+                return bytes(data[pos - n:pos]).decode("utf-8", "replace")
+
+            def value(vtype: int, key: str, depth: int = 0) -> None:
+                nonlocal pos
+                if vtype in VALUE_SIZES:
+                    need(VALUE_SIZES[vtype], f"metadata {key}")
+                    pos += VALUE_SIZES[vtype]
+                elif vtype == STRING:
+                    string(f"metadata {key}")
+                elif vtype == ARRAY and depth < 2:
+                    need(12, f"metadata {key}")
+                    item, count = struct.unpack_from("<IQ", data, pos)
+                    pos += 12
+                    smallest = VALUE_SIZES.get(item, 8 if item == STRING else 12)
+                    if item not in VALUE_SIZES and item not in (STRING, ARRAY):
+                        raise SourceError(f"{path}: metadata {key}: unknown array item type {item}")
+                    if count * smallest > size - pos:
+                        raise SourceError(f"{path}: metadata {key} declares {count} items, more than the rest of "
+                                          f"the file can hold")
+                    if item in VALUE_SIZES:
+                        pos += count * VALUE_SIZES[item]
+                    else:
+                        for _ in range(count):
+                            value(item, key, depth + 1)
+                else:
+                    raise SourceError(f"{path}: metadata {key}: unknown value type {vtype}")
+
+            for _ in range(kvs):
+                key = string("a metadata key")
+                need(4, f"metadata {key}")
+                (vtype,) = struct.unpack_from("<I", data, pos)
+                pos += 4
+                value(vtype, key)
+            for _ in range(tensors):
+                name = string("a tensor name")
+                need(4, f"tensor {name}")
+                (dims,) = struct.unpack_from("<I", data, pos)
+                if not 1 <= dims <= MAX_DIMS:
+                    raise SourceError(f"{path}: tensor {name} declares {dims} dimensions (1..{MAX_DIMS})")
+                need(4 + 8 * dims + 12, f"tensor {name}")
+                shape = struct.unpack_from(f"<{dims}Q", data, pos + 4)
+                if not all(1 <= d <= 1 << 40 for d in shape) or math.prod(shape) > 1 << 42:
+                    raise SourceError(f"{path}: tensor {name} has an impossible shape {list(shape)}")
+                pos += 4 + 8 * dims + 12
+        finally:
+            data.close()
+
+
 def open_gguf(path: Path):
     """The file's GGUFReader. Its memory map is read for the header only (tensor bytes are read with positioned
-    reads, see TensorRef); a tensor whose bytes run past the file's end is an error naming the tensor."""
+    reads, see TensorRef); a tensor whose bytes run past the file's end is an error naming the tensor. The
+    header is checked first (check_header)."""
     import gguf
+
+    check_header(path)
 
     class Reader(gguf.GGUFReader):
         """Builds a placeholder view (no memory) for a tensor past the file's end instead of failing unnamed."""
@@ -110,7 +202,15 @@ def gguf_hf_config(reader) -> dict:
         if value is not None:
             hf[hf_key] = value
     names = {t.name for t in reader.tensors}
-    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    if embd is None:
+        raise SourceError(f"the GGUF file has no token_embd.weight tensor ({len(names)} tensors)")
+    blocks = {int(n.split(".")[1]) for n in names if n.startswith("blk.") and n.split(".")[1].isdigit()}
+    declared = hf.get("num_hidden_layers")
+    if declared is not None and (not isinstance(declared, int) or declared != len(blocks)
+                                 or blocks != set(range(len(blocks)))):
+        raise SourceError(f"GGUF metadata {arch}.block_count = {declared!r}, but the file holds tensors for "
+                          f"{len(blocks)} blocks")
     hf.setdefault("vocab_size", int(embd.shape[-1]))
     hf["tie_word_embeddings"] = "output.weight" not in names
     if arch == "qwen2":
@@ -126,6 +226,9 @@ def gguf_hf_config(reader) -> dict:
         value = field_value(reader, key)
         if value is not None:
             hf[hf_key] = int(value)
+    from specrt.models.config import config_from_hf
+
+    config_from_hf(hf)  # counts, eps and theta in range (a SourceError naming the field)
     return hf
 
 
@@ -138,7 +241,10 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
 def _hf_name(gguf_name: str, block_map: dict) -> str | None:
     base, _, suffix = gguf_name.rpartition(".")  # suffix: weight | bias
     if base.startswith("blk."):
-        _, idx, kind = base.split(".", 2)
+        parts = base.split(".", 2)
+        if len(parts) != 3 or not parts[1].isdigit():
+            return None  # not a block tensor specrt knows (converted models need none of those)
+        _, idx, kind = parts
         hf = block_map.get(kind)
         return f"model.layers.{idx}.{hf}.{suffix}" if hf else None
     hf = TOP_TENSORS.get(base)
@@ -188,13 +294,19 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
             raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
                               f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
         after = None
+        shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims fastest-first
+        if arch in ("llama", "mistral") and name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = hf["num_attention_heads"] if "q_proj" in name else hf.get("num_key_value_heads",
+                                                                               hf["num_attention_heads"])
+            if shape[0] % (2 * heads):
+                raise SourceError(f"tensor {t.name} has {shape[0]} rows, which {heads} heads of an even width "
+                                  f"cannot split (GGUF metadata attention.head_count / head_count_kv)")
         if arch in ("llama", "mistral") and name.endswith(("q_proj.weight", "q_proj.bias")):
             after = functools.partial(_unpermute, n_head=hf["num_attention_heads"])
         elif arch in ("llama", "mistral") and name.endswith(("k_proj.weight", "k_proj.bias")):
             after = functools.partial(_unpermute, n_head=hf.get("num_key_value_heads", hf["num_attention_heads"]))
         elif arch == "gemma3" and "norm" in name:
             after = _minus_one
-        shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims fastest-first
         refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
                                _decoder(t.tensor_type, after), rows_apart=after is None or after is _minus_one)
     return hf, LazyWeights(refs), reader

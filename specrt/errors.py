@@ -6,8 +6,16 @@ embeds the API can catch bad input with `except ValueError`.
 """
 
 
+# control characters (a newline in a tensor name read from a hostile file) shown escaped: a message stays one line
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}
+
+
 class SpecrtError(ValueError):
-    """Base of every error a user can act on."""
+    """Base of every error a user can act on. Its message is one line: control characters that came from a
+    file (a name, a key) are shown escaped."""
+
+    def __init__(self, message="", *args):
+        super().__init__(str(message).translate(_ESCAPES), *args)
 
 
 class SourceError(SpecrtError):

@@ -38,8 +38,9 @@ def gguf_name(hf_name: str) -> str:
     return f"blk.{idx}.{HF_TO_GGUF_BLOCK[rest]}.{suffix}"
 
 
-def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], encode) -> None:
-    """encode(hf_name, gguf_ready_array) -> (data, raw_dtype or None) picks each tensor's storage."""
+def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], encode, tokens: list[str] | None = None) -> None:
+    """encode(hf_name, gguf_ready_array) -> (data, raw_dtype or None) picks each tensor's storage; tokens: a
+    tokenizer.ggml.tokens array to write too."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), arch)
@@ -54,6 +55,8 @@ def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], en
     writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
+    if tokens is not None:
+        writer.add_token_list(tokens)
     for name, w in weights.items():
         w = np.ascontiguousarray(w, dtype=np.float32)
         if arch == "llama" and name.endswith("q_proj.weight"):
