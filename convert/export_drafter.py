@@ -32,18 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
+from specrt import drafter_kinds
 from specrt.errors import SourceError, SpecrtError
 from specrt.models.layer_ids import write_eagle3_layers
 
 ENGINES = ("vllm", "sglang", "speculators")
-EXPORTABLE = ("eagle3", "dflash")
 SPECULATORS_VERSION = "0.9.0"  # the format version written (the one read from its code)
-NOT_EXPORTED = {
-    "ngram": "the engines have their own prompt lookup (vLLM: method \"ngram\"; SGLang: speculative_algorithm "
-             "\"NGRAM\"): nothing to export",
-    "draft-model": "a draft model is an ordinary model folder: give the engine its source as it is",
-    "mtp": "MTP modules are part of the target's own checkpoint: the engines read them from there",
-}
 
 
 @dataclass
@@ -78,7 +72,8 @@ def export(source: Path, engine: str, out: Path, target: str | None = None, veri
     else:
         raise SpecrtError(f"{source}: neither a bundle (no {MANIFEST}) nor a checkpoint folder (no config.json)")
     if not jobs:
-        raise SpecrtError(f"{source}: the bundle has no EAGLE-3 or DFlash drafter to export")
+        raise SpecrtError(f"{source}: the bundle has no drafter of a kind the engines take "
+                          f"({', '.join(drafter_kinds.exportable_kinds())})")
     out.parent.mkdir(parents=True, exist_ok=True)
     done = []
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.partial-") as tmp:
@@ -87,10 +82,9 @@ def export(source: Path, engine: str, out: Path, target: str | None = None, veri
         for kind, folder in jobs:
             dest = root / kind if nested else root
             dest.mkdir(exist_ok=True)
-            writer = _eagle3 if kind == "eagle3" else _dflash
-            notes, tokens = writer(folder, engine, dest, loaded_target, verifier)
+            writer = drafter_kinds.load_object(drafter_kinds.KINDS[kind].engine_writer)
             final = out / kind if nested else out
-            run = _run_line(kind, engine, final, tokens)
+            notes, run = writer(folder, engine, dest, loaded_target, verifier, final)
             (dest / "README.md").write_text(_readme(kind, engine, folder, notes, run))
             done.append(Exported(kind, final, notes, run))
         if out.exists():
@@ -134,8 +128,9 @@ def _bundle_jobs(bundle: Path, target: str | None, log) -> tuple[list[tuple[str,
     manifest = load_bundle(bundle, check_hashes=False)
     jobs = []
     for entry in manifest.drafters:
-        if entry.kind not in EXPORTABLE:
-            log(f"{entry.name}: not exported: {NOT_EXPORTED.get(entry.kind, 'no engine layout for this kind')}")
+        spec = drafter_kinds.KINDS.get(entry.kind)
+        if spec is None or spec.engine_writer is None:
+            log(f"{entry.name}: not exported: {spec.not_exported if spec else 'a kind this specrt does not know'}")
             continue
         folder = Path(entry.source)
         if not (folder / "config.json").is_file():
@@ -157,13 +152,12 @@ def _kind_of(folder: Path) -> str:
         raise SourceError(f"{folder}/config.json: not readable JSON ({exc})") from None
     if not isinstance(hf, dict):
         raise SourceError(f"{folder}/config.json: not a JSON object")
-    kind = str(hf.get("speculators_model_type", "")).lower()
-    archs = " ".join(str(a) for a in hf.get("architectures") or []).lower()
-    if kind == "dflash" or "dflash" in archs:
-        return "dflash"
-    if kind == "eagle3" or "eagle3" in archs:
-        return "eagle3"
-    raise SourceError(f"{folder}: not an EAGLE-3 or DFlash checkpoint (architectures {hf.get('architectures')})")
+    words = " ".join([str(hf.get("speculators_model_type", ""))] + [str(a) for a in hf.get("architectures") or []])
+    for spec in drafter_kinds.KINDS.values():
+        if spec.engine_writer and any(name in words.lower() for name in spec.checkpoint_names):
+            return spec.name
+    raise SourceError(f"{folder}: not a checkpoint of a kind the engines take ({', '.join(drafter_kinds.exportable_kinds())}; "
+                      f"architectures {hf.get('architectures')})")
 
 
 def _save(dest: Path, config: dict, tensors: dict[str, np.ndarray]) -> None:
@@ -183,17 +177,18 @@ def _verifier(target: _Target, verifier: str | None) -> dict:
     return {"name_or_path": verifier or target.spec, "architectures": [arch] if arch else []}
 
 
-def _speculators(kind: str, layer_config: dict, tokens: int, target: _Target, verifier: str | None,
+def _speculators(kind: str, architecture: str, layer_config: dict, tokens: int, target: _Target, verifier: str | None,
                  fields: dict) -> dict:
-    return {"architectures": ["Eagle3Speculator" if kind == "eagle3" else "DFlashSpeculator"],
-            "speculators_model_type": kind, "speculators_version": SPECULATORS_VERSION,
+    return {"architectures": [architecture], "speculators_model_type": kind, "speculators_version": SPECULATORS_VERSION,
             "speculators_config": {"algorithm": kind, "default_proposal_method": "greedy",
                                    "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": tokens}],
                                    "verifier": _verifier(target, verifier)},
             "transformer_layer_config": layer_config, **fields}
 
 
-def _eagle3(folder: Path, engine: str, dest: Path, target: _Target, verifier: str | None) -> tuple[list[str], int]:
+def write_eagle3(folder: Path, engine: str, dest: Path, target: _Target, verifier: str | None,
+                 final: Path) -> tuple[list[str], str]:
+    """An EAGLE-3 head for ENGINE into dest (to be renamed to final); (notes, how to run it)."""
     from specrt.models.eagle3 import load_eagle3_checkpoint
 
     cfg, tensors = load_eagle3_checkpoint(folder, target.config)
@@ -208,17 +203,19 @@ def _eagle3(folder: Path, engine: str, dest: Path, target: _Target, verifier: st
         layer = {k: v for k, v in hf.items() if k not in ("architectures", "draft_vocab_size", "target_hidden_size",
                                                           "norm_before_residual", "eagle_config",
                                                           "eagle_aux_hidden_state_layer_ids")}
-        config = _speculators("eagle3", {**layer, "model_type": "llama"}, 3, target, verifier, {
+        config = _speculators("eagle3", "Eagle3Speculator", {**layer, "model_type": "llama"}, 3, target, verifier, {
             "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.target_hidden_size,
             "norm_before_residual": cfg.norm_before_residual, "norm_before_fc": False, "fc_norm": False,
             "norm_output": False, "eagle_aux_hidden_state_layer_ids": [k + 1 for k in cfg.aux_layers]})
     else:
         config = write_eagle3_layers(hf, cfg.aux_layers)
     _save(dest, config, names)
-    return notes, 3
+    return notes, _run_line("eagle3", "EAGLE3", engine, final, 3)
 
 
-def _dflash(folder: Path, engine: str, dest: Path, target: _Target, verifier: str | None) -> tuple[list[str], int]:
+def write_dflash(folder: Path, engine: str, dest: Path, target: _Target, verifier: str | None,
+                 final: Path) -> tuple[list[str], str]:
+    """A DFlash drafter for ENGINE into dest (to be renamed to final); (notes, how to run it)."""
     from specrt.models.dflash import D2T, LM_HEAD, open_dflash_checkpoint
 
     cfg, weights, d2t = open_dflash_checkpoint(folder, target.config)
@@ -241,7 +238,8 @@ def _dflash(folder: Path, engine: str, dest: Path, target: _Target, verifier: st
     if engine == "speculators":
         layer = {k: v for k, v in hf.items() if k not in ("architectures", "dflash_config", "target_hidden_size",
                                                           "num_target_layers")}
-        config = _speculators("dflash", {**layer, "model_type": "qwen3"}, cfg.block_size - 1, target, verifier, {
+        config = _speculators("dflash", "DFlashSpeculator", {**layer, "model_type": "qwen3"}, cfg.block_size - 1,
+                              target, verifier, {
             "draft_vocab_size": fields.get("draft_vocab_size", cfg.layers.vocab_size),
             "target_hidden_size": cfg.target_hidden_size, "block_size": cfg.block_size,
             "mask_token_id": cfg.mask_token_id, "sliding_window_non_causal": True,
@@ -249,17 +247,17 @@ def _dflash(folder: Path, engine: str, dest: Path, target: _Target, verifier: st
     else:
         config = {**hf, **fields}
     _save(dest, config, tensors)
-    return notes, cfg.block_size - 1
+    return notes, _run_line("dflash", "DFLASH", engine, final, cfg.block_size - 1)
 
 
-def _run_line(kind: str, engine: str, folder: Path, tokens: int) -> str:
+def _run_line(method: str, algo: str, engine: str, folder: Path, tokens: int) -> str:
+    """method: vLLM's speculative method; algo: SGLang's speculative_algorithm."""
     if engine == "sglang":
-        algo = "EAGLE3" if kind == "eagle3" else "DFLASH"
         return (f"sglang.Engine(model_path=TARGET, speculative_algorithm=\"{algo}\", "
                 f"speculative_draft_model_path=\"{folder}\")")
     if engine == "speculators":
         return f"vllm.LLM(model=\"{folder}\")  # loads the verifier named in its config"
-    return (f"vllm.LLM(model=TARGET, speculative_config={{\"method\": \"{kind}\", \"model\": \"{folder}\", "
+    return (f"vllm.LLM(model=TARGET, speculative_config={{\"method\": \"{method}\", \"model\": \"{folder}\", "
             f"\"num_speculative_tokens\": {tokens}}})")
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from specrt.errors import SpecrtError
+from specrt.errors import BundleError, SpecrtError
 from specrt.kernels.kv_compact import kv_compact_ref
 
 
@@ -48,14 +48,54 @@ def make_session_options(threads: int = 0) -> ort.SessionOptions:
     return opts
 
 
+def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider",), kv_layers: int | None = None,
+                 kv_shape: tuple[int, int] | None = None):
+    """An ONNX Runtime session for a bundle's graph; a graph ONNX Runtime cannot load (corrupt, truncated, not
+    ONNX) or whose KV inputs disagree with the manifest's layer count is a one-line BundleError naming it."""
+    try:
+        session = ort.InferenceSession(str(model_path), make_session_options(threads), providers=list(providers))
+    except Exception as exc:  # InvalidProtobuf, Fail, RuntimeError...: ORT's own messages span lines
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BundleError(f"{model_path}: ONNX Runtime cannot load this graph ({first[:200]})") from None
+    if kv_layers is not None:
+        names = {i.name for i in session.get_inputs()}
+        have = sum(1 for n in names if n.startswith("past_key_values.") and n.endswith(".key"))
+        if have != kv_layers or any(f"past_key_values.{i}.key" not in names for i in range(kv_layers)):
+            raise BundleError(f"{model_path}: the graph has {have} layers of KV inputs, the manifest says {kv_layers}")
+    if kv_shape is not None:
+        shape = next((i.shape for i in session.get_inputs() if i.name == "past_key_values.0.key"), None)
+        if shape is not None and len(shape) == 4 and [shape[1], shape[3]] != list(kv_shape):
+            raise BundleError(f"{model_path}: the graph's KV heads x head size are {shape[1]} x {shape[3]}, the "
+                              f"manifest says {kv_shape[0]} x {kv_shape[1]}")
+    return session
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the machine can still give (MemAvailable), or None where that is not known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 class TargetSession:
     def __init__(self, model_path: str, spec: TargetSpec, providers=("CPUExecutionProvider",), batch: int = 1, threads: int = 0):
         self.spec, self.batch = spec, batch
-        self.session = ort.InferenceSession(str(model_path), make_session_options(threads), providers=list(providers))
         self.np_dtype = np.float16 if spec.kv_dtype == "float16" else np.float32
         shape = (batch, spec.num_kv_heads, spec.max_context, spec.head_dim)
         # the cache lives where the model runs: device memory under CUDA, host memory otherwise
         self.device = "cuda" if list(providers)[0] == "CUDAExecutionProvider" else "cpu"
+        need, free = 2 * spec.num_layers * int(np.prod(shape)) * np.dtype(self.np_dtype).itemsize, available_memory()
+        if self.device == "cpu" and free is not None and need > free:
+            raise BundleError(f"{model_path}: its KV cache ({spec.num_layers} layers x {spec.max_context} tokens) needs "
+                              f"{need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB this machine has free "
+                              f"(convert with a smaller --max-context)")
+        self.session = open_session(model_path, threads, providers, spec.num_layers,
+                                    (spec.num_kv_heads, spec.head_dim))
         self.host_arrays: list[np.ndarray] = []
         self.keys = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
         self.values = [self._kv_buffer(shape) for _ in range(spec.num_layers)]

@@ -108,9 +108,98 @@ class Manifest:
             for key in ("stop_token_ids", "tokenizer_files", "execution_providers"):
                 d[key] = tuple(d.get(key, ()))
             d["drafters"] = check_drafter_entries(d.get("drafters", ()))
-            return Manifest(**d)
-        except (KeyError, TypeError) as exc:
+            manifest = Manifest(**d)
+        except (KeyError, TypeError, AttributeError) as exc:
             raise BundleError(f"specrt.json is malformed ({type(exc).__name__}: {exc})") from None
+        check_manifest(manifest)
+        return manifest
+
+
+MAX_CONTEXT = 1 << 20  # tokens: no real model's context is longer
+PRECISIONS = ("fp32", "fp16", "int4")
+
+
+def _int(value, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _strings(value) -> bool:
+    return isinstance(value, tuple) and all(isinstance(v, str) and v for v in value)
+
+
+def check_manifest(m: Manifest) -> None:
+    """Every field of the manifest typed and in range, every file name a plain relative path (BundleError naming
+    the field): a bundle is a file people download and share, so nothing in it is trusted before use."""
+
+    def bad(field: str, value, wanted: str):
+        raise BundleError(f"specrt.json: {field} must be {wanted}, not {value!r:.80}")
+
+    t, kv = m.target, m.kv
+    for name in ("file", "data_file"):
+        if not isinstance(getattr(t, name), str) or not getattr(t, name):
+            bad(f"target.{name}", getattr(t, name), "a file name")
+    if t.precision not in PRECISIONS:
+        bad("target.precision", t.precision, " | ".join(PRECISIONS))
+    for name in ("inputs", "outputs"):
+        if not _strings(getattr(t, name)):
+            bad(f"target.{name}", getattr(t, name), "a list of names")
+    if not all(_int(i, 0, 4095) for i in t.hidden_layers):
+        bad("target.hidden_layers", list(t.hidden_layers), "a list of layer indices")
+    if not _int(t.hidden_size, 0, 1 << 17) or not _int(t.int4_block_size, 0, 1024):
+        bad("target.hidden_size / int4_block_size", (t.hidden_size, t.int4_block_size), "non-negative integers")
+    for name, high in (("layers", 4096), ("kv_heads", 4096), ("head_dim", 4096), ("max_context", MAX_CONTEXT)):
+        if not _int(getattr(kv, name), 1, high):
+            bad(f"kv.{name}", getattr(kv, name), f"an integer in 1..{high}")
+    if kv.dtype not in ("float32", "float16"):
+        bad("kv.dtype", kv.dtype, "float32 | float16")
+    if not isinstance(m.model_config, dict):
+        bad("model_config", m.model_config, "an object")
+    for name in ("num_layers", "num_kv_heads", "head_dim"):
+        want = {"num_layers": kv.layers, "num_kv_heads": kv.kv_heads, "head_dim": kv.head_dim}[name]
+        if name in m.model_config and m.model_config[name] != want:
+            raise BundleError(f"specrt.json: kv says {want} for {name}, model_config says "
+                              f"{m.model_config[name]!r:.40} (a hand-edited or mismatched manifest)")
+    if not _int(m.model_config.get("sliding_window", 0), 0, MAX_CONTEXT):
+        bad("model_config.sliding_window", m.model_config.get("sliding_window"), "a non-negative integer")
+    if not _int(m.vocab_size, 1, 1 << 24):
+        bad("vocab_size", m.vocab_size, "a positive integer")
+    if not all(_int(i, 0, m.vocab_size - 1) for i in m.stop_token_ids):
+        bad("stop_token_ids", list(m.stop_token_ids), "token ids of the vocabulary")
+    if m.bos_token_id is not None and not _int(m.bos_token_id, 0, m.vocab_size - 1):
+        bad("bos_token_id", m.bos_token_id, "a token id or null")
+    if m.chat_template is not None and not isinstance(m.chat_template, str):
+        bad("chat_template", m.chat_template, "a string or null")
+    if not _strings(m.tokenizer_files) or not _strings(m.execution_providers):
+        bad("tokenizer_files / execution_providers", (m.tokenizer_files, m.execution_providers), "lists of names")
+    if not isinstance(m.files, dict):
+        bad("files", m.files, "an object")
+    for name, entry in m.files.items():
+        check_relative(name)
+        if not _int(entry.size, 0, 1 << 50) or not (isinstance(entry.sha256, str) and len(entry.sha256) == 64):
+            bad(f"files[{name!r}]", dataclasses.asdict(entry), "{size: bytes, sha256: 64 hex digits}")
+    names = {t.file, t.data_file, *m.tokenizer_files}
+    for drafter in m.drafters:
+        names |= drafter.files()
+    for name in names:
+        check_relative(name)
+
+
+def check_relative(name: str) -> None:
+    """A file name of the manifest must be a plain relative path inside the bundle: no absolute path, no '..',
+    no backslash or drive (checked before anything is opened or even stat'ed)."""
+    if (not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts
+            or "\\" in name or ":" in name or name.startswith("~")):
+        raise BundleError(f"specrt.json names the file {name!r:.80}: only paths inside the bundle are allowed")
+
+
+def bundle_path(bundle: Path, name: str) -> Path:
+    """bundle / name, refused (BundleError) if it leads outside the bundle once symlinks are resolved."""
+    check_relative(name)
+    root = Path(bundle).resolve()
+    path = (root / name).resolve()
+    if path != root and root not in path.parents:
+        raise BundleError(f"{bundle}: {name} leads outside the bundle (a symlink to {path})")
+    return path
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -146,8 +235,8 @@ def read_manifest(bundle: Path) -> Manifest:
         raise BundleError(f"{bundle}: not a specrt bundle (no {MANIFEST})")
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise BundleError(f"{path}: unreadable manifest ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise BundleError(f"{path}: unreadable manifest ({type(exc).__name__}: {str(exc)[:200]})") from None
     if not isinstance(data, dict):
         raise BundleError(f"{path}: manifest is not a JSON object")
     return Manifest.from_dict(data)
@@ -163,7 +252,7 @@ def validate_files(bundle: Path, manifest: Manifest, check_hashes: bool = True) 
     if unlisted:
         raise BundleError(f"{bundle}: manifest lists no checksum for {unlisted[0]}")
     for name, entry in manifest.files.items():
-        path = bundle / name
+        path = bundle_path(bundle, name)
         if not path.is_file():
             raise BundleError(f"{bundle}: missing file {name}")
         size = path.stat().st_size

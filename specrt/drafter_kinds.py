@@ -31,6 +31,9 @@ class DrafterKind:
     trainer: str | None = None  # "module:object" of train/ that `specrt train-drafter --kind NAME` runs
     title: str = ""  # what a user calls one ("EAGLE-3 head")
     missing: str = ""  # how to give a bundle one, for the error when it has none
+    engine_writer: str | None = None  # "module:function" of convert/export_drafter.py writing it for vLLM/SGLang
+    checkpoint_names: tuple[str, ...] = ()  # lower-case words that name its checkpoints (architecture, format)
+    not_exported: str = ""  # why `specrt export-drafter` has nothing to write for it
 
     @property
     def needs_entry(self) -> bool:
@@ -51,19 +54,25 @@ FEATURE_HEAD_FIELDS = ("draft_vocab_size", "target_hidden_size", "aux_layers")
 KINDS: dict[str, DrafterKind] = {k.name: k for k in (
     DrafterKind("eagle3", "specrt.drafters.eagle3:Eagle3Drafter", "specrt.convert.eagle3_bundle", "FOLDER",
                 FEATURE_HEAD_FIELDS, trees=True, auto="eagle3", shipped=True, trainer="specrt.train.recipe:EAGLE3",
-                title="EAGLE-3 head", missing="convert it with --drafter eagle3:CHECKPOINT_FOLDER"),
+                title="EAGLE-3 head", missing="convert it with --drafter eagle3:CHECKPOINT_FOLDER",
+                engine_writer="specrt.convert.export_drafter:write_eagle3", checkpoint_names=("eagle3",)),
     DrafterKind("mtp", "specrt.drafters.mtp:MtpDrafter", "specrt.convert.mtp_bundle", "[FOLDER]",
                 FEATURE_HEAD_FIELDS, trees=True, auto="mtp", trainer="specrt.train.recipe:MTP",
-                title="MTP module", missing="convert a target that ships one with --drafter mtp"),
+                title="MTP module", missing="convert a target that ships one with --drafter mtp",
+                not_exported="MTP modules are part of the target's own checkpoint: the engines read them from there"),
     DrafterKind("dflash", "specrt.drafters.dflash:DFlashDrafter", "specrt.convert.dflash_bundle", "FOLDER",
                 ("block_size", "mask_token_id", "target_hidden_size", "vocab_size", "target_layer_ids"),
                 modes=("prob", "head"), auto="dflash", shipped=True, trainer="specrt.train.recipe:DFLASH",
-                title="DFlash drafter", missing="convert it with --drafter dflash:CHECKPOINT_FOLDER"),
+                title="DFlash drafter", missing="convert it with --drafter dflash:CHECKPOINT_FOLDER",
+                engine_writer="specrt.convert.export_drafter:write_dflash", checkpoint_names=("dflash",)),
     DrafterKind("draft-model", "specrt.drafters.draft_model:DraftModelDrafter", "specrt.convert.draft_model_bundle",
                 "PATH_OR_NAME", ("vocab_size", "model_config"), head_graph=False, auto="draft-model+ngram",
                 catalog_draft_model=True, title="draft model",
-                missing="convert it with --drafter draft-model:PATH_OR_NAME"),
-    DrafterKind("ngram", "specrt.drafters.ngram:NgramDrafter", None, title="prompt lookup"),
+                missing="convert it with --drafter draft-model:PATH_OR_NAME",
+                not_exported="a draft model is an ordinary model folder: give the engine its source as it is"),
+    DrafterKind("ngram", "specrt.drafters.ngram:NgramDrafter", None, title="prompt lookup",
+                not_exported="the engines have their own prompt lookup (vLLM: method \"ngram\"; SGLang: "
+                             "speculative_algorithm \"NGRAM\"): nothing to export"),
 )}
 
 
@@ -80,6 +89,11 @@ def kind(name: str) -> DrafterKind:
         raise SpecrtError(f"drafter {base!r} is unknown (available: none, {', '.join(KINDS)}, auto; "
                           f"{' and '.join(tree_kinds())} also as NAME:tree)")
     return KINDS[base]
+
+
+def exportable_kinds() -> tuple[str, ...]:
+    """Kinds `specrt export-drafter` writes for the serving engines."""
+    return tuple(k.name for k in KINDS.values() if k.engine_writer)
 
 
 def trainable_kinds() -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from specrt.drafters.dflash.schedule import cut_length
 from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
 from specrt.runtime.drafter import Draft, Drafter, TargetView, common_prefix
 from specrt.runtime.sampling import SamplingParams, target_probs
-from specrt.runtime.target_session import make_session_options
+from specrt.runtime.target_session import open_session
 
 
 CUTS = ("prob", "head")  # the modes a drafter name may ask for: dflash:prob, dflash:head
@@ -42,11 +42,9 @@ class DFlashDrafter(Drafter):
     block_drafter = True  # one call drafts the whole block: its cost does not grow with the draft length
 
     def __init__(self, bundle_dir: Path, entry: DrafterEntry, providers, threads: int = 0):
-        import onnxruntime as ort
 
         kv = entry.kv
-        self.session = ort.InferenceSession(str(Path(bundle_dir) / entry.graph.file), make_session_options(threads),
-                                            providers=list(providers))
+        self.session = open_session(Path(bundle_dir) / entry.graph.file, threads, providers, entry.kv.layers)
         self.layers, self.kv_heads, self.head_dim, self.max_context = kv.layers, kv.kv_heads, kv.head_dim, kv.max_context
         self.block_size, self.mask = entry.block_size, entry.mask_token_id
         self.vocab_size = entry.vocab_size
