@@ -82,7 +82,8 @@ class Engine:
         window = manifest.model_config["sliding_window"] if "sliding_attention_bias" in manifest.target.inputs else 0
         spec = TargetSpec(manifest.kv.layers, manifest.kv.kv_heads, manifest.kv.head_dim, manifest.kv.max_context,
                           manifest.vocab_size, kv_dtype=manifest.kv.dtype,
-                          hidden_output="hidden_states" in manifest.target.outputs, sliding_window=window)
+                          hidden_output="hidden_states" in manifest.target.outputs, sliding_window=window,
+                          hidden_width=len(manifest.target.hidden_layers) * manifest.target.hidden_size)
         self.target = TargetSession(self.bundle_dir / manifest.target.file, spec, providers, threads=threads)
         self.batch_invariant = batch_invariant
         # verify with the Triton kernel on the logits where they are (GPU providers, with torch + triton)

@@ -30,6 +30,7 @@ class TargetSpec:
     hidden_output: bool = False
     sliding_window: int = 0  # > 0: the graph has a sliding_attention_bias input
     extra_outputs: tuple[str, ...] = ()  # further outputs returned after the logits (EAGLE-3: hidden_out)
+    hidden_width: int = 0  # width of the hidden_states output the manifest implies (layers x hidden size)
 
 
 class ContextOverflowError(SpecrtError):
@@ -49,7 +50,7 @@ def make_session_options(threads: int = 0) -> ort.SessionOptions:
 
 
 def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider",), kv_layers: int | None = None,
-                 kv_shape: tuple[int, int] | None = None):
+                 kv_shape: tuple[int, int] | None = None, widths: dict[str, int] | None = None):
     """An ONNX Runtime session for a bundle's graph; a graph ONNX Runtime cannot load (corrupt, truncated, not
     ONNX) or whose KV inputs disagree with the manifest's layer count is a one-line BundleError naming it."""
     try:
@@ -67,6 +68,11 @@ def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider"
         if shape is not None and len(shape) == 4 and [shape[1], shape[3]] != list(kv_shape):
             raise BundleError(f"{model_path}: the graph's KV heads x head size are {shape[1]} x {shape[3]}, the "
                               f"manifest says {kv_shape[0]} x {kv_shape[1]}")
+    outputs = {o.name: o.shape for o in session.get_outputs()}
+    for name, width in (widths or {}).items():  # last dimension of an output, where the graph states it
+        last = (outputs.get(name) or [None])[-1]
+        if isinstance(last, int) and last != width:
+            raise BundleError(f"{model_path}: its {name} output is {last} wide, the manifest implies {width}")
     return session
 
 
@@ -94,8 +100,11 @@ class TargetSession:
             raise BundleError(f"{model_path}: its KV cache ({spec.num_layers} layers x {spec.max_context} tokens) needs "
                               f"{need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB this machine has free "
                               f"(convert with a smaller --max-context)")
+        widths = {"logits": spec.vocab_size}
+        if spec.hidden_width:
+            widths["hidden_states"] = spec.hidden_width
         self.session = open_session(model_path, threads, providers, spec.num_layers,
-                                    (spec.num_kv_heads, spec.head_dim))
+                                    (spec.num_kv_heads, spec.head_dim), widths)
         self.host_arrays: list[np.ndarray] = []
         self.keys = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
         self.values = [self._kv_buffer(shape) for _ in range(spec.num_layers)]

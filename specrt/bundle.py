@@ -147,6 +147,13 @@ def check_manifest(m: Manifest) -> None:
         bad("target.hidden_layers", list(t.hidden_layers), "a list of layer indices")
     if not _int(t.hidden_size, 0, 1 << 17) or not _int(t.int4_block_size, 0, 1024):
         bad("target.hidden_size / int4_block_size", (t.hidden_size, t.int4_block_size), "non-negative integers")
+    if "hidden_states" in t.outputs and (not t.hidden_layers or t.hidden_size < 1):
+        bad("target.hidden_layers / hidden_size", (list(t.hidden_layers), t.hidden_size),
+            "set where the graph outputs hidden_states")
+    for d in m.drafters:
+        if d.target_hidden_size and d.target_hidden_size != t.hidden_size:
+            raise BundleError(f"specrt.json: the {d.name} drafter reads hidden states of width {d.target_hidden_size}, "
+                              f"the target graph's are {t.hidden_size}")
     for name, high in (("layers", 4096), ("kv_heads", 4096), ("head_dim", 4096), ("max_context", MAX_CONTEXT)):
         if not _int(getattr(kv, name), 1, high):
             bad(f"kv.{name}", getattr(kv, name), f"an integer in 1..{high}")

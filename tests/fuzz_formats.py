@@ -3,9 +3,11 @@ case under an alarm) so that a case that hangs or allocates without end is caugh
 
     python -m tests.fuzz_formats FORMAT SEED_FILE CASES SEED   ->  one JSON line of counts
 
-FORMAT: gguf (the header region of a GGUF file: metadata and tensor infos) or safetensors (its JSON header and
-the 8-byte length before it). Every outcome must be `clean` (a SourceError whose message is one line),
-`loaded` (the file loads and every tensor reads), or it is listed under `other` with its exception.
+FORMAT: gguf (the header region of a GGUF file: metadata and tensor infos), safetensors (its JSON header and
+the 8-byte length before it), or manifest (SEED_FILE: a bundle folder; one value of its specrt.json replaced,
+then the bundle loaded and two tokens generated). Every outcome must be `clean` (a SpecrtError whose message
+is one line), `loaded` (the file loads and every tensor reads; the bundle generates), or it is listed under
+`other` with its exception.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MEMORY_CAP = 3 << 30  # bytes of address space for the whole worker
+MEMORY_CAP = 8 << 30  # bytes of address space for the whole worker (ONNX Runtime's threads reserve some)
 CASE_SECONDS = 20
 
 SPECIAL = [0, 1, 2, 3, 7, 8, 9, 12, 13, 255, 1 << 16, 1 << 31, (1 << 32) - 1, 1 << 32, (1 << 63) - 1, (1 << 64) - 1]
@@ -52,6 +54,74 @@ def mutate(data: bytes, region: int, rng: random.Random) -> bytes:
     else:
         buf[at:at + 4] = struct.pack("<f", rng.choice([0.0, -1.0, float("inf"), float("nan"), 1e30]))[:len(buf) - at]
     return bytes(buf)
+
+
+HOSTILE_VALUES = [None, -1, 0, 1, 10 ** 9, 2 ** 63, 1.5, float("nan"), "x", "", "../x", "/etc/passwd", [], {}, True,
+                  [0, 1], {"a": 1}, [[[[[]]]]]]
+
+
+def mutate_json(value, rng: random.Random):
+    """A copy of a JSON value with one member (at any depth) replaced by a hostile value, or removed."""
+    import copy
+
+    value = copy.deepcopy(value)
+    paths = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                paths.append(path + [k])
+                walk(v, path + [k])
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                paths.append(path + [i])
+                walk(v, path + [i])
+
+    walk(value, [])
+    path = rng.choice(paths)
+    parent = value
+    for key in path[:-1]:
+        parent = parent[key]
+    if isinstance(parent, dict) and rng.random() < 0.2:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = rng.choice(HOSTILE_VALUES)
+    return value
+
+
+def _manifest_cases(bundle: Path, cases: int, rng: random.Random, counts: dict, error_type) -> None:
+    import shutil
+
+    import specrt
+    from specrt.runtime.sampling import SamplingParams
+
+    original = json.loads((bundle / "specrt.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "bundle"
+        shutil.copytree(bundle, work)
+        for i in range(cases):
+            (work / "specrt.json").write_text(json.dumps(mutate_json(original, rng)))
+            _attempt(counts, i, error_type, lambda: specrt.load(str(work), device="cpu", drafter="auto").generate(
+                "hello", SamplingParams(max_new_tokens=2)).wait())
+
+
+def _attempt(counts: dict, i: int, error_type, run) -> None:
+    counts["tried"] += 1
+    t0 = time.perf_counter()
+    signal.alarm(CASE_SECONDS)
+    try:
+        run()
+        counts["loaded"] += 1
+    except error_type as exc:
+        if "\n" in str(exc):
+            counts["other"].append(f"case {i}: an error of several lines: {exc!r:.300}")
+        else:
+            counts["clean"] += 1
+    except BaseException as exc:  # noqa: BLE001: every other outcome is what the fuzzer looks for
+        counts["other"].append(f"case {i}: {type(exc).__name__}: {str(exc)[:300]}")
+    finally:
+        signal.alarm(0)
+    counts["slowest_s"] = round(max(counts["slowest_s"], time.perf_counter() - t0), 3)
 
 
 def _load_gguf(path: Path) -> None:
@@ -87,13 +157,16 @@ class BytesPath:
 
 
 def main(fmt: str, seed_file: str, cases: int, seed: int) -> dict:
-    from specrt.errors import SourceError
+    from specrt.errors import SourceError, SpecrtError
 
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
     signal.signal(signal.SIGALRM, _alarm)
-    data = Path(seed_file).read_bytes()
     rng = random.Random(seed)
     counts = {"format": fmt, "tried": 0, "clean": 0, "loaded": 0, "other": [], "slowest_s": 0.0}
+    if fmt == "manifest":
+        _manifest_cases(Path(seed_file), cases, rng, counts, SpecrtError)
+        return counts
+    data = Path(seed_file).read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / ("case.gguf" if fmt == "gguf" else "case.safetensors")
         BytesPath.path = path
@@ -104,22 +177,7 @@ def main(fmt: str, seed_file: str, cases: int, seed: int) -> dict:
         for i in range(cases):
             case = mutate(data, region, rng)
             path.write_bytes(case)
-            counts["tried"] += 1
-            t0 = time.perf_counter()
-            signal.alarm(CASE_SECONDS)
-            try:
-                load(path)
-                counts["loaded"] += 1
-            except SourceError as exc:
-                if "\n" in str(exc):
-                    counts["other"].append(f"case {i}: a SourceError of several lines: {exc!r:.300}")
-                else:
-                    counts["clean"] += 1
-            except BaseException as exc:  # noqa: BLE001: every other outcome is what the fuzzer looks for
-                counts["other"].append(f"case {i}: {type(exc).__name__}: {str(exc)[:300]}")
-            finally:
-                signal.alarm(0)
-            counts["slowest_s"] = round(max(counts["slowest_s"], time.perf_counter() - t0), 3)
+            _attempt(counts, i, SourceError, lambda: load(path))
     return counts
 
 

@@ -141,3 +141,140 @@ def test_fuzz_safetensors(tmp_path):
           f"{len(counts['other'])}; slowest case {counts['slowest_s']} s")
     assert counts["tried"] == FUZZ_CASES and counts["other"] == []
     assert counts["clean"] > FUZZ_CASES // 4
+
+
+# -- bundles: the manifest validated whole, nothing outside the bundle reachable ------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_bundle(tmp_path_factory) -> Path:
+    from specrt.cli import main
+    from tests.tiny_models import save_tiny_bundle_source
+
+    src = save_tiny_bundle_source("llama", tmp_path_factory.mktemp("src") / "tiny")
+    bundle = tmp_path_factory.mktemp("b") / "bundle"
+    assert main(["convert", str(src), "-o", str(bundle), "--max-context", "96"]) == 0
+    return bundle
+
+
+def _copy(bundle: Path, dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(bundle, dest)
+    return dest
+
+
+def _edit(bundle: Path, change) -> None:
+    path = bundle / "specrt.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def _both_refuse(bundle: Path, message: str, capsys) -> None:
+    """`specrt info` and `specrt generate` answer one `error:` line (exit 2) naming the problem."""
+    from specrt.cli import main
+
+    for argv in (["info", str(bundle)], ["generate", str(bundle), "--prompt", "hi", "--max-new-tokens", "2",
+                                          "--drafter", "none"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], (argv, err)
+
+
+def test_a_target_file_outside_the_bundle_is_refused(tiny_bundle, tmp_path, capsys):
+    outside = tmp_path / "outside.onnx"
+    outside.write_bytes((tiny_bundle / "target.onnx").read_bytes())
+    bundle = _copy(tiny_bundle, tmp_path / "b")
+
+    def point_out(m):
+        m["files"][str(outside)] = m["files"]["target.onnx"]
+        m["target"]["file"] = str(outside)
+    _edit(bundle, point_out)
+    _both_refuse(bundle, "only paths inside the bundle", capsys)
+
+
+def test_dot_dot_and_absolute_file_entries_are_refused_without_a_stat(tiny_bundle, tmp_path, capsys):
+    for name in ("../../../../etc/passwd", "/etc/shadow", "sub/../../x"):
+        bundle = _copy(tiny_bundle, tmp_path / f"b{abs(hash(name))}")
+        _edit(bundle, lambda m: m["files"].__setitem__(name, {"size": 1, "sha256": "0" * 64}))
+        _both_refuse(bundle, "only paths inside the bundle", capsys)
+
+
+def test_a_symlink_out_of_the_bundle_is_refused(tiny_bundle, tmp_path, capsys):
+    import hashlib
+
+    bundle = _copy(tiny_bundle, tmp_path / "b")
+    secret = tmp_path / "secret.json"
+    secret.write_text((bundle / "tokenizer.json").read_text())
+    (bundle / "tokenizer.json").unlink()
+    (bundle / "tokenizer.json").symlink_to(secret)
+    data = secret.read_bytes()
+    _edit(bundle, lambda m: m["files"].__setitem__("tokenizer.json", {
+        "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
+    _both_refuse(bundle, "leads outside the bundle", capsys)
+
+
+BUNDLE_MUTATIONS = {
+    "drafters a string": (lambda m: m.__setitem__("drafters", "eagle3"), "'drafters' must be a list"),
+    "max_context a string": (lambda m: m["kv"].__setitem__("max_context", "4096"), "kv.max_context"),
+    "max_context -1": (lambda m: m["kv"].__setitem__("max_context", -1), "kv.max_context"),
+    "max_context 1e9": (lambda m: m["kv"].__setitem__("max_context", 10 ** 9), "kv.max_context"),
+    "kv.layers wrong": (lambda m: m["kv"].__setitem__("layers", 2), "kv says 2 for num_layers"),
+    "target missing": (lambda m: m.pop("target"), "malformed"),
+    "files not an object": (lambda m: m.__setitem__("files", []), "malformed"),
+    "stop id out of range": (lambda m: m.__setitem__("stop_token_ids", [10 ** 6]), "stop_token_ids"),
+    "precision unknown": (lambda m: m["target"].__setitem__("precision", "int2"), "target.precision"),
+}
+
+
+@pytest.mark.parametrize("name", list(BUNDLE_MUTATIONS))
+def test_malformed_manifest_fields_are_named(tiny_bundle, tmp_path, capsys, name):
+    change, message = BUNDLE_MUTATIONS[name]
+    bundle = _copy(tiny_bundle, tmp_path / "b")
+    _edit(bundle, change)
+    _both_refuse(bundle, message, capsys)
+
+
+def test_a_deeply_nested_manifest_is_refused(tiny_bundle, tmp_path, capsys):
+    bundle = _copy(tiny_bundle, tmp_path / "b")
+    (bundle / "specrt.json").write_text("[" * 100_000 + "]" * 100_000)
+    _both_refuse(bundle, "unreadable manifest", capsys)
+
+
+def test_a_corrupt_graph_of_the_same_size_is_a_bundle_error(tiny_bundle, tmp_path, capsys):
+    bundle = _copy(tiny_bundle, tmp_path / "b")
+    size = (bundle / "target.onnx").stat().st_size
+    (bundle / "target.onnx").write_bytes(b"\x07" * size)
+    from specrt.cli import main
+
+    assert main(["generate", str(bundle), "--prompt", "hi", "--max-new-tokens", "2", "--drafter", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ONNX Runtime cannot load this graph" in err[0]
+
+
+@pytest.fixture(scope="module")
+def tiny_eagle_bundle(tmp_path_factory) -> Path:
+    """The tiny target with a random EAGLE-3 head: a manifest with a drafter entry and hidden-state taps."""
+    from specrt.cli import main
+    from specrt.models.eagle3 import save_eagle3_checkpoint, state_dict_of
+    from tests.test_eagle3 import random_head
+    from tests.tiny_models import save_tiny_bundle_source
+
+    root = tmp_path_factory.mktemp("eagle-fuzz")
+    src = save_tiny_bundle_source("llama", root / "target")
+    head = random_head(3)
+    save_eagle3_checkpoint(root / "head", head.cfg, state_dict_of(head))
+    out = root / "bundle"
+    assert main(["convert", str(src), "-o", str(out), "--max-context", "96", "--drafter", f"eagle3:{root / 'head'}"]) == 0
+    return out
+
+
+def test_fuzz_manifest(tiny_eagle_bundle):
+    """One value of specrt.json replaced (any depth) by a hostile one, or removed; the bundle loaded with its
+    head and two tokens generated: a one-line SpecrtError or a generation, nothing else."""
+    cases = FUZZ_CASES // 3
+    counts = _fuzz("manifest", tiny_eagle_bundle, cases, 5)
+    print(f"manifest fuzz: tried {counts['tried']}, clean {counts['clean']}, loaded {counts['loaded']}, other "
+          f"{len(counts['other'])}; slowest case {counts['slowest_s']} s")
+    assert counts["tried"] == cases and counts["other"] == []
+    assert counts["clean"] > cases // 5
