@@ -43,7 +43,8 @@ def test_generate_cli_json(bundles, fp32_engine):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert set(out) == {"text", "token_ids", "finish_reason", "stats"}
-    assert set(out["stats"]) == {"new_tokens", "target_calls", "mean_accepted", "tokens_per_second", "drafter"}
+    assert set(out["stats"]) == {"new_tokens", "target_calls", "mean_accepted", "acceptance_length",
+                                 "drafted_by_position", "accepted_by_position", "tokens_per_second", "drafter"}
     # --drafter auto (the default) on a bundle with an EAGLE-3 head, a DFlash drafter and a draft model: the head;
     # fp32 speculation is exact, so the tokens equal plain decoding's
     assert "Paris" in out["text"] and out["stats"]["drafter"] == "eagle3"
