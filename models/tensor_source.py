@@ -32,6 +32,7 @@ class TensorRef:
     shape: tuple[int, ...]  # the shape of the decoded array
     decode: Callable[[bytes, tuple[int, ...]], np.ndarray]  # raw bytes of whole rows -> float32 array of a shape
     rows_apart: bool = True  # rows decode on their own (false where a decoder mixes rows, e.g. a permutation)
+    dtype: str = ""  # as stored, where the file says (safetensors' "F16", "I64", ...)
 
     def read(self) -> np.ndarray:
         return self._decode(self._pread(self.offset, self.nbytes), self.shape)

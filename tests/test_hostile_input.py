@@ -278,3 +278,61 @@ def test_fuzz_manifest(tiny_eagle_bundle):
           f"{len(counts['other'])}; slowest case {counts['slowest_s']} s")
     assert counts["tried"] == cases and counts["other"] == []
     assert counts["clean"] > cases // 5
+
+
+# -- drafter checkpoint folders ---------------------------------------------------------------------------------
+
+def _head_folder(tmp_path: Path, tensors_change=None, config_text: str | None = None, config_change=None) -> Path:
+    from safetensors.numpy import save_file
+
+    from specrt.models.eagle3 import save_eagle3_checkpoint, state_dict_of
+    from tests.test_eagle3 import random_head
+
+    head = random_head(1)
+    folder = tmp_path / "head"
+    save_eagle3_checkpoint(folder, head.cfg, state_dict_of(head))
+    if tensors_change:
+        tensors = load_safetensors(folder / "model.safetensors")
+        tensors_change(tensors)
+        save_file(tensors, str(folder / "model.safetensors"))
+    if config_text is not None:
+        (folder / "config.json").write_text(config_text)
+    if config_change is not None:
+        config = json.loads((folder / "config.json").read_text())
+        config_change(config)
+        (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def load_safetensors(path: Path) -> dict:
+    from safetensors.numpy import load_file
+
+    return dict(load_file(str(path)))
+
+
+@pytest.mark.parametrize("case, message", [
+    (dict(config_text="{not json"), "config.json: not readable JSON"),
+    (dict(config_text="[1, 2]"), "config.json: must be a JSON object"),
+    (dict(config_change=lambda c: c.__setitem__("eagle_config", "yes")), "eagle_config must be an object"),
+    (dict(config_change=lambda c: c.__setitem__("hidden_size", "wide")), "malformed field"),
+    (dict(tensors_change=lambda t: t.__setitem__("fc.weight", t["fc.weight"].astype(np.int16))),
+     "fc.weight is stored as int16"),
+    (dict(tensors_change=lambda t: t.__setitem__("norm.weight", t["norm.weight"].astype(np.float64))),
+     "norm.weight is stored as float64"),
+    (dict(tensors_change=lambda t: t.__setitem__("d2t", t["d2t"].astype(np.float32))), "d2t is stored as float32"),
+])
+def test_malformed_head_folders_are_named(tmp_path, case, message):
+    from specrt.models.eagle3 import load_eagle3_checkpoint
+    from tests.test_eagle3 import TARGET
+
+    folder = _head_folder(tmp_path, **case)
+    with pytest.raises(SourceError, match=message) as caught:
+        load_eagle3_checkpoint(folder, TARGET)
+    assert "\n" not in str(caught.value)
+
+
+def test_non_integer_layer_ids_are_named():
+    from specrt.models.layer_ids import eagle3_layers
+
+    with pytest.raises(SourceError, match="must be a non-empty list of integers"):
+        eagle3_layers({"eagle_aux_hidden_state_layer_ids": [1.5, 2, 3]}, 30, "config.json")
