@@ -71,6 +71,10 @@ def compare(session, reference: list[tuple[np.ndarray, np.ndarray | None]], prom
             hidden_diff = d if hidden_diff is None else max(hidden_diff, d)
         else:
             got = np.concatenate(outs, axis=1)[0]
+        if not (np.isfinite(ref).all() and np.isfinite(got).all()):
+            side = "the torch reference" if not np.isfinite(ref).all() else "the graph"
+            raise ValidationError(f"{side} outputs non-finite logits (NaN or inf) on a validation prompt: the source's "
+                                  f"weights or config (rms_norm_eps, rope_theta) are broken; bundle not written")
         max_abs = max(max_abs, float(np.abs(got - ref).max()))
         agree += int((got.argmax(-1) == ref.argmax(-1)).sum())
         total += len(ids)

@@ -1,12 +1,16 @@
 """The bundle's tokenizer (tokenizers' tokenizer.json) and chat template (jinja2, sandboxed).
 
 Templates are rendered the way transformers' apply_chat_template does: an immutable sandbox,
-`raise_exception`, `bos_token` / `eos_token` from tokenizer_config.json, `add_generation_prompt`.
+`raise_exception`, `bos_token` / `eos_token` from tokenizer_config.json, `add_generation_prompt`. A bundle is a
+file people share, so its template is bounded too: `range` hands out at most RENDER_ITEMS items per render,
+string and list repetition and powers are capped, and the output stops at RENDER_CHARS characters or
+RENDER_SECONDS seconds (a TemplateError, not a hang or a memory blow-up).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from specrt.errors import BundleError, SpecrtError
@@ -20,8 +24,34 @@ class TemplateError(SpecrtError):
     """The chat template could not render the messages."""
 
 
+RENDER_ITEMS = 1_000_000  # range() items one render may ask for, all loops together
+RENDER_CHARS = 1 << 22  # characters one render may produce
+RENDER_SECONDS = 5.0
+
+
 def _raise(message):
     raise TemplateError(f"chat template: {message}")
+
+
+def _bounded_environment():
+    """jinja2's immutable sandbox with repetition and powers capped and a per-render range() budget."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Bounded(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset(["*", "**"])
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
+                raise TemplateError("chat template: a power above 64")
+            if operator == "*":
+                for seq, count in ((left, right), (right, left)):
+                    if isinstance(seq, (str, list, tuple)) and isinstance(count, int) and len(seq) * count > RENDER_CHARS:
+                        raise TemplateError(f"chat template: a repetition longer than {RENDER_CHARS} items")
+            return super().call_binop(context, operator, left, right)
+
+    env = Bounded(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = _raise
+    return env
 
 
 class BundleTokenizer:
@@ -34,16 +64,31 @@ class BundleTokenizer:
         except Exception as exc:
             raise BundleError(f"{path}: unreadable tokenizer ({exc})") from None
         cfg_path = Path(bundle) / "tokenizer_config.json"
-        cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        try:
+            cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        except (OSError, ValueError, RecursionError) as exc:
+            raise BundleError(f"{cfg_path}: unreadable ({type(exc).__name__}: {str(exc)[:120]})") from None
+        if not isinstance(cfg, dict):
+            raise BundleError(f"{cfg_path}: must be a JSON object, not {type(cfg).__name__}")
         self.bos_token = _token_text(cfg.get("bos_token"))
         self.eos_token = _token_text(cfg.get("eos_token"))
         self.template = None
         if chat_template:
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
+            self._items = 0  # range() items handed out in the render under way
+            env = _bounded_environment()
+            env.globals["range"] = self._range
+            try:
+                self.template = env.from_string(chat_template)
+            except Exception as exc:  # TemplateSyntaxError, RecursionError on deep nesting...
+                raise BundleError(f"the bundle's chat template does not compile ({type(exc).__name__}: "
+                                  f"{str(exc)[:160]})") from None
 
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-            env.globals["raise_exception"] = _raise
-            self.template = env.from_string(chat_template)
+    def _range(self, *args):
+        items = range(*args)
+        self._items += len(items)
+        if self._items > RENDER_ITEMS:
+            raise TemplateError(f"chat template: its loops ask for more than {RENDER_ITEMS} items")
+        return items
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
@@ -59,9 +104,17 @@ class BundleTokenizer:
                 raise PromptError("each message needs a string 'role' and a string 'content'")
         if self.template is None:  # base models: plain concatenation
             return "\n".join(m["content"] for m in messages)
+        self._items, out, size, t0 = 0, [], 0, time.perf_counter()
         try:
-            return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                        bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+            for chunk in self.template.generate(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                bos_token=self.bos_token or "", eos_token=self.eos_token or ""):
+                out.append(chunk)
+                size += len(chunk)
+                if size > RENDER_CHARS:
+                    raise TemplateError(f"chat template: its output passed {RENDER_CHARS} characters")
+                if time.perf_counter() - t0 > RENDER_SECONDS:
+                    raise TemplateError(f"chat template: rendering took over {RENDER_SECONDS:.0f} s")
+            return "".join(out)
         except TemplateError:
             raise
         except Exception as exc:

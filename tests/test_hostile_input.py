@@ -6,6 +6,7 @@ subprocess): a few hundred cases per format in the default tier, thousands in th
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -336,3 +337,38 @@ def test_non_integer_layer_ids_are_named():
 
     with pytest.raises(SourceError, match="must be a non-empty list of integers"):
         eagle3_layers({"eagle_aux_hidden_state_layer_ids": [1.5, 2, 3]}, 30, "config.json")
+
+
+# -- chat templates (a bundle's template is code from a shared file) --------------------------------------------
+
+@pytest.mark.parametrize("template, error, message", [
+    ("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}", "TemplateError",
+     "more than 1000000 items"),
+    ("{{ 'x' * 10 ** 9 }}", "TemplateError", "a power above 64|a repetition longer"),
+    ("{{ 'x' * 100000000 }}", "TemplateError", "a repetition longer"),
+    ("{% for i in range(1000) %}{{ messages[0].content }}{% endfor %}", "TemplateError", "output passed"),
+    ("{% for m in messages %}", "BundleError", "does not compile"),
+    ("{{ ''.__class__.__mro__ }}", "TemplateError", "failed|unsafe"),
+])
+def test_hostile_chat_templates_are_bounded(tiny_bundle, tmp_path, template, error, message):
+    from specrt import errors
+    from specrt.runtime import tokenizer
+
+    bundle = _copy(tiny_bundle, tmp_path / "b")
+    t0 = time.perf_counter()
+    with pytest.raises((errors.SpecrtError,)) as caught:
+        tok = tokenizer.BundleTokenizer(bundle, template)
+        tok.render([{"role": "user", "content": "y" * 5000}])
+    assert type(caught.value).__name__ == error and "\n" not in str(caught.value)
+    assert re.search(message, str(caught.value)), str(caught.value)
+    assert time.perf_counter() - t0 < 30
+
+
+def test_a_broken_tokenizer_config_is_a_bundle_error(tiny_bundle, tmp_path):
+    from specrt.errors import BundleError
+    from specrt.runtime.tokenizer import BundleTokenizer
+
+    bundle = _copy(tiny_bundle, tmp_path / "b")
+    (bundle / "tokenizer_config.json").write_text("{broken")
+    with pytest.raises(BundleError, match="tokenizer_config.json: unreadable"):
+        BundleTokenizer(bundle, None)
