@@ -8,15 +8,33 @@ from __future__ import annotations
 
 import sys
 
+from specrt.errors import SpecrtError
+
 HELP = "commands: /reset (new conversation), /stats (last answer's numbers), /exit; Ctrl-C stops an answer"
 
 
+class BadLine(Exception):
+    """A line that is not text (invalid UTF-8): reported, and the session goes on."""
+
+
 def _read_line(interactive: bool) -> str | None:
+    """The next line (None at the end of input); BadLine for a line that is not valid UTF-8."""
     try:
         if interactive:
             return input(">>> ")
-        line = sys.stdin.readline()
-        return None if line == "" else line.rstrip("\n")
+        raw = getattr(sys.stdin, "buffer", None)
+        if raw is None:  # a text stream without bytes underneath (tests, embedding)
+            line = sys.stdin.readline()
+            return None if line == "" else line.rstrip("\n")
+        data = raw.readline()
+        if data == b"":
+            return None
+        try:
+            return data.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as exc:
+            raise BadLine(f"the line is not valid UTF-8 (byte {exc.start}); skipped") from None
+    except UnicodeDecodeError:
+        raise BadLine("the line is not valid UTF-8; skipped") from None
     except EOFError:
         return None
 
@@ -56,6 +74,9 @@ def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
         except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh prompt (Ctrl-D or /exit leaves)
             print("\n(/exit or Ctrl-D to leave)", file=out, flush=True)
             continue
+        except BadLine as exc:
+            print(f"error: {exc}", file=out, flush=True)
+            continue
         if line is None or line.strip() == "/exit":
             break
         text = line.strip()
@@ -81,6 +102,11 @@ def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
             if gen is not None:
                 gen.close()
             print("\n(stopped)", file=out, flush=True)
+            continue
+        except SpecrtError as exc:  # a line over the context, a template that refuses it: that line only
+            if gen is not None:
+                gen.close()
+            print(f"error: {exc}", file=out, flush=True)
             continue
         print(file=out)
         if gen.result is not None:

@@ -133,7 +133,8 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
     stages.log(f"estimated peak memory {need / GIB:.1f} GiB")
     stages.done()
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    remove_stale_partials(out, stages.log)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
     try:
         manifest = _write_bundle(tmp, loaded, opts, max_context, providers, stages)
         _move_into_place(tmp, out, opts.force)
@@ -152,6 +153,32 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
 
 
 INT4_BLOCK_SIZES = (32, 64, 128)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_stale_partials(out: Path, log) -> None:
+    """Remove what killed conversions to `out` left beside it (`.OUT.partial-PID-*` folders, `.OUT.old-PID`
+    of an interrupted --force) whose process is gone; a folder without a PID (written by an older specrt) is
+    stale too. A conversion still running (its PID alive) keeps its folder."""
+    for path in sorted(out.parent.glob(f".{out.name}.partial-*")) + sorted(out.parent.glob(f".{out.name}.old-*")):
+        tail = path.name.split(".partial-", 1)[-1] if ".partial-" in path.name else path.name.split(".old-", 1)[-1]
+        pid = tail.split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue
+        log(f"removing {path.name}, left by an interrupted conversion")
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def peak_memory_gib() -> float:

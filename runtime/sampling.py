@@ -38,6 +38,9 @@ class SamplingParams:
             raise SamplingError(f"top_k must be a non-negative integer, got {self.top_k!r}")
         if not (0.0 < self.top_p <= 1.0):
             raise SamplingError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                                      or not 0 <= self.seed < 2 ** 64):
+            raise SamplingError(f"seed must be an integer in 0..2^64-1, got {self.seed!r}")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         if any(not isinstance(s, str) or not s for s in self.stop):

@@ -103,10 +103,40 @@ def convert(source, output, precision, max_context, device, hidden_layers, int4_
                           drafter=drafter, int4_block_size=block)
     stages = TqdmStages()
     try:
-        run_convert(source, output, opts, stages)
+        with interrupt_on_termination():
+            run_convert(source, output, opts, stages)
     finally:
         stages.close()
     click.echo(f"bundle written: {output}")
+
+
+class interrupt_on_termination:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt, as SIGINT does, so that an interrupted conversion cleans up
+    after itself the same way (a kill -9 cannot be caught: the next convert to that path removes the rest)."""
+
+    SIGNALS = ("SIGTERM", "SIGHUP")
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.saved = {}
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                if hasattr(signal, name):
+                    self.saved[name] = signal.signal(getattr(signal, name), self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        import signal
+
+        for name, handler in self.saved.items():
+            signal.signal(getattr(signal, name), handler)
+        return False
 
 
 @cli.command()

@@ -372,3 +372,60 @@ def test_a_broken_tokenizer_config_is_a_bundle_error(tiny_bundle, tmp_path):
     (bundle / "tokenizer_config.json").write_text("{broken")
     with pytest.raises(BundleError, match="tokenizer_config.json: unreadable"):
         BundleTokenizer(bundle, None)
+
+
+# -- chat: a bad line is an error for that line, and the session goes on ----------------------------------------
+
+def test_chat_survives_an_overlong_and_an_undecodable_line(tiny_bundle):
+    lines = b"x " * 50_000 + b"\n" + b"caf\xe9 \xff\xfe\n" + b"hello there\n" + b"/exit\n"
+    proc = subprocess.run([sys.executable, "-m", "specrt.cli", "chat", str(tiny_bundle), "--max-new-tokens", "4",
+                           "--drafter", "none"], input=lines, capture_output=True, timeout=300)
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    errors = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2, out[-2000:]
+    assert "context" in errors[0] and "not valid UTF-8" in errors[1]
+    assert re.search(r"^\[4 tokens", out, re.M), out[-2000:]  # the third line was answered
+
+
+# -- convert: interrupted runs leave nothing behind ------------------------------------------------------------
+
+def test_stale_partials_of_killed_conversions_are_removed(tmp_path):
+    from specrt.cli import main
+    from tests.tiny_models import save_tiny_bundle_source
+
+    src = save_tiny_bundle_source("llama", tmp_path / "src")
+    out = tmp_path / "bundle"
+    dead = tmp_path / ".bundle.partial-999999999-abc"  # no such process
+    older = tmp_path / ".bundle.partial-x1y2z3"  # written before partials carried their PID
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    live = tmp_path / f".bundle.partial-{sleeper.pid}-def"  # a conversion still running
+    try:
+        for folder in (dead, older, live):
+            folder.mkdir()
+            (folder / "target.onnx.data").write_bytes(b"\0" * 1000)
+        assert main(["convert", str(src), "-o", str(out), "--max-context", "32"]) == 0
+        assert not dead.exists() and not older.exists() and live.exists()
+    finally:
+        sleeper.kill()
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_clean_up_like_sigint(int4_bundle, tmp_path, sig):
+    import signal
+
+    out = tmp_path / "bundle"
+    proc = subprocess.Popen([sys.executable, "-m", "specrt.cli", "convert", "smollm2-135m-instruct", "-o", str(out),
+                             "--precision", "fp32", "--drafter", "none"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, cwd=tmp_path)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(tmp_path.glob(".bundle.partial-*")):
+        time.sleep(0.2)  # until the conversion has started writing
+    assert list(tmp_path.glob(".bundle.partial-*")), "the conversion never started writing"
+    time.sleep(1.0)
+    proc.send_signal(getattr(signal, sig))
+    output = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 130, output[-2000:]
+    assert "interrupted" in output
+    assert not out.exists() and not list(tmp_path.glob(".bundle.*")), list(tmp_path.iterdir())
