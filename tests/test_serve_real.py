@@ -110,6 +110,18 @@ def test_stop_strings(client):
     (json.dumps({"model": MODEL, "messages": ASK, "tools": []}).encode(), 400, "unsupported_parameter"),
     (json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "word " * 5000}]}).encode(), 400,
      "context_length_exceeded"),
+    # streamed, over the context: 400 before the stream starts (not an error event inside a 200)
+    (json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "word " * 5000}], "stream": True}).encode(),
+     400, "context_length_exceeded"),
+    (b'{"model": "' + MODEL.encode() + b'", "messages": ' + b"[" * 1000 + b"]" * 1000 + b"}", 400, "invalid_json"),
+    (b'{"model": "' + MODEL.encode() + b'", "messages": [], "seed": ' + b"9" * 5000 + b"}", 400, "invalid_value"),
+    (json.dumps({"model": MODEL, "messages": ASK, "seed": -1}).encode(), 400, "invalid_value"),
+    (json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "\ud800"}]}).encode(), 400,
+     "invalid_value"),
+    (json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x"}] * 5000}).encode(), 400,
+     "invalid_value"),
+    (json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * (9 << 20)}]}).encode(), 413,
+     "request_too_large"),
 ])
 def test_bad_requests_get_4xx_and_the_server_goes_on(server, client, body, status, code):
     import httpx
@@ -118,6 +130,30 @@ def test_bad_requests_get_4xx_and_the_server_goes_on(server, client, body, statu
                    headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
     assert r.status_code == status and r.json()["error"]["code"] == code, r.text
     assert client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, temperature=0).choices
+
+
+def test_unknown_routes_and_methods_answer_in_openai_format(server):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {KEY}"}
+    for method, path, status in (("GET", "/v1/nothing", 404), ("GET", "/v1/chat/completions", 405),
+                                 ("DELETE", "/v1/models", 405)):
+        r = httpx.request(method, f"{server}{path}", headers=headers, timeout=30)
+        assert r.status_code == status and r.headers["content-type"].startswith("application/json"), r.text
+        assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_a_non_streaming_client_leaving_frees_the_engine(server, client):
+    """The non-streaming twin of the test below: a client that gives up waiting on 4000 tokens frees the engine."""
+    import httpx
+
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 4000,
+            "ignore_eos": True, "temperature": 0.8, "seed": 2}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{server}/v1/chat/completions", json=body, timeout=2, headers={"Authorization": f"Bearer {KEY}"})
+    t0 = time.time()
+    r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, temperature=0)
+    assert r.choices[0].message.content and time.time() - t0 < 15
 
 
 def test_six_concurrent_requests_complete(client):

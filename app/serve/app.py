@@ -8,16 +8,18 @@ without `Authorization: Bearer KEY` gets 401.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from specrt.app.serve.requests import RequestError, parse
+from specrt.app.serve.requests import MAX_BODY_BYTES, RequestError, load_body, parse
 from specrt.app.serve.worker import EngineWorker, QueueFull
 from specrt.runtime.target_session import ContextOverflowError
 
@@ -34,6 +36,34 @@ def _generation_error(exc: Exception) -> RequestError:
     if isinstance(exc, SpecrtError):
         return RequestError(400, str(exc), None, "invalid_value")
     return RequestError(500, f"internal error: {type(exc).__name__}: {exc}", None, None, "server_error")
+
+
+async def _read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body, refused with 413 past `limit` bytes (by its Content-Length, or while it streams in)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"the request body is {declared} bytes; the limit is {limit}", None,
+                           "request_too_large")
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise RequestError(413, f"the request body passed {limit} bytes", None, "request_too_large")
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """404, 405 and the like in OpenAI's error format (not Starlette's plain text)."""
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}},
+                        status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+async def _server_error(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"error": {"message": f"internal error: {type(exc).__name__}", "type": "server_error",
+                                   "param": None, "code": None}}, status_code=500)
 
 
 def _usage(result) -> dict:
@@ -77,11 +107,8 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         if not authorized(request):
             return unauthorized()
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(RequestError(400, f"the request body is not valid JSON ({exc})", None, "invalid_json"))
-        try:
-            job = parse(body, chat, model_id, engine.max_context)
+            job = parse(load_body(await _read_body(request)), chat, model_id, engine.max_context)
+            _check_prompt(job)  # over the context or refused by the template: 400 before anything streams
             ticket = worker.submit(job)
         except RequestError as exc:
             return _error(exc)
@@ -92,10 +119,20 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         if job.stream:
             return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage),
                                      media_type="text/event-stream")
-        parts = []
+        parts, checked = [], time.monotonic()
         try:
             while True:
-                event, value = await ticket.events.get()
+                try:
+                    event, value = await asyncio.wait_for(ticket.events.get(), timeout=0.25)
+                except asyncio.TimeoutError:
+                    event = None
+                if time.monotonic() - checked > 0.25:  # text arrives without pause: look at the clock, not gaps
+                    checked = time.monotonic()
+                    if await request.is_disconnected():  # the client left: stop its generation now
+                        ticket.cancel()
+                        return JSONResponse({}, status_code=499)
+                if event is None:
+                    continue
                 if event == "text":
                     parts.append(value)
                 elif event == "error":
@@ -109,6 +146,17 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                   if chat else {"index": 0, "text": text, "finish_reason": value.finish_reason, "logprobs": None})
         return JSONResponse({"id": rid, "object": kind, "created": int(time.time()), "model": model_id,
                              "choices": [choice], "usage": _usage(value), "specrt": _extension(value)})
+
+    def _check_prompt(job) -> None:
+        from specrt.errors import SpecrtError
+
+        try:
+            ids = engine.prompt_ids(job.prompt, raw=job.raw)
+        except SpecrtError as exc:
+            raise _generation_error(exc) from None
+        if len(ids) >= engine.max_context:
+            raise RequestError(400, f"the prompt has {len(ids)} tokens; this model's context is {engine.max_context}",
+                               "messages" if not job.raw else "prompt", "context_length_exceeded")
 
     async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool):
         def chunk(choice: dict | None, **extra) -> str:
@@ -151,4 +199,4 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         Route("/health", health), Route("/v1/models", models),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
-    ])
+    ], exception_handlers={HTTPException: _http_error, Exception: _server_error})

@@ -9,9 +9,16 @@ else that would change the output is refused (400), not silently ignored.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
+from specrt.errors import SpecrtError
 from specrt.runtime.sampling import SamplingParams
+
+MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413) before it is parsed
+MAX_DEPTH = 64  # JSON nesting
+MAX_INT_DIGITS = 24  # an integer literal longer than this is refused (no real parameter needs one)
+MAX_MESSAGES = 4096
 
 NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "n": 1, "echo": False,
            "response_format": {"type": "text"}, "tool_choice": "none", "parallel_tool_calls": None}
@@ -41,6 +48,58 @@ class Job:
     include_usage: bool
 
 
+def _depth(text: str) -> int:
+    """Deepest nesting of [ and { in a JSON text, outside strings (a scan, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _bounded_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+        raise RequestError(400, f"an integer of {len(literal)} digits in the request", None, "invalid_value")
+    return int(literal)
+
+
+def load_body(raw: bytes) -> object:
+    """The request body as JSON, within the server's limits (RequestError 400 otherwise)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RequestError(400, f"the request body is not UTF-8 ({exc.reason} at byte {exc.start})", None,
+                           "invalid_json") from None
+    if _depth(text) > MAX_DEPTH:
+        raise RequestError(400, f"the request body nests deeper than {MAX_DEPTH} levels", None, "invalid_json")
+    try:
+        return json.loads(text, parse_int=_bounded_int)
+    except (ValueError, RecursionError) as exc:
+        raise RequestError(400, f"the request body is not valid JSON ({str(exc)[:200]})", None, "invalid_json") from None
+
+
+def _text(value: str, param: str) -> str:
+    """A string that can be encoded (a lone surrogate such as "\\ud800" cannot)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(400, f"'{param}' is not valid Unicode (a lone surrogate)", param, "invalid_value") from None
+    return value
+
+
 def _number(body: dict, name: str, default, lo: float, hi: float, integer: bool = False):
     value = body.get(name)
     if value is None:
@@ -62,13 +121,16 @@ def _stops(body: dict) -> tuple[str, ...]:
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 4:
         raise RequestError(400, "'stop' must be a non-empty string or a list of up to 4", "stop", "invalid_value")
-    return tuple(stop)
+    return tuple(_text(s, "stop") for s in stop)
 
 
 def _messages(body: dict) -> list[dict]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError(400, "'messages' must be a non-empty list", "messages", "invalid_type")
+    if len(messages) > MAX_MESSAGES:
+        raise RequestError(400, f"{len(messages)} messages; at most {MAX_MESSAGES} are taken", "messages",
+                           "invalid_value")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
@@ -83,7 +145,8 @@ def _messages(body: dict) -> list[dict]:
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
             raise RequestError(400, f"messages[{i}].content must be a string", f"messages[{i}].content", "invalid_type")
-        out.append({"role": "system" if m["role"] == "developer" else m["role"], "content": content})
+        out.append({"role": "system" if m["role"] == "developer" else m["role"],
+                    "content": _text(content, f"messages[{i}].content")})
     return out
 
 
@@ -108,16 +171,20 @@ def parse(body, chat: bool, model_id: str, max_context: int) -> Job:
             prompt = prompt[0]
         if not isinstance(prompt, str) or not prompt:
             raise RequestError(400, "'prompt' must be a non-empty string", "prompt", "invalid_type")
+        _text(prompt, "prompt")
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     max_tokens = _number({"max_tokens": limit}, "max_tokens", max_context, 1, 1 << 30, integer=True)
-    params = SamplingParams(
-        max_new_tokens=max_tokens,
-        temperature=float(_number(body, "temperature", 1.0, 0.0, 2.0)),
-        top_p=float(_number(body, "top_p", 1.0, 1e-9, 1.0)),
-        seed=_number(body, "seed", None, -(1 << 63), (1 << 63) - 1, integer=True),
-        stop=_stops(body),
-        stop_token_ids=() if body.get("ignore_eos") is True else None,
-    )
+    try:
+        params = SamplingParams(
+            max_new_tokens=max_tokens,
+            temperature=float(_number(body, "temperature", 1.0, 0.0, 2.0)),
+            top_p=float(_number(body, "top_p", 1.0, 1e-9, 1.0)),
+            seed=_number(body, "seed", None, 0, (1 << 63) - 1, integer=True),
+            stop=_stops(body),
+            stop_token_ids=() if body.get("ignore_eos") is True else None,
+        )
+    except SpecrtError as exc:  # what SamplingParams itself refuses
+        raise RequestError(400, str(exc), None, "invalid_value") from None
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(400, "'stream' must be a boolean", "stream", "invalid_type")
