@@ -174,6 +174,10 @@ def config_from_hf(hf: dict) -> ModelConfig:
     if not isinstance(hf, dict):
         raise SourceError(f"config: expected a JSON object, got {type(hf).__name__}")
     model_type = hf.get("model_type", "")
+    if not isinstance(model_type, str):
+        raise SourceError(f"config: model_type must be a string, not {model_type!r:.40}")
+    if model_type == "gemma3" and "text_config" in hf and not isinstance(hf["text_config"], dict):
+        raise SourceError("config: text_config must be an object")
     if model_type == "gemma3" and "text_config" in hf:
         hf = {**hf["text_config"], "model_type": "gemma3_text"}
         model_type = "gemma3_text"
@@ -186,6 +190,8 @@ def config_from_hf(hf: dict) -> ModelConfig:
         hidden = int(hf["hidden_size"])
         heads = int(hf["num_attention_heads"])
         layers = int(hf["num_hidden_layers"])
+        if not 1 <= layers <= LIMITS["num_layers"]:  # before any per-layer list is built
+            raise SourceError(f"config: num_layers = {layers} is out of range (1..{LIMITS['num_layers']})")
         head_dim = int(hf.get("head_dim") or hidden // heads)
         rope_params = hf.get("rope_parameters")
         is_gemma = family == "gemma3"

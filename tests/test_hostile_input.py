@@ -429,3 +429,71 @@ def test_sigterm_and_sighup_clean_up_like_sigint(int4_bundle, tmp_path, sig):
     assert proc.returncode == 130, output[-2000:]
     assert "interrupted" in output
     assert not out.exists() and not list(tmp_path.glob(".bundle.*")), list(tmp_path.iterdir())
+
+
+# -- server requests ---------------------------------------------------------------------------------------------
+
+def test_fuzz_server_requests(tiny_bundle):
+    """Valid chat and completion requests with one value replaced by a hostile one (or removed), or a few bytes of
+    the body changed, through the app in process: every answer a 2xx, or a 4xx whose body is an OpenAI error."""
+    import random
+
+    from starlette.testclient import TestClient
+
+    import specrt
+    from specrt.app.serve.app import build_app
+    from tests.fuzz_formats import mutate, mutate_json
+
+    engine = specrt.load(str(tiny_bundle), device="cpu", drafter="none")
+    client = TestClient(build_app(engine, "m", queue_size=4))
+    rng = random.Random(7)
+    bases = {"/v1/chat/completions": {"model": "m", "messages": [{"role": "system", "content": "be brief"},
+                                                                 {"role": "user", "content": "hi there"}],
+                                      "max_tokens": 4, "temperature": 0, "stop": ["\n"], "stream": False},
+             "/v1/completions": {"model": "m", "prompt": "Once upon", "max_tokens": 4, "seed": 3, "stream": True}}
+    cases, counts, other = FUZZ_CASES // 3, {"ok": 0, "4xx": 0}, []
+    for i in range(cases):
+        path = rng.choice(list(bases))
+        if rng.random() < 0.7:
+            body = json.dumps(mutate_json(bases[path], rng)).encode()
+        else:
+            raw = json.dumps(bases[path]).encode()
+            body = mutate(raw, len(raw), rng)
+        r = client.post(path, content=body, headers={"Content-Type": "application/json"})
+        if r.status_code < 300:
+            counts["ok"] += 1
+            if "text/event-stream" in r.headers.get("content-type", ""):
+                assert r.text.rstrip().endswith("data: [DONE]"), r.text[-300:]
+        elif 400 <= r.status_code < 500 and set(r.json().get("error", {})) == {"message", "type", "param", "code"}:
+            counts["4xx"] += 1
+        else:
+            other.append(f"case {i}: {r.status_code} {r.text[:200]} for {body[:200]!r}")
+    print(f"server fuzz: tried {cases}, 2xx {counts['ok']}, 4xx {counts['4xx']}, other {len(other)}")
+    assert other == [] and counts["4xx"] > cases // 5
+
+
+def test_fuzz_config_json():
+    """config.json values replaced (any depth) or removed, for each supported family: ModelConfig or SourceError."""
+    import random
+
+    from tests.fuzz_formats import mutate_json
+
+    rng = random.Random(11)
+    bases = [{**COMMON, "model_type": t, "rope_theta": 10000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                                                                                "low_freq_factor": 1.0,
+                                                                                "high_freq_factor": 4.0,
+                                                                                "original_max_position_embeddings": 64}}
+             for t in ("llama", "qwen2", "qwen3", "mistral")]
+    bases.append({**COMMON, "model_type": "gemma3_text", "query_pre_attn_scalar": 16, "sliding_window": 8})
+    cases, counts, other = FUZZ_CASES, {"clean": 0, "loaded": 0}, []
+    for i in range(cases):
+        hf = mutate_json(rng.choice(bases), rng)
+        try:
+            config_from_hf(hf)
+            counts["loaded"] += 1
+        except SourceError as exc:
+            counts["clean" if "\n" not in str(exc) else "several lines"] = counts.get("clean", 0) + 1
+        except Exception as exc:  # noqa: BLE001: what the fuzzer looks for
+            other.append(f"case {i}: {type(exc).__name__}: {exc} for {hf}")
+    print(f"config.json fuzz: tried {cases}, clean {counts['clean']}, loaded {counts['loaded']}, other {len(other)}")
+    assert other == [], other[:5]
