@@ -161,8 +161,7 @@ def check_manifest(m: Manifest) -> None:
         bad("kv.dtype", kv.dtype, "float32 | float16")
     if not isinstance(m.model_config, dict):
         bad("model_config", m.model_config, "an object")
-    for name in ("num_layers", "num_kv_heads", "head_dim"):
-        want = {"num_layers": kv.layers, "num_kv_heads": kv.kv_heads, "head_dim": kv.head_dim}[name]
+    for name, want in (("num_layers", kv.layers), ("num_kv_heads", kv.kv_heads), ("head_dim", kv.head_dim)):
         if name in m.model_config and m.model_config[name] != want:
             raise BundleError(f"specrt.json: kv says {want} for {name}, model_config says "
                               f"{m.model_config[name]!r:.40} (a hand-edited or mismatched manifest)")
