@@ -109,11 +109,20 @@ class Engine:
             if not prompt.strip():
                 raise PromptError("empty prompt")
             if raw:
-                return self.tokenizer.encode(prompt)
+                return self._encode(prompt)
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         else:
             messages = list(prompt)
-        return self.tokenizer.encode(self.tokenizer.render(messages, add_generation_prompt=True))
+        return self._encode(self.tokenizer.render(messages, add_generation_prompt=True))
+
+    def _encode(self, text: str) -> list[int]:
+        """Token ids of text; a text too long to fit the context whatever its tokens (more characters than the
+        context times the longest token's) is refused before the tokenizer spends memory on it."""
+        limit = self.max_context * self.tokenizer.max_token_chars
+        if len(text) > limit:
+            raise ContextOverflowError(f"the prompt has {len(text)} characters, more than the {self.max_context} "
+                                       f"tokens of the bundle's context can hold")
+        return self.tokenizer.encode(text)
 
     # -- generation ----------------------------------------------------------------------------
     def generate(self, prompt, params: SamplingParams | None = None, *, system: str | None = None,

@@ -3,8 +3,8 @@
 Templates are rendered the way transformers' apply_chat_template does: an immutable sandbox,
 `raise_exception`, `bos_token` / `eos_token` from tokenizer_config.json, `add_generation_prompt`. A bundle is a
 file people share, so its template is bounded too: `range` hands out at most RENDER_ITEMS items per render,
-string and list repetition and powers are capped, and the output stops at RENDER_CHARS characters or
-RENDER_SECONDS seconds (a TemplateError, not a hang or a memory blow-up).
+string and list repetition and powers are capped, and the output stops at RENDER_CHARS characters (plus twice
+the messages' own) or RENDER_SECONDS seconds (a TemplateError, not a hang or a memory blow-up).
 """
 
 from __future__ import annotations
@@ -90,6 +90,14 @@ class BundleTokenizer:
             raise TemplateError(f"chat template: its loops ask for more than {RENDER_ITEMS} items")
         return items
 
+    @property
+    def max_token_chars(self) -> int:
+        """Characters of the longest vocabulary entry: no token covers more of a text (byte-level and
+        sentencepiece entries spell at least the characters they stand for)."""
+        if not hasattr(self, "_max_token_chars"):
+            self._max_token_chars = max((len(t) for t in self.tok.get_vocab()), default=1)
+        return self._max_token_chars
+
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
 
@@ -105,13 +113,14 @@ class BundleTokenizer:
         if self.template is None:  # base models: plain concatenation
             return "\n".join(m["content"] for m in messages)
         self._items, out, size, t0 = 0, [], 0, time.perf_counter()
+        limit = RENDER_CHARS + 2 * sum(len(m["content"]) for m in messages)  # the messages, plus room to wrap them
         try:
             for chunk in self.template.generate(messages=messages, add_generation_prompt=add_generation_prompt,
                                                 bos_token=self.bos_token or "", eos_token=self.eos_token or ""):
                 out.append(chunk)
                 size += len(chunk)
-                if size > RENDER_CHARS:
-                    raise TemplateError(f"chat template: its output passed {RENDER_CHARS} characters")
+                if size > limit:
+                    raise TemplateError(f"chat template: its output passed {limit} characters")
                 if time.perf_counter() - t0 > RENDER_SECONDS:
                     raise TemplateError(f"chat template: rendering took over {RENDER_SECONDS:.0f} s")
             return "".join(out)
