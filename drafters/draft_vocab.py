@@ -13,10 +13,12 @@ from specrt.errors import BundleError
 from specrt.tensor_file import read_safetensors
 
 
-def load_draft_targets(bundle_dir: Path, entry: DrafterEntry) -> np.ndarray | None:
+def load_draft_targets(bundle_dir: Path, entry: DrafterEntry, target_vocab: int | None = None,
+                       draft_vocab: int | None = None) -> np.ndarray | None:
     """[V_draft] target id of each draft id, from the d2t file among the drafter's extra_files (None: it has
     none and predicts over the whole target vocabulary). Read with numpy alone: a runtime-only install has no
-    safetensors package."""
+    safetensors package. A map of another length than the drafter's output (draft_vocab), or to ids outside
+    the target's vocabulary or repeated, is a BundleError."""
     files = [f for f in entry.extra_files if f.endswith(".d2t.safetensors")]
     if not files:
         return None
@@ -24,7 +26,13 @@ def load_draft_targets(bundle_dir: Path, entry: DrafterEntry) -> np.ndarray | No
     d2t = read_safetensors(path).get("d2t")
     if d2t is None or d2t.ndim != 1 or d2t.dtype.kind not in "iu":
         raise BundleError(f"{path}: no one-dimensional integer tensor 'd2t'")
-    return np.arange(len(d2t)) + d2t.astype(np.int64)
+    if draft_vocab is not None and len(d2t) != draft_vocab:
+        raise BundleError(f"{path}: d2t maps {len(d2t)} draft ids, the drafter predicts {draft_vocab}")
+    targets = np.arange(len(d2t)) + d2t.astype(np.int64)
+    if target_vocab is not None and len(targets) and (targets.min() < 0 or targets.max() >= target_vocab
+                                                      or len(np.unique(targets)) != len(targets)):
+        raise BundleError(f"{path}: d2t maps draft ids to target ids outside 0..{target_vocab - 1} or twice")
+    return targets
 
 
 def to_target_vocab(logits: np.ndarray, targets: np.ndarray, vocab: int) -> np.ndarray:

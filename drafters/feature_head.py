@@ -56,7 +56,7 @@ class FeatureHeadDrafter(Drafter):
         kv, vocab = entry.kv, entry.draft_vocab_size
         spec = TargetSpec(1, kv.kv_heads, kv.head_dim, kv.max_context, vocab, extra_outputs=("hidden_out",))
         self.session = TargetSession(Path(bundle_dir) / entry.graph.file, spec, providers, threads=threads)
-        targets = load_draft_targets(bundle_dir, entry)
+        targets = load_draft_targets(bundle_dir, entry, target_vocab, vocab)
         self.d2t_targets = np.arange(vocab) if targets is None else targets  # [V_head] target id of each head id
         self.aux_layers = entry.aux_layers
         self.columns: np.ndarray | None = None  # columns of the target's taps holding the head's layers, in its order

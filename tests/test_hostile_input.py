@@ -497,3 +497,31 @@ def test_fuzz_config_json():
             other.append(f"case {i}: {type(exc).__name__}: {exc} for {hf}")
     print(f"config.json fuzz: tried {cases}, clean {counts['clean']}, loaded {counts['loaded']}, other {len(other)}")
     assert other == [], other[:5]
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("garbage", "eagle3.d2t.safetensors"),  # same size, not safetensors: a one-line BundleError naming it
+    ("out of range", "outside 0..96 or twice"),
+])
+def test_a_broken_d2t_in_a_bundle_is_a_bundle_error(tiny_eagle_bundle, tmp_path, capsys, damage, message):
+    import hashlib
+
+    from safetensors.numpy import save_file
+
+    bundle = _copy(tiny_eagle_bundle, tmp_path / "b")
+    path = bundle / "eagle3.d2t.safetensors"
+    size = path.stat().st_size
+    if damage == "garbage":
+        path.write_bytes(b"\x05" * size)
+    else:
+        d2t = load_safetensors(path)["d2t"]
+        d2t[-1] = 1000  # draft id 39 -> target id 1039 of 97
+        save_file({"d2t": d2t}, str(path))
+        data = path.read_bytes()
+        _edit(bundle, lambda m: m["files"].__setitem__("eagle3.d2t.safetensors", {
+            "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
+    from specrt.cli import main
+
+    assert main(["generate", str(bundle), "--prompt", "hi", "--max-new-tokens", "2", "--drafter", "eagle3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err

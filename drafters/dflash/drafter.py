@@ -49,7 +49,7 @@ class DFlashDrafter(Drafter):
         self.block_size, self.mask = entry.block_size, entry.mask_token_id
         self.vocab_size = entry.vocab_size
         # [V_draft] target id of each draft id; None: the drafter predicts every target id
-        self.targets = load_draft_targets(bundle_dir, entry)
+        self.targets = load_draft_targets(bundle_dir, entry, entry.vocab_size, entry.raw.get("draft_vocab_size"))
         self.target_layers = entry.target_layer_ids
         self.columns: np.ndarray | None = None  # columns of the target's taps holding its layers, in its order
         self.max_draft: int | None = self.block_size - 1  # the engine may ask for the whole block
