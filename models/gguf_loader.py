@@ -309,7 +309,34 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
             after = _minus_one
         refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
                                _decoder(t.tensor_type, after), rows_apart=after is None or after is _minus_one)
+    _check_shapes(hf, refs)
     return hf, LazyWeights(refs), reader
+
+
+def _check_shapes(hf: dict, refs: dict[str, TensorRef]) -> None:
+    """Each weight's shape against the metadata that implies it (a file whose metadata and tensors disagree is
+    a SourceError naming both, before conversion builds anything from them)."""
+    from specrt.models.config import config_from_hf
+
+    c = config_from_hf(hf)
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    want = {"model.embed_tokens.weight": (c.vocab_size, c.hidden_size), "lm_head.weight": (c.vocab_size, c.hidden_size)}
+    for i in range(c.num_layers):
+        p = f"model.layers.{i}."
+        want.update({p + "self_attn.q_proj.weight": (q, c.hidden_size), p + "self_attn.k_proj.weight": (kv, c.hidden_size),
+                     p + "self_attn.v_proj.weight": (kv, c.hidden_size), p + "self_attn.o_proj.weight": (c.hidden_size, q),
+                     p + "mlp.gate_proj.weight": (c.intermediate_size, c.hidden_size),
+                     p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
+                     p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size)})
+    for name, shape in want.items():
+        if name in refs and tuple(refs[name].shape) != shape:
+            raise SourceError(f"tensor {refs[name].name} has shape {list(refs[name].shape)}, but the GGUF metadata "
+                              f"(embedding_length, head counts, key_length, feed_forward_length, vocab) implies "
+                              f"{list(shape)}")
+    missing = [n for n in ("model.embed_tokens.weight",) + tuple(f"model.layers.{i}.self_attn.q_proj.weight"
+                                                                  for i in range(c.num_layers)) if n not in refs]
+    if missing:
+        raise SourceError(f"the GGUF file lacks the tensor for {missing[0]} (block_count {c.num_layers})")
 
 
 def _minus_one(w: np.ndarray) -> np.ndarray:

@@ -68,6 +68,8 @@ REPROS = {
     "tensor with 9 dims": (lambda d: _put(d, d.index(b"token_embd.weight") + len("token_embd.weight"), "<I", 9),
                            "declares 9 dimensions"),
     "version 7": (lambda d: _put(d, 4, "<I", 7), "GGUF version 7"),
+    "embedding_length 32": (lambda d: _set(d, "llama.embedding_length", "<I", 32), "but the GGUF metadata"),
+    "feed_forward_length 95": (lambda d: _set(d, "llama.feed_forward_length", "<I", 95), "but the GGUF metadata"),
 }
 
 
