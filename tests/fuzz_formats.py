@@ -139,21 +139,11 @@ def _load_safetensors(path: Path) -> None:
         ref.read()
 
 
-def _gguf_region(data: bytes) -> int:
+def _gguf_region(path: Path) -> int:
     """Where a GGUF file's tensor data starts (its header region ends): after the last tensor info, aligned."""
     import gguf
 
-    reader = gguf.GGUFReader(BytesPath.write(data))
-    return int(reader.data_offset)
-
-
-class BytesPath:
-    path: Path | None = None
-
-    @classmethod
-    def write(cls, data: bytes) -> str:
-        cls.path.write_bytes(data)
-        return str(cls.path)
+    return int(gguf.GGUFReader(str(path)).data_offset)
 
 
 def main(fmt: str, seed_file: str, cases: int, seed: int) -> dict:
@@ -169,9 +159,8 @@ def main(fmt: str, seed_file: str, cases: int, seed: int) -> dict:
     data = Path(seed_file).read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / ("case.gguf" if fmt == "gguf" else "case.safetensors")
-        BytesPath.path = path
         if fmt == "gguf":
-            region, load = _gguf_region(data), _load_gguf
+            region, load = _gguf_region(Path(seed_file)), _load_gguf
         else:
             region, load = 8 + struct.unpack_from("<Q", data)[0], _load_safetensors
         for i in range(cases):
