@@ -86,6 +86,7 @@ def convert(source, output, precision, max_context, device, hidden_layers, int4_
     """Convert SOURCE (HF folder, .gguf file or catalog name) into a bundle."""
     from specrt.catalog import CATALOG, default_drafter_spec
     from specrt.convert.pipeline import ConvertOptions, convert as run_convert
+    from specrt.interrupts import interrupt_on_signals
 
     drafter = tuple(d for d in drafters if d != "none") or None
     if not drafters:
@@ -103,40 +104,11 @@ def convert(source, output, precision, max_context, device, hidden_layers, int4_
                           drafter=drafter, int4_block_size=block)
     stages = TqdmStages()
     try:
-        with interrupt_on_termination():
+        with interrupt_on_signals():
             run_convert(source, output, opts, stages)
     finally:
         stages.close()
     click.echo(f"bundle written: {output}")
-
-
-class interrupt_on_termination:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt, as SIGINT does, so that an interrupted conversion cleans up
-    after itself the same way (a kill -9 cannot be caught: the next convert to that path removes the rest)."""
-
-    SIGNALS = ("SIGTERM", "SIGHUP")
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        self.saved = {}
-        if threading.current_thread() is threading.main_thread():
-            for name in self.SIGNALS:
-                if hasattr(signal, name):
-                    self.saved[name] = signal.signal(getattr(signal, name), self._raise)
-        return self
-
-    @staticmethod
-    def _raise(signum, frame):
-        raise KeyboardInterrupt
-
-    def __exit__(self, *exc):
-        import signal
-
-        for name, handler in self.saved.items():
-            signal.signal(getattr(signal, name), handler)
-        return False
 
 
 @cli.command()
@@ -449,6 +421,7 @@ def export_drafter_cmd(source, engine, output, target, verifier, force):
 def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, lr, seq_len, device, block_size,
                       layers, anchors, init, precision):
     """Train a drafter for TARGET on its own hidden states (resumes from OUT/train after an interrupt)."""
+    from specrt.interrupts import interrupt_on_signals
     from specrt.train.recipe import train_drafter
 
     if max_tokens < 1 or epochs <= 0 or seq_len < 8:
@@ -459,9 +432,10 @@ def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, 
         torch.empty(1, device=device)
     except (RuntimeError, AssertionError) as exc:
         raise SpecrtError(f"--device {device}: not usable here ({str(exc).splitlines()[0]})") from None
-    train_drafter(target, kind, data, out, max_tokens, epochs, seq_len=seq_len, draft_vocab=draft_vocab, lr=lr,
-                  log=lambda m: click.echo(m, err=True), device=device, block_size=block_size, precision=precision,
-                  layers=layers, anchors=anchors, init=init)
+    with interrupt_on_signals():
+        train_drafter(target, kind, data, out, max_tokens, epochs, seq_len=seq_len, draft_vocab=draft_vocab, lr=lr,
+                      log=lambda m: click.echo(m, err=True), device=device, block_size=block_size,
+                      precision=precision, layers=layers, anchors=anchors, init=init)
     click.echo(f"drafter written: {out} (use: specrt convert {target} --drafter {kind}:{out} -o BUNDLE)")
 
 
