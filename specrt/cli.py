@@ -86,7 +86,7 @@ def convert(source, output, precision, max_context, device, hidden_layers, int4_
     """Convert SOURCE (HF folder, .gguf file or catalog name) into a bundle."""
     from specrt.catalog import CATALOG, default_drafter_spec
     from specrt.convert.pipeline import ConvertOptions, convert as run_convert
-    from specrt.interrupts import interrupt_on_signals
+    from specrt.app.interrupts import interrupt_on_signals
 
     drafter = tuple(d for d in drafters if d != "none") or None
     if not drafters:
@@ -421,7 +421,7 @@ def export_drafter_cmd(source, engine, output, target, verifier, force):
 def train_drafter_cmd(target, kind, data, out, max_tokens, epochs, draft_vocab, lr, seq_len, device, block_size,
                       layers, anchors, init, precision):
     """Train a drafter for TARGET on its own hidden states (resumes from OUT/train after an interrupt)."""
-    from specrt.interrupts import interrupt_on_signals
+    from specrt.app.interrupts import interrupt_on_signals
     from specrt.train.recipe import train_drafter
 
     if max_tokens < 1 or epochs <= 0 or seq_len < 8:

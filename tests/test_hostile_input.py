@@ -425,7 +425,7 @@ except KeyboardInterrupt:  # what some libraries' imports do with an interrupt
 
 SIGNAL_DURING_IMPORT = """
 import os, signal, sys, threading, time
-from specrt.interrupts import interrupt_on_signals
+from specrt.app.interrupts import interrupt_on_signals
 before = signal.getsignal(signal.SIGTERM)
 threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
 try:
