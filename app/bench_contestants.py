@@ -43,7 +43,7 @@ class WorkerContestant:
     def __init__(self, system: str, variant, worker: WorkerProcess, stop_ids):
         self.system, self.drafter, self.precision = system, variant.drafter, variant.precision
         self.worker, self.stop_ids, self.version = worker, stop_ids, worker.version
-        self.key = (system, variant.drafter)
+        self.key = (system, variant.drafter, variant.precision)  # a system may run one drafter at two precisions
         self.label = system + ("" if variant.drafter == "none" else f" {variant.drafter}")
 
     def generate(self, prompt: str, ids: list[int], params) -> Sample:

@@ -17,6 +17,11 @@ speculators 0.9.0):
 - speculators: `speculators_model_type` eagle3 / dflash with transformer_layer_config, ids as hidden_states
   indices (EAGLE-3: eagle_aux_hidden_state_layer_ids; DFlash: aux_hidden_state_layer_ids), and the verifier
   named by --verifier (vLLM loads that model when given the speculator's folder alone).
+- EAGLE-3, openvino: the folder optimum-intel's exporter (2.2) turns into an OpenVINO draft model: EAGLE's own
+  names (`midlayer.*`, its LlamaEagle3Model), the target's `embed_tokens.weight` (the exported graph embeds the
+  tokens itself), d2t offsets and t2d. OpenVINO GenAI takes the outputs of the target layers named by the draft
+  IR's rt_info `hidden_layers_list`, else {2, L//2, L-3}: SET_HIDDEN_LAYERS (below) writes it into the IR
+  after the export. It has no norm_before_residual either. DFlash is not exported for it (its DFlash is Qwen3-only).
 
 specrt reads every one of these back (models/eagle3.py, models/dflash.py). The output folder is written under a
 temporary name and renamed when complete.
@@ -36,8 +41,12 @@ from specrt import drafter_kinds
 from specrt.errors import SourceError, SpecrtError
 from specrt.models.layer_ids import write_eagle3_layers
 
-ENGINES = ("vllm", "sglang", "speculators")
+ENGINES = ("vllm", "sglang", "speculators", "openvino")
 SPECULATORS_VERSION = "0.9.0"  # the format version written (the one read from its code)
+
+
+class NotForEngine(SpecrtError):
+    """This drafter kind has no layout in that engine (a bundle's export skips it with a note)."""
 
 
 @dataclass
@@ -84,9 +93,18 @@ def export(source: Path, engine: str, out: Path, target: str | None = None, veri
             dest.mkdir(exist_ok=True)
             writer = drafter_kinds.load_object(drafter_kinds.KINDS[kind].engine_writer)
             final = out / kind if nested else out
-            notes, run = writer(folder, engine, dest, loaded_target, verifier, final)
+            try:
+                notes, run = writer(folder, engine, dest, loaded_target, verifier, final)
+            except NotForEngine as exc:
+                if not nested:
+                    raise
+                log(f"{kind}: not exported: {exc}")
+                dest.rmdir()
+                continue
             (dest / "README.md").write_text(_readme(kind, engine, folder, notes, run))
             done.append(Exported(kind, final, notes, run))
+        if not done:
+            raise SpecrtError(f"{source}: none of its drafters can be exported for {engine}")
         if out.exists():
             shutil.rmtree(out)
         root.rename(out)
@@ -109,6 +127,12 @@ class _Target:
     @property
     def config(self):
         return self._config if self._config is not None else self.loaded().config
+
+    def embedding_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of the target's input embedding table [len(ids), H], float32."""
+        from specrt.models.tensor_source import rows_of
+
+        return np.asarray(rows_of(self.loaded().weights, "model.embed_tokens.weight", ids), dtype=np.float32)
 
     def head_rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of the target's lm_head (its embedding table where tied) [len(ids), H], float32."""
@@ -192,13 +216,17 @@ def write_eagle3(folder: Path, engine: str, dest: Path, target: _Target, verifie
     from specrt.models.eagle3 import load_eagle3_checkpoint
 
     cfg, tensors = load_eagle3_checkpoint(folder, target.config)
-    if engine == "sglang" and cfg.norm_before_residual:
-        raise SpecrtError(f"{folder}: the head uses norm_before_residual, which SGLang's EAGLE-3 model does not "
-                          f"have (sglang/srt/models/llama_eagle3.py): it would draft differently there")
+    if engine in ("sglang", "openvino") and cfg.norm_before_residual:
+        where = {"sglang": "sglang/srt/models/llama_eagle3.py",
+                 "openvino": "optimum-intel's LlamaEagle3DecoderLayer"}[engine]
+        raise SpecrtError(f"{folder}: the head uses norm_before_residual, which {engine}'s EAGLE-3 model does not "
+                          f"have ({where}): it would draft differently there")
     names = {k.replace("midlayer.", "layers.0.", 1): v for k, v in tensors.items() if k != "t2d"}
     hf = cfg.to_hf()
     notes = [f"reads the outputs of target layers {list(cfg.aux_layers)} (HF hidden_states "
              f"{[k + 1 for k in cfg.aux_layers]})"]
+    if engine == "openvino":
+        return _write_eagle3_openvino(cfg, tensors, dest, target, final, notes)
     if engine == "speculators":
         layer = {k: v for k, v in hf.items() if k not in ("architectures", "draft_vocab_size", "target_hidden_size",
                                                           "norm_before_residual", "eagle_config",
@@ -213,10 +241,57 @@ def write_eagle3(folder: Path, engine: str, dest: Path, target: _Target, verifie
     return notes, _run_line("eagle3", "EAGLE3", engine, final, 3)
 
 
+def _write_eagle3_openvino(cfg, tensors: dict[str, np.ndarray], dest: Path, target: _Target, final: Path,
+                           notes: list[str]) -> tuple[list[str], str]:
+    vocab = cfg.vocab_size
+    out = {k: v for k, v in tensors.items() if k != "t2d"}
+    out["embed_tokens.weight"] = target.embedding_rows(np.arange(vocab))  # [V, H]
+    t2d = np.zeros(vocab, dtype=bool)
+    t2d[np.arange(cfg.draft_vocab_size) + out["d2t"].astype(np.int64)] = True
+    out["t2d"] = t2d
+    out["d2t"] = out["d2t"].astype(np.int64)
+    _save(dest, write_eagle3_layers(cfg.to_hf(), cfg.aux_layers), out)
+    layers = list(cfg.aux_layers)
+    default = default_openvino_layers(target.config.num_layers)
+    if layers != default:
+        notes.append(f"OpenVINO GenAI would read layers {default} unless told: after the export, write "
+                     f"hidden_layers_list {layers} into the IR's rt_info (python -c \"$SCRIPT\" IR_FOLDER "
+                     f"{','.join(map(str, layers))} with specrt.convert.export_drafter.SET_HIDDEN_LAYERS)")
+    run = (f"optimum-cli export openvino --model {final} --task text-generation-with-past --trust-remote-code "
+           f"IR_FOLDER; then openvino_genai.LLMPipeline(TARGET_IR, 'CPU', "
+           f"draft_model=openvino_genai.draft_model('IR_FOLDER', 'CPU'))")
+    return notes, run
+
+
+def default_openvino_layers(num_layers: int) -> list[int]:
+    """The target layers (outputs) OpenVINO GenAI's EAGLE-3 reads when the draft IR names none
+    (src/cpp/src/speculative_decoding/eagle3_model_transforms.cpp: {2, L / 2, L - 3})."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+# Writes `hidden_layers_list` (the target layers whose outputs the head reads) into an exported EAGLE-3 draft IR's
+# rt_info, where OpenVINO GenAI looks for it. Run by the Python that has openvino: python -c SCRIPT IR_DIR 2,15,27
+SET_HIDDEN_LAYERS = """
+import os, sys
+import openvino as ov
+xml = os.path.join(sys.argv[1], "openvino_model.xml")
+model = ov.Core().read_model(xml)
+model.set_rt_info([int(k) for k in sys.argv[2].split(",")], "hidden_layers_list")
+ov.save_model(model, xml + ".tmp.xml", compress_to_fp16=False)
+del model
+os.replace(xml + ".tmp.bin", xml[:-4] + ".bin")
+os.replace(xml + ".tmp.xml", xml)
+"""
+
+
 def write_dflash(folder: Path, engine: str, dest: Path, target: _Target, verifier: str | None,
                  final: Path) -> tuple[list[str], str]:
     """A DFlash drafter for ENGINE into dest (to be renamed to final); (notes, how to run it)."""
     from specrt.models.dflash import D2T, LM_HEAD, open_dflash_checkpoint
+
+    if engine == "openvino":
+        raise NotForEngine("DFlash drafters are not exported for OpenVINO: its DFlash reads only Qwen3 DFlash "
+                          "models (optimum-intel's Qwen3DFlashDraftModel), not specrt's layout")
 
     cfg, weights, d2t = open_dflash_checkpoint(folder, target.config)
     tensors = {k: np.asarray(weights[k]) for k in weights}

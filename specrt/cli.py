@@ -281,7 +281,7 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "int4"]),
               help="precision(s) of a catalog model (repeatable; default int4)")
 @click.option("--compare", "compare", multiple=True,
-              help="another system on the same prompts: onnxruntime-genai | llama.cpp | transformers | optimum "
+              help="another system on the same prompts: onnxruntime-genai | llama.cpp | openvino | transformers | optimum "
                    "(repeatable; each installed on first use into its own environment in the cache)")
 @click.option("--temperature", type=float, default=0.0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
@@ -378,7 +378,7 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
 
 @cli.command("export-drafter")
 @click.argument("source", type=click.Path(path_type=Path))
-@click.option("--for", "engine", type=click.Choice(["vllm", "sglang", "speculators"]), required=True,
+@click.option("--for", "engine", type=click.Choice(["vllm", "sglang", "speculators", "openvino"]), required=True,
               help="the engine (or format) to write for")
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path),
               help="folder to create (a bundle's drafters go into OUTPUT/eagle3, OUTPUT/dflash)")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specrt.app.compare.environment import SystemUnavailable, ensure_environment, system_dir
-from specrt.app.compare.sources import gguf_quant_label, hf_folder
+from specrt.app.compare.sources import TOKENIZER_FILES, gguf_quant_label, hf_folder
 
 WORKERS = Path(__file__).parent / "workers"
 PROMPT_LOOKUP_TOKENS = 10  # what llama.cpp and transformers document for prompt-lookup decoding
@@ -160,4 +160,104 @@ class Optimum(ExternalSystem):
                                          "prompt_lookup": 0, "export_dir": str(export)})]
 
 
-SYSTEMS: dict[str, ExternalSystem] = {s.name: s for s in (OrtGenai(), LlamaCpp(), Transformers(), Optimum())}
+class OpenVino(ExternalSystem):
+    """OpenVINO GenAI on IR folders optimum-intel exports from the same weights: int4 (its asymmetric int4, group
+    32, every layer) or fp32. Rows: plain, prompt lookup, the bundle's draft model and its EAGLE-3 head (exported
+    with `specrt export-drafter --for openvino`). In the fp32 group the rows compute in f32 with an f32 KV cache;
+    one more plain row keeps OpenVINO's default, which on a CPU with bf16 computes in bf16 with an f16 KV cache."""
+
+    name = "openvino"
+    # optimum-intel requires torchvision, which PyPI builds against a CUDA torch: torch pinned to specrt's own
+    # (taken from the layered environment) makes pip pick the matching torchvision, removed again afterwards since
+    # it does not import beside the CPU build; its EAGLE-3 model file (loaded as remote code) imports einops
+    requirements = ("openvino-genai==2026.4.1.0", "optimum-intel==2.2.0", "einops", "diffusers", "torch==2.13.0")
+    remove = ("torchvision",)
+    worker = "openvino_worker.py"
+    STRICT_F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+
+    def python(self, log) -> Path:
+        return ensure_environment(self.name, self.requirements, log, remove=self.remove)
+
+    def variants(self, group, groups, ctx, python):
+        if group not in ("fp32", "int4"):
+            return []
+        hf = hf_folder(self._need_source(ctx), ctx.source_kind, ctx.bundle, ctx.log, ctx.source_sha256)
+        target = self._export(python, hf, f"{model_key(ctx)}-{group}", group, ctx.log)
+        strict = self.STRICT_F32 if group == "fp32" else {}
+        base = {"model": str(target), "properties": {"INFERENCE_NUM_THREADS": ctx.threads, **strict}}
+        label = "int4 asym g32" if group == "int4" else "fp32"
+        rows = [Variant("none", label, {**base, "mode": "none"})]
+        if group == "fp32":
+            rows.append(Variant("none", "fp32 (default: bf16 compute)",
+                                {**base, "mode": "none", "properties": {"INFERENCE_NUM_THREADS": ctx.threads}}))
+        rows.append(Variant("prompt-lookup", label, {**base, "mode": "prompt-lookup"}))
+        if ctx.draft_source is not None and ctx.draft_source.exists() and ctx.draft_source != ctx.source:
+            draft_hf = hf_folder(ctx.draft_source, ctx.draft_kind, ctx.bundle, ctx.log)
+            draft = self._export(python, draft_hf, f"{_key_of(draft_hf)}-{group}", group, ctx.log)
+            rows.append(Variant("draft-model", label, {**base, "mode": "draft-model", "draft": str(draft)}))
+        head = self._eagle3(python, ctx, hf, group)
+        if head is not None:
+            rows.append(Variant("eagle3", label, {**base, "mode": "eagle3", "draft": str(head)}))
+        return rows
+
+    def _export(self, python: Path, hf: Path, key: str, group: str, log, remote_code: bool = False) -> Path:
+        """hf exported by optimum-cli into the cache (once)."""
+        out = system_dir(self.name) / "models" / key
+        if (out / "openvino_model.xml").is_file():
+            return out
+        log(f"{self.name}: optimum-intel exports {hf} at {group}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        weights = ["--weight-format", "int4", "--group-size", "32", "--ratio", "1.0"] if group == "int4" else \
+            ["--weight-format", "fp32"]
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as tmp:
+            cmd = [str(python.parent / "optimum-cli"), "export", "openvino", "--model", str(Path(hf).resolve()),
+                   "--task", "text-generation-with-past", *weights, *(["--trust-remote-code"] if remote_code else []),
+                   f"{tmp}/ir"]
+            with open(out.parent / f"export-{key}.log", "w") as logf:
+                # from the temporary folder: specrt's source tree on the path would shadow packages it imports
+                proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=tmp)
+            if proc.returncode != 0 or not Path(f"{tmp}/ir/openvino_model.xml").is_file():
+                raise SystemUnavailable(f"optimum-intel's export failed (log: {out.parent / f'export-{key}.log'})")
+            os.replace(f"{tmp}/ir", out)
+        return out
+
+    def _eagle3(self, python: Path, ctx: CompareContext, hf: Path, group: str) -> Path | None:
+        """The bundle's EAGLE-3 head as an OpenVINO draft model, or None where the bundle has none."""
+        from specrt.bundle import load_bundle
+        from specrt.convert.export_drafter import SET_HIDDEN_LAYERS, export
+        from specrt.models.eagle3 import load_eagle3_checkpoint
+        from specrt.models.config import ModelConfig
+
+        manifest = load_bundle(ctx.bundle, check_hashes=False)
+        entry = next((d for d in manifest.drafters if d.kind == "eagle3"), None)
+        if entry is None or not (Path(entry.source) / "config.json").is_file():
+            return None
+        key = f"{_key_of(Path(entry.source))}-eagle3-{group}"
+        out = system_dir(self.name) / "models" / key
+        if (out / "openvino_model.xml").is_file():
+            return out
+        cfg, _ = load_eagle3_checkpoint(Path(entry.source), ModelConfig.from_dict(manifest.model_config))
+        with tempfile.TemporaryDirectory(prefix="specrt-ov-eagle3-") as tmp:
+            folder = Path(tmp) / "head"
+            export(Path(entry.source), "openvino", folder, target=str(hf), log=ctx.log)
+            for name in TOKENIZER_FILES:  # the exporter writes the draft's tokenizer IR from these
+                if (hf / name).is_file():
+                    shutil.copyfile(hf / name, folder / name)
+            head = self._export(python, folder, key, group, ctx.log, remote_code=True)
+        layers = ",".join(str(k) for k in cfg.aux_layers)
+        proc = subprocess.run([str(python), "-c", SET_HIDDEN_LAYERS, str(head), layers], capture_output=True,
+                              text=True, cwd=tempfile.gettempdir())
+        if proc.returncode != 0:
+            shutil.rmtree(head, ignore_errors=True)
+            raise SystemUnavailable(f"could not name the head's layers in its IR: {proc.stderr.strip()[-300:]}")
+        return head
+
+
+def _key_of(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
+
+
+SYSTEMS: dict[str, ExternalSystem] = {s.name: s for s in (OrtGenai(), LlamaCpp(), Transformers(), Optimum(),
+                                                           OpenVino())}
