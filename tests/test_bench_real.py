@@ -60,3 +60,22 @@ def test_bench_compares_every_system_on_the_same_weights(bundles, tmp_path, caps
     same = sum(rows[(d, s, "none", "fp32")]["identical_to_plain"] for d in ("mt-bench", "gsm8k")
                for s in ("onnxruntime-genai", "transformers", "optimum"))
     assert same >= 5  # of 6: fp32 kernels may round a near-tie differently, not more
+
+
+@pytest.mark.full
+def test_bench_compares_openvino_genai_on_the_same_weights(fp32_bundle, tmp_path, capsys):
+    """OpenVINO GenAI, installed into a fresh environment, on optimum-intel's fp32 export of the same weights and
+    the bundle's EAGLE-3 head exported for it: plain (strict f32, and its bf16 default), prompt lookup and EAGLE-3
+    rows; in strict f32 its greedy outputs reproduce specrt's plain decoding."""
+    report = _bench(fp32_bundle, tmp_path, capsys, "--dataset", "mt-bench", "--dataset", "gsm8k", "--limit", "1",
+                    "--max-new-tokens", "16", "--compare", "openvino")
+    rows = {(r["dataset"], r["system"], r["drafter"], r["precision"]): r for r in report["results"]}
+    strict = [("none", "fp32"), ("prompt-lookup", "fp32"), ("eagle3", "fp32")]
+    for dataset in ("mt-bench", "gsm8k"):
+        for drafter, precision in strict + [("none", "fp32 (default: bf16 compute)")]:
+            row = rows.get((dataset, "openvino", drafter, precision))
+            assert row is not None and "error" not in row, (drafter, precision, row)
+            assert row["tokens_per_second"] > 0
+        assert rows[(dataset, "openvino", "none", "fp32")]["version"] == "2026.4.1.0 (f32 compute, f32 KV cache)"
+    same = sum(rows[(d, "openvino", dr, p)]["identical_to_plain"] for d in ("mt-bench", "gsm8k") for dr, p in strict)
+    assert same >= 5  # of 6: fp32 kernels may round a near-tie differently, not more

@@ -173,3 +173,27 @@ def test_bundle_export_writes_each_drafter_and_explains_the_rest(fp32_bundle, tm
 def test_checkpoint_folder_needs_its_target(tmp_path):
     with pytest.raises(SpecrtError, match="--target"):
         export(EAGLE3_HEAD, "vllm", tmp_path / "out")
+
+
+def test_eagle3_export_for_openvino_is_eagles_own_layout(target, tmp_path):
+    """What optimum-intel's LlamaEagle3Model loads: midlayer.* names, the target's embedding table, d2t offsets and
+    t2d; specrt reads it back as the same head. DFlash has no OpenVINO layout: refused in one line."""
+    [done] = export(EAGLE3_HEAD, "openvino", tmp_path / "ov", target=DEFAULT_MODEL, log=lambda m: None)
+    raw = load_file(str(done.folder / "model.safetensors"))
+    cfg = _config(done.folder)
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["draft_vocab_size"] == 8192
+    assert all(not k.startswith(("layers.", "model.")) for k in raw) and "midlayer.self_attn.q_proj.weight" in raw
+    np.testing.assert_array_equal(raw["embed_tokens.weight"],
+                                  np.asarray(target.weights["model.embed_tokens.weight"], dtype=np.float32))
+    assert raw["d2t"].dtype == np.int64 and raw["t2d"].dtype == np.bool_ and raw["t2d"].sum() == len(raw["d2t"])
+    assert raw["t2d"][np.arange(len(raw["d2t"])) + raw["d2t"]].all()
+    want_cfg, want = load_eagle3_checkpoint(EAGLE3_HEAD, target.config)
+    got_cfg, got = load_eagle3_checkpoint(done.folder, target.config)
+    assert got_cfg == want_cfg
+    for name in set(want) - {"t2d"}:
+        np.testing.assert_array_equal(got[name], want[name])
+    # the shipped head reads OpenVINO's default layers for a 30-layer target: no note needed
+    assert not any("hidden_layers_list" in n for n in done.notes)
+    with pytest.raises(SpecrtError, match="not exported for OpenVINO"):
+        export(DFLASH_HEAD, "openvino", tmp_path / "ovd", target=DEFAULT_MODEL, log=lambda m: None)
+    assert not (tmp_path / "ovd").exists()
