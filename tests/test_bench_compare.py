@@ -173,5 +173,10 @@ def test_environment_is_reused_once_installed(tmp_path, monkeypatch):
     assert Path(prefix) == python.parent.parent  # its own environment, not the running one
     messages.clear()
     assert ensure_environment("empty", (), messages.append) == python and messages == []
+    # specrt now runs from another environment (the one it was layered over is gone): layered over this one again
+    [pth] = python.parent.parent.glob("lib/python*/site-packages/_specrt_parent.pth")
+    pth.write_text("/nonexistent/site-packages\n")
+    assert ensure_environment("empty", (), messages.append) == python and messages == []
+    subprocess.run([str(python), "-c", "import numpy"], check=True)
     with pytest.raises(SystemUnavailable, match="could not install"):
         ensure_environment("empty", ("specrt-test-no-such-package==0.0.0",), messages.append)

@@ -76,6 +76,7 @@ def test_bench_compares_openvino_genai_on_the_same_weights(fp32_bundle, tmp_path
             row = rows.get((dataset, "openvino", drafter, precision))
             assert row is not None and "error" not in row, (drafter, precision, row)
             assert row["tokens_per_second"] > 0
-        assert rows[(dataset, "openvino", "none", "fp32")]["version"] == "2026.4.1.0 (f32 compute, f32 KV cache)"
+        version = rows[(dataset, "openvino", "none", "fp32")]["version"]
+        assert version.startswith("2026.4.1.0") and version.endswith("(f32 compute, f32 KV cache)"), version
     same = sum(rows[(d, "openvino", dr, p)]["identical_to_plain"] for d in ("mt-bench", "gsm8k") for dr, p in strict)
     assert same >= 5  # of 6: fp32 kernels may round a near-tie differently, not more

@@ -40,6 +40,8 @@ def ensure_environment(name: str, requirements: tuple[str, ...], log, layered: b
     marker = root / "installed.json"
     want = sorted(requirements) + [f"-{r}" for r in sorted(remove)] + ([] if layered else ["(not layered)"])
     if python.is_file() and marker.is_file() and json.loads(marker.read_text()).get("requirements") == want:
+        if layered:  # specrt may run from another environment than the one this was first layered over
+            _layer_over_running_python(python)
         return python
     root.mkdir(parents=True, exist_ok=True)
     log(f"installing {name} ({' '.join(want) or 'nothing extra'}) into {root / 'venv'} (first use only)")
@@ -67,13 +69,16 @@ def ensure_environment(name: str, requirements: tuple[str, ...], log, layered: b
 
 
 def _layer_over_running_python(python: Path) -> None:
-    """Put the running Python's site-packages folders behind those of the environment at python."""
+    """Put the running Python's site-packages folders behind those of the environment at python (rewritten when
+    they changed)."""
     proc = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemUnavailable(f"could not read the new environment's site-packages: {_last_line(proc.stderr)}")
-    own = Path(proc.stdout.strip())
-    (own / "_specrt_parent.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
+    pth = Path(proc.stdout.strip()) / "_specrt_parent.pth"
+    text = "".join(f"{p}\n" for p in site.getsitepackages())
+    if not pth.is_file() or pth.read_text() != text:
+        pth.write_text(text)
 
 
 def _last_line(text: str, prefer: str = "") -> str:

@@ -81,33 +81,77 @@ class ExternalSystem:
 
 
 class OrtGenai(ExternalSystem):
+    """onnxruntime-genai on models its own builder converts from the same weights (fp32 or int4). Rows: plain, its
+    n-gram decoding (what its docs/SpeculativeDecoding.md shows: ngram_size 4, up to 8 tokens, chained lookup,
+    adaptive width from 2) and, where the bundle has an independent draft model, its draft-model decoding (its
+    default fixed 4 tokens) through a composite genai_config.json naming both models."""
+
     name = "onnxruntime-genai"
     # its wheel requires only numpy and onnxruntime; its model builder also imports these (torch and transformers
     # are usually found in specrt's own environment, which the system's environment is layered over)
     requirements = ("onnxruntime-genai==0.18.0", "onnx-ir", "onnx", "safetensors", "torch", "transformers")
     worker = "ort_genai_worker.py"
+    NGRAM = {"ngram_size": 4, "max_draft_tokens": 8, "ngram_chained_lookup": True, "min_adaptive_k": 2,
+             "cooldown": False}
+    DRAFT = {"max_draft_tokens": 4}
 
     def variants(self, group, groups, ctx, python):
         if group not in ("fp32", "int4"):
             return []
         hf = hf_folder(self._need_source(ctx), ctx.source_kind, ctx.bundle, ctx.log, ctx.source_sha256)
-        out = system_dir(self.name) / "models" / f"{model_key(ctx)}-{group}"
-        if not (out / "genai_config.json").is_file():
-            ctx.log(f"{self.name}: its model builder converts {hf} at {group}")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
-                tmp = str(Path(tmp).resolve())
-                cmd = [str(python), "-m", "onnxruntime_genai.models.builder", "-i", str(Path(hf).resolve()), "-o",
-                       f"{tmp}/model", "-p", group, "-e", "cpu", "-c", f"{tmp}/cache"]
-                with open(out.parent / f"build-{group}.log", "w") as logf:
-                    # run from the build folder: `python -m` puts the working directory first on sys.path, and
-                    # specrt's source tree (kernels/, models/) would shadow packages the builder imports
-                    proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=tmp)
-                if proc.returncode != 0:
-                    raise SystemUnavailable(f"its model builder failed (log: {out.parent / f'build-{group}.log'})")
-                shutil.rmtree(f"{tmp}/cache", ignore_errors=True)
-                os.replace(f"{tmp}/model", out)
-        return [Variant("none", group, {"model": str(out)})]
+        out = self._build(python, hf, f"{model_key(ctx)}-{group}", group, ctx.log)
+        rows = [Variant("none", group, {"model": str(out)}),
+                Variant("prompt-lookup", group, {"model": str(out), "speculative": self.NGRAM})]
+        if ctx.draft_source is not None and ctx.draft_source.exists() and ctx.draft_source != ctx.source:
+            draft_hf = hf_folder(ctx.draft_source, ctx.draft_kind, ctx.bundle, ctx.log)
+            draft = self._build(python, draft_hf, f"{_key_of(draft_hf)}-{group}", group, ctx.log)
+            pair = _composite(out, draft, system_dir(self.name) / "models" / f"{out.name}+{draft.name}")
+            rows.append(Variant("draft-model", group, {"model": str(pair), "speculative": self.DRAFT}))
+        return rows
+
+    def _build(self, python: Path, hf: Path, key: str, group: str, log) -> Path:
+        """hf converted by the system's own model builder into the cache (once)."""
+        out = system_dir(self.name) / "models" / key
+        if (out / "genai_config.json").is_file():
+            return out
+        log(f"{self.name}: its model builder converts {hf} at {group}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
+            tmp = str(Path(tmp).resolve())
+            cmd = [str(python), "-m", "onnxruntime_genai.models.builder", "-i", str(Path(hf).resolve()), "-o",
+                   f"{tmp}/model", "-p", group, "-e", "cpu", "-c", f"{tmp}/cache"]
+            with open(out.parent / f"build-{key}.log", "w") as logf:
+                # run from the build folder: `python -m` puts the working directory first on sys.path, and
+                # specrt's source tree (kernels/, models/) would shadow packages the builder imports
+                proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=tmp)
+            if proc.returncode != 0:
+                raise SystemUnavailable(f"its model builder failed (log: {out.parent / f'build-{key}.log'})")
+            shutil.rmtree(f"{tmp}/cache", ignore_errors=True)
+            os.replace(f"{tmp}/model", out)
+        return out
+
+
+def _composite(target: Path, draft: Path, out: Path) -> Path:
+    """A model folder onnxruntime-genai runs with draft-model decoding: the target's files and config, plus the
+    draft's decoder block as model.draft (its files linked under draft/; paths are relative to the folder)."""
+    import json
+
+    if (out / "genai_config.json").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".pair-") as tmp:
+        root = Path(tmp) / "pair"
+        (root / "draft").mkdir(parents=True)
+        for folder, dest in ((target, root), (draft, root / "draft")):
+            for f in folder.iterdir():
+                if f.is_file() and f.name != "genai_config.json":
+                    os.link(f, dest / f.name)
+        config = json.loads((target / "genai_config.json").read_text())
+        draft_block = json.loads((draft / "genai_config.json").read_text())["model"]["decoder"]
+        config["model"]["draft"] = {**draft_block, "filename": f"draft/{draft_block['filename']}"}
+        (root / "genai_config.json").write_text(json.dumps(config, indent=2))
+        os.replace(root, out)
+    return out
 
 
 class LlamaCpp(ExternalSystem):
