@@ -74,7 +74,17 @@ def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec, sta
         raise SpecrtError(f"{model} is not converted yet and conversion needs: pip install 'specrt[convert]'") from None
     bundle.parent.mkdir(parents=True, exist_ok=True)
     convert(model, bundle, ConvertOptions(precision=precision, force=True, drafter=drafter_spec,
-                                          int4_block_size=CATALOG[model].int4_block_size), stages)
+                                          int4_block_size=CATALOG[model].int4_block_size,
+                                          draft_vocab=catalog_draft_vocab(model, drafter_spec)), stages)
+
+
+def catalog_draft_vocab(model: str, drafter_spec) -> int:
+    """The draft vocabulary a catalog model's own draft model is cut to (0: none, or not its own draft model)."""
+    entry = CATALOG.get(model)
+    specs = () if drafter_spec is None else (drafter_spec,) if isinstance(drafter_spec, str) else tuple(drafter_spec)
+    if entry is None or not entry.draft_vocab or f"draft-model:{entry.draft_model}" not in specs:
+        return 0
+    return entry.draft_vocab
 
 
 def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: str | None = None) -> Path:
@@ -110,7 +120,7 @@ def _stale(bundle: Path, model: str, spec) -> bool:
         manifest = load_bundle(bundle, check_hashes=False)
     except SpecrtError:
         return True
-    return _stale_head(manifest, spec) or _stale_blocks(manifest, model)
+    return _stale_head(manifest, spec) or _stale_blocks(manifest, model) or _stale_vocab(manifest, model, spec)
 
 
 def _stale_head(manifest: Manifest, spec) -> bool:
@@ -123,6 +133,13 @@ def _stale_head(manifest: Manifest, spec) -> bool:
         if entry is None or entry.source_sha256 != checkpoint_sha256(Path(folder)):
             return True
     return False
+
+
+def _stale_vocab(manifest: Manifest, model: str, spec) -> bool:
+    """A draft model cut to another draft vocabulary (or none) than the catalog entry asks for now."""
+    own = f"draft-model:{CATALOG[model].draft_model}"
+    entry = next((d for d in manifest.drafters if d.raw.get("spec") == own), None)
+    return entry is not None and (entry.raw.get("draft_vocab") or {}).get("size", 0) != catalog_draft_vocab(model, spec)
 
 
 def _stale_blocks(manifest: Manifest, model: str) -> bool:

@@ -2,7 +2,8 @@
 KV cache, whose ARG is one of
 - `self-int4`: the int4 graph of the target's own weights (drafts for an fp32/fp16 target);
 - a specrt bundle folder: its target graph is copied in as the draft graph (no reconversion);
-- a conversion source (HF folder, .gguf file or catalog name): converted at the target's precision.
+- a conversion source (HF folder, .gguf file or catalog name): converted at the target's precision, its output
+  head optionally cut to a draft vocabulary (`--draft-vocab N`, convert/draft_vocab_head.py).
 The drafter's tokenizer must equal the target's (same token for every id); convert refuses otherwise and names the
 first id that differs.
 """
@@ -87,8 +88,9 @@ def _relink_external_data(model_file: Path, old: str, new: str) -> None:
 
 
 def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
-        build_graph=None) -> dict:
-    """Write the draft model's graph into tmp (build_graph: the pipeline's target-graph builder); returns its entry."""
+        build_graph=None, *, draft_vocab: int = 0) -> dict:
+    """Write the draft model's graph into tmp (build_graph: the pipeline's target-graph builder); returns its entry.
+    draft_vocab > 0: its output head keeps only that many of the most frequent tokens (convert/draft_vocab_head.py)."""
     from specrt.convert import sources
 
     kind = "draft-model"
@@ -97,6 +99,8 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     else:
         path = Path(arg).expanduser()
         if path.is_dir() and (path / MANIFEST).is_file():
+            if draft_vocab:
+                raise SpecrtError("--draft-vocab cuts a draft model being converted, not one copied from a bundle")
             entry = _from_bundle(path, tmp)
             return {"kind": kind, "name": kind, "spec": spec, **entry}
         resolved = sources.resolve(arg, log=stages.log)
@@ -113,9 +117,42 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     graph, validation = build_graph(tmp, DRAFT_STEM, draft_loaded, draft_precision, max_context, (), providers, stages)
     kv = KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, max_context=max_context,
                   dtype="float16" if draft_precision == "fp16" else "float32")
-    return {
+    entry = {
         "kind": kind, "name": kind, "spec": spec,
         "source": str(draft_loaded.source.path), "source_sha256": draft_loaded.sha256,
         "model_config": cfg.to_dict(), "graph": dataclasses.asdict(graph), "kv": dataclasses.asdict(kv),
         "vocab_size": cfg.vocab_size, "validation": validation,
     }
+    if draft_vocab:
+        entry.update(_cut_vocab(tmp, graph.file, kv, cfg.vocab_size, draft_vocab, providers, stages))
+    return entry
+
+
+def _cut_vocab(tmp: Path, graph_file: str, kv: KVLayout, vocab: int, size: int, providers, stages) -> dict:
+    """Cut the draft graph's head to the `size` most frequent tokens of ShareGPT, check it against the whole head
+    on a few tokens, write the d2t map; the entry fields that change."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from specrt.convert.draft_vocab_head import CORPUS, corpus_texts, cut_output_head, frequent_ids
+    from specrt.runtime.target_session import TargetSession, TargetSpec
+
+    if not 1 <= size < vocab:
+        raise SpecrtError(f"--draft-vocab must be between 1 and the draft model's vocabulary ({vocab}), got {size}")
+    stages.log(f"cutting the draft model's output head to the {size} most frequent tokens")
+    keep = frequent_ids(tmp / "tokenizer.json", vocab, size, corpus_texts())
+    probe = np.array([keep[: min(8, len(keep))]], dtype=np.int64)
+
+    def logits(v: int) -> np.ndarray:
+        spec = TargetSpec(kv.layers, kv.kv_heads, kv.head_dim, 64, v, kv_dtype=kv.dtype)
+        return TargetSession(tmp / graph_file, spec, providers).forward(probe)[0]
+
+    whole = logits(vocab)[:, keep]
+    cut_output_head(tmp / graph_file, keep)
+    diff = float(np.abs(logits(len(keep)) - whole).max())
+    if diff > 1e-3:
+        raise SpecrtError(f"the draft graph cut to {size} tokens disagrees with the whole one (max |diff| {diff:.2e})")
+    d2t_file = f"{DRAFT_STEM}.d2t.safetensors"
+    save_file({"d2t": np.ascontiguousarray(keep - np.arange(len(keep)), dtype=np.int64)}, str(tmp / d2t_file))
+    return {"vocab_size": int(len(keep)), "extra_files": [d2t_file],
+            "draft_vocab": {"size": int(len(keep)), "corpus": CORPUS, "check_max_abs_diff": diff}}

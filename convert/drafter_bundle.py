@@ -74,7 +74,18 @@ def hidden_layers_for(spec: str | None, loaded) -> tuple[int, ...]:
     return tuple(module.hidden_layers_for(arg, loaded))
 
 
-def add_drafter(spec: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages, build_graph) -> dict:
-    """Write the drafter's graph into tmp; returns its manifest entry."""
+def add_drafter(spec: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages, build_graph,
+                draft_vocab: int = 0) -> dict:
+    """Write the drafter's graph into tmp; returns its manifest entry. draft_vocab: its output head cut to that
+    many tokens, for the kinds whose exporter takes it (a draft model)."""
     module, arg = _exporter(spec)
-    return module.add(spec, arg, tmp, loaded, precision, max_context, providers, stages, build_graph)
+    extra = {"draft_vocab": draft_vocab} if draft_vocab and takes_draft_vocab(spec) else {}
+    return module.add(spec, arg, tmp, loaded, precision, max_context, providers, stages, build_graph, **extra)
+
+
+def takes_draft_vocab(spec: str) -> bool:
+    """Whether this drafter's exporter cuts its head to a draft vocabulary (a keyword-only option of its add)."""
+    import inspect
+
+    module, _ = _exporter(spec)
+    return "draft_vocab" in inspect.signature(module.add).parameters

@@ -26,7 +26,7 @@ from specrt import __version__
 from specrt.bundle import KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
 from specrt.convert import sources
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
-                                           hidden_layers_for)
+                                           hidden_layers_for, takes_draft_vocab)
 from specrt.convert.memory import GIB, StagePeaks, check_fits
 from specrt.convert.onnx_graph import float_activation_twin
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
@@ -49,6 +49,7 @@ class ConvertOptions:
     hidden_layers: tuple[int, ...] = ()
     drafter: str | tuple[str, ...] | None = None  # "draft-model:PATH_OR_NAME", "eagle3:FOLDER", ... (or several)
     int4_block_size: int = 32  # weights per int4 block (target and draft model): 32, 64 or 128
+    draft_vocab: int = 0  # a draft model's output head cut to this many frequent tokens (0: its whole vocabulary)
 
 
 class Stages:
@@ -113,6 +114,8 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
         raise SpecrtError("fp16 bundles are for GPUs: use --device cuda or rocm (or --precision fp32/int4 on the CPU)")
     for spec in drafter_specs(opts.drafter):
         check_drafter_spec(spec, opts.precision)
+    if opts.draft_vocab and not any(takes_draft_vocab(s) for s in drafter_specs(opts.drafter)):
+        raise SpecrtError("--draft-vocab cuts a draft model's output head: add --drafter draft-model:MODEL")
     stages.expect(len(Stages.names) + sum(drafter_stages(s) for s in drafter_specs(opts.drafter)))
     t0 = time.time()
 
@@ -325,8 +328,8 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     taps = tuple(sorted(set(opts.hidden_layers).union(*(hidden_layers_for(s, loaded) for s in specs))))
     build = functools.partial(_build_graph, int4_block_size=opts.int4_block_size)
     target, validation = build(tmp, "target", loaded, opts.precision, max_context, taps, providers, stages)
-    drafters = tuple(add_drafter(s, tmp, loaded, opts.precision, max_context, providers, stages, build)
-                     for s in specs)
+    drafters = tuple(add_drafter(s, tmp, loaded, opts.precision, max_context, providers, stages, build,
+                                 draft_vocab=opts.draft_vocab) for s in specs)
 
     stages.start("write manifest")
     graph_files = [target.file, target.data_file] + [

@@ -6,7 +6,9 @@ buffer, as both runtimes do). Calls are interleaved across graphs so machine noi
 Usage:
     python scripts/bench_target_step.py --graph specrt-fp32=BUNDLE/target.onnx \
         --graph genai-fp32=GENAI_DIR/model.onnx ... [--past 64,512,2048] [--new 1,2,4,8,16] [--reps 15]
-Prints a markdown table of median milliseconds and writes JSON with --json.
+Prints a markdown table of median milliseconds and writes JSON with --json. --session-config NAME:KEY=VALUE adds an
+ONNX Runtime session config entry to graph NAME (the same file may run under two names, e.g. with and without
+mlas.use_lut_gemm).
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from specrt.runtime.target_session import make_session_options
 class GraphRunner:
     """Binds whatever inputs a decoder graph declares; KV buffers of max_len shared past/present."""
 
-    def __init__(self, path: str, max_len: int, head_dim: int):
-        self.sess = ort.InferenceSession(path, make_session_options(), providers=["CPUExecutionProvider"])
+    def __init__(self, path: str, max_len: int, head_dim: int, config: dict[str, str] | None = None):
+        opts = make_session_options()
+        for key, value in (config or {}).items():
+            opts.add_session_config_entry(key, value)
+        self.sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
         self.inputs = {i.name: i for i in self.sess.get_inputs()}
         kv = [i for i in self.sess.get_inputs() if i.name.startswith("past_key_values")]
         self.binding = self.sess.io_binding()
@@ -64,14 +69,20 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="timed calls per block")
     ap.add_argument("--rounds", type=int, default=3, help="blocks per graph, alternating graphs")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--session-config", action="append", default=[], help="NAME:KEY=VALUE for graph NAME")
     ap.add_argument("--head-dim", type=int, default=64, help="for graphs that leave the KV head dim symbolic")
     args = ap.parse_args()
     pasts = [int(x) for x in args.past.split(",")]
     news = [int(x) for x in args.new.split(",")]
+    configs: dict[str, dict[str, str]] = {}
+    for entry in args.session_config:
+        name, _, pair = entry.partition(":")
+        key, _, value = pair.partition("=")
+        configs.setdefault(name, {})[key] = value
     runners = {}
     for spec in args.graph:
         name, path = spec.split("=", 1)
-        runners[name] = GraphRunner(path, max(pasts) + max(news) + 1, args.head_dim)
+        runners[name] = GraphRunner(path, max(pasts) + max(news) + 1, args.head_dim, configs.get(name))
     results = {}
     for past in pasts:
         for new in news:

@@ -42,6 +42,7 @@ class CatalogEntry:
     tensor_count: int | None = None  # tensors the GGUF header must announce
     draft_model_by_default: bool = False  # `specrt convert NAME` without --drafter adds draft-model:<draft_model>
     int4_block_size: int = 32  # what an int4 conversion of this model uses unless told otherwise
+    draft_vocab: int = 0  # its draft model's output head cut to this many frequent tokens (0: whole vocabulary)
 
 
 def _gemma_part(i: int) -> WheelPart:
@@ -111,6 +112,7 @@ CATALOG: dict[str, CatalogEntry] = {
             draft_model="qwen2.5-coder-0.5b-instruct",
             draft_model_by_default=True,
             int4_block_size=128,
+            draft_vocab=32768,  # the 0.5B's head is 28% of a draft step; docs/perf.md, issue 24
         ),
         CatalogEntry(
             name="qwen2.5-coder-0.5b-instruct",

@@ -82,8 +82,14 @@ def cli():
                    "or mtp (the target's own MTP module); none for no drafter. Default: a catalog model's own "
                    "EAGLE-3 head, if it ships one")
 @click.option("--force", is_flag=True, help="replace an existing output folder")
-def convert(source, output, precision, max_context, device, hidden_layers, int4_block_size, drafters, force):
+@click.option("--draft-vocab", type=int, default=None, metavar="N",
+              help="cut the draft model's output head to its N most frequent tokens (counted on ShareGPT): a "
+                   "cheaper draft step; a token outside them is never drafted [default: the catalog entry's, else "
+                   "the whole vocabulary; 0: the whole vocabulary]")
+def convert(source, output, precision, max_context, device, hidden_layers, int4_block_size, drafters, force,
+            draft_vocab):
     """Convert SOURCE (HF folder, .gguf file or catalog name) into a bundle."""
+    from specrt.app.api import catalog_draft_vocab
     from specrt.catalog import CATALOG, default_drafter_spec
     from specrt.convert.pipeline import ConvertOptions, convert as run_convert
     from specrt.app.interrupts import interrupt_on_signals
@@ -101,7 +107,8 @@ def convert(source, output, precision, max_context, device, hidden_layers, int4_
         raise SpecrtError(f"--hidden-layers must be comma-separated integers, got {hidden_layers!r}") from None
     block = int(int4_block_size) if int4_block_size else CATALOG[source].int4_block_size if source in CATALOG else 32
     opts = ConvertOptions(precision=precision, max_context=max_context, device=device, force=force, hidden_layers=layers,
-                          drafter=drafter, int4_block_size=block)
+                          drafter=drafter, int4_block_size=block,
+                          draft_vocab=catalog_draft_vocab(source, drafter) if draft_vocab is None else draft_vocab)
     stages = TqdmStages()
     try:
         with interrupt_on_signals():

@@ -70,7 +70,7 @@ KINDS: dict[str, DrafterKind] = {k.name: k for k in (
                 catalog_draft_model=True, title="draft model",
                 missing="convert it with --drafter draft-model:PATH_OR_NAME",
                 not_exported="a draft model is an ordinary model folder: give the engine its source as it is"),
-    DrafterKind("ngram", "specrt.drafters.ngram:NgramDrafter", None, title="prompt lookup",
+    DrafterKind("ngram", "specrt.drafters.ngram:NgramDrafter", None, title="prompt lookup", modes=("history",),
                 not_exported="the engines have their own prompt lookup (vLLM: method \"ngram\"; SGLang: "
                              "speculative_algorithm \"NGRAM\"): nothing to export"),
 )}

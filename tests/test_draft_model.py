@@ -52,6 +52,33 @@ def test_bundle_holds_the_draft_graph(bundle, capsys):
     assert code == 0 and "draft-model (draft-model:" in out
 
 
+def test_a_draft_vocabulary_cuts_the_head_and_stays_lossless(sources, tmp_path, monkeypatch, capsys):
+    """--draft-vocab 40: the draft graph's head keeps the 40 most frequent tokens of the corpus (here the test
+    prompts), checked against the whole head at conversion; drafts use only those tokens; output unchanged."""
+    import specrt.convert.draft_vocab_head as draft_vocab_head
+    from specrt.drafters.draft_vocab import load_draft_targets
+
+    monkeypatch.setattr(draft_vocab_head, "corpus_texts", lambda: list(PROMPTS) * 3)
+    out = tmp_path / "cut"
+    assert main(["convert", str(sources["target"]), "-o", str(out), "--max-context", "96",
+                 "--drafter", f"draft-model:{sources['other']}", "--draft-vocab", "40"]) == 0
+    entry = load_bundle(out).drafter("draft-model")  # the d2t map is hashed with the graph
+    assert entry.vocab_size == 40 and entry.extra_files == ("draft.d2t.safetensors",)
+    assert entry.raw["draft_vocab"]["check_max_abs_diff"] < 1e-3
+    kept = set(load_draft_targets(out, entry).tolist())
+    engine = specrt.load(str(out), device="cpu", drafter="draft-model")
+    engine.adaptive = False
+    for prompt in PROMPTS:
+        plain = engine.generate(prompt, PARAMS, drafter=None).wait()
+        spec = engine.generate(prompt, PARAMS).wait()
+        assert spec.token_ids == plain.token_ids
+        context = engine.prompt_ids(prompt) + plain.token_ids[:5]
+        engine.drafter.reset()
+        assert set(engine.drafter.propose(context, 4).tokens.tolist()) <= kept
+    code, _, err = run(["convert", str(sources["target"]), "-o", str(tmp_path / "x"), "--draft-vocab", "40"], capsys)
+    assert code == 2 and "--drafter draft-model:MODEL" in err
+
+
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_greedy_draft_model_equals_plain(bundle, adaptive):
     engine = specrt.load(str(bundle), device="cpu", drafter="draft-model")

@@ -22,6 +22,34 @@ def test_ngram_finds_the_latest_match():
     assert NgramDrafter().propose([1, 2, 3], 3) is None
 
 
+def test_ngram_history_drafts_from_earlier_generations():
+    d = NgramDrafter()
+    d.use_mode("history")
+    d.reset()
+    assert d.propose([1, 2, 3, 40, 41, 42, 43, 44], 3) is None  # nothing repeats yet
+    d.reset()  # the generation above joins the store
+    assert d.propose([9, 9, 7, 40, 41], 3).tokens.tolist() == [42, 43, 44]  # a 2-token suffix seen before
+    assert d.propose([7, 8, 42], 3) is None  # a single token is not looked up in the store
+    # a suffix the context itself repeats wins over the store
+    assert d.propose([40, 41, 5, 6, 40, 41], 2).tokens.tolist() == [5, 6]
+    plain = NgramDrafter()
+    plain.reset()
+    plain.propose([1, 2, 3, 40, 41, 42, 43, 44], 3)
+    plain.reset()
+    assert plain.propose([9, 9, 7, 40, 41], 3) is None  # without the mode nothing is remembered
+
+
+def test_ngram_store_keeps_the_most_recent_tokens():
+    from specrt.drafters.ngram.proposer import NgramStore
+
+    store = NgramStore(capacity=10, min_n=2, max_n=3)
+    store.add([1, 2, 3, 4, 5, 6])
+    store.add([1, 2, 7, 8, 9, 10])
+    assert store.follow((1, 2), 2) == [7, 8]  # the latest occurrence
+    assert store.follow((3, 4), 2) == []  # the first sequence was dropped: 12 tokens exceed 10
+    assert store.follow((9,), 2) == [] and store.follow((8, 9), 5) == [10]
+
+
 def test_tree_bias_shows_only_ancestors():
     draft = Draft(np.array([7, 8, 9]), np.array([-1, -1, 1]))
     bias = tree_bias(draft, past=2)[0, 0]

@@ -36,10 +36,13 @@ def _drafter(engine, mode, prompt, plain):
     return OracleDrafter(len(engine.prompt_ids(prompt)), plain, engine.manifest.vocab_size, mode)
 
 
-@pytest.mark.parametrize("mode", ["ngram", "draft-model", "draft-model+ngram", "right", "wrong"])
+@pytest.mark.parametrize("mode", ["ngram", "ngram:history", "draft-model", "draft-model+ngram",
+                                  "draft-model+ngram:history", "right", "wrong"])
 def test_fp32_greedy_speculative_equals_plain(engine, mode):
-    engine.adaptive = mode in ("ngram", "draft-model+ngram")  # else a fixed draft length (4): every call drafts
-    if mode.startswith("draft-model"):  # one drafter (its own graph session) for every prompt
+    engine.adaptive = "ngram" in mode  # else a fixed draft length (4): every call drafts
+    # one drafter for every prompt: a draft model keeps its graph session, ngram:history its store of the
+    # earlier prompts' generations
+    if mode.startswith("draft-model") or mode.endswith(":history"):
         model = engine.drafter if mode == "draft-model" else make_drafter(mode, engine.bundle_dir, engine.manifest,
                                                                            engine.providers)
         outcome = compare_with_plain(engine, lambda prompt, plain: model)

@@ -239,9 +239,8 @@ class OpenVino(ExternalSystem):
             draft_hf = hf_folder(ctx.draft_source, ctx.draft_kind, ctx.bundle, ctx.log)
             draft = self._export(python, draft_hf, f"{_key_of(draft_hf)}-{group}", group, ctx.log)
             rows.append(Variant("draft-model", label, {**base, "mode": "draft-model", "draft": str(draft)}))
-        head = self._eagle3(python, ctx, hf, group)
-        if head is not None:
-            rows.append(Variant("eagle3", label, {**base, "mode": "eagle3", "draft": str(head)}))
+        for kind, head in self._heads(python, ctx, hf, group):
+            rows.append(Variant(kind, label, {**base, "mode": "eagle3", "draft": str(head)}))
         return rows
 
     def _export(self, python: Path, hf: Path, key: str, group: str, log, remote_code: bool = False) -> Path:
@@ -265,29 +264,43 @@ class OpenVino(ExternalSystem):
             os.replace(f"{tmp}/ir", out)
         return out
 
-    def _eagle3(self, python: Path, ctx: CompareContext, hf: Path, group: str) -> Path | None:
-        """The bundle's EAGLE-3 head as an OpenVINO draft model, or None where the bundle has none."""
+    def _heads(self, python: Path, ctx: CompareContext, hf: Path, group: str) -> list[tuple[str, Path]]:
+        """The bundle's drafters that `specrt export-drafter --for openvino` writes (an EAGLE-3 head), each as an
+        OpenVINO draft model: [(kind, IR folder)]."""
+        from specrt import drafter_kinds
         from specrt.bundle import load_bundle
-        from specrt.convert.export_drafter import SET_HIDDEN_LAYERS, export
-        from specrt.models.eagle3 import load_eagle3_checkpoint
-        from specrt.models.config import ModelConfig
+        from specrt.convert.export_drafter import NotForEngine
 
         manifest = load_bundle(ctx.bundle, check_hashes=False)
-        entry = next((d for d in manifest.drafters if d.kind == "eagle3"), None)
-        if entry is None or not (Path(entry.source) / "config.json").is_file():
-            return None
-        key = f"{_key_of(Path(entry.source))}-eagle3-{group}"
+        heads = []
+        for entry in manifest.drafters:
+            spec = drafter_kinds.KINDS.get(entry.kind)
+            if spec is None or spec.engine_writer is None or not (Path(entry.source) / "config.json").is_file():
+                continue
+            try:
+                heads.append((entry.kind, self._head(python, ctx, hf, group, entry, manifest)))
+            except NotForEngine:
+                continue
+        return heads
+
+    def _head(self, python: Path, ctx: CompareContext, hf: Path, group: str, entry, manifest) -> Path:
+        from specrt.convert.export_drafter import SET_HIDDEN_LAYERS, export
+        from specrt.models.config import ModelConfig
+        from specrt.models.eagle3 import load_eagle3_checkpoint
+
+        source = Path(entry.source)
+        key = f"{_key_of(source)}-{entry.kind}-{group}"
         out = system_dir(self.name) / "models" / key
         if (out / "openvino_model.xml").is_file():
             return out
-        cfg, _ = load_eagle3_checkpoint(Path(entry.source), ModelConfig.from_dict(manifest.model_config))
-        with tempfile.TemporaryDirectory(prefix="specrt-ov-eagle3-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="specrt-ov-head-") as tmp:
             folder = Path(tmp) / "head"
-            export(Path(entry.source), "openvino", folder, target=str(hf), log=ctx.log)
+            export(source, "openvino", folder, target=str(hf), log=ctx.log)
             for name in TOKENIZER_FILES:  # the exporter writes the draft's tokenizer IR from these
                 if (hf / name).is_file():
                     shutil.copyfile(hf / name, folder / name)
             head = self._export(python, folder, key, group, ctx.log, remote_code=True)
+        cfg, _ = load_eagle3_checkpoint(source, ModelConfig.from_dict(manifest.model_config))
         layers = ",".join(str(k) for k in cfg.aux_layers)
         proc = subprocess.run([str(python), "-c", SET_HIDDEN_LAYERS, str(head), layers], capture_output=True,
                               text=True, cwd=tempfile.gettempdir())

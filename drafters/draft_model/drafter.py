@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt.drafter_entry import DrafterEntry
+from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
 from specrt.runtime.drafter import Draft, Drafter, common_prefix
 from specrt.runtime.sampling import SamplingParams, target_probs
 from specrt.runtime.target_session import TargetSession, TargetSpec
@@ -33,6 +34,8 @@ class DraftModelDrafter(Drafter):
                           sliding_window=window if "sliding_attention_bias" in entry.graph.inputs else 0)
         self.session = TargetSession(Path(bundle_dir) / entry.graph.file, spec, providers, threads=threads)
         self.target_vocab = target_vocab
+        # [V_draft] target id of each output of a head cut to a draft vocabulary (None: the whole vocabulary)
+        self.targets = load_draft_targets(bundle_dir, entry, target_vocab, draft_vocab=entry.vocab_size)
         self.cached: list[int] = []  # token ids whose KV the draft cache holds
         self.params = SamplingParams(temperature=0.0)
         self.rng = np.random.default_rng()
@@ -51,6 +54,8 @@ class DraftModelDrafter(Drafter):
         for lo in range(0, len(tokens), PREFILL_CHUNK):
             logits = self.session.forward(np.array([tokens[lo:lo + PREFILL_CHUNK]], dtype=np.int64))[0, -1]
         self.cached.extend(tokens)
+        if self.targets is not None:
+            return to_target_vocab(logits, self.targets, self.target_vocab)
         if len(logits) == self.target_vocab:
             return logits
         out = np.full(self.target_vocab, -np.inf, dtype=np.float32)  # a token the target lacks is never drafted

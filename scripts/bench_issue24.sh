@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 24: specrt beside the peers as they stand now, each on the same weights, interleaved prompt by prompt.
+#   default: SmolLM2-135M-Instruct, int4 and fp32, MT-Bench / HumanEval / GSM8K, with OpenVINO GenAI (plain, prompt
+#            lookup, EAGLE-3), onnxruntime-genai (plain, n-gram) and llama.cpp (plain, prompt lookup)
+#   pair:    Qwen2.5-Coder-1.5B + 0.5B draft model, int4, MT-Bench / HumanEval, with each peer's speculative rows
+# usage: bash scripts/bench_issue24.sh default|pair [OUT]   (LIMIT, default 8 prompts per dataset)
+set -euo pipefail
+WHICH=${1:?default or pair}
+OUT=${2:-docs/bench}
+LIMIT=${LIMIT:-8}
+grep -o -E 'avx512[a-z_0-9]*|amx[a-z_0-9]*|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ' > "$OUT/issue24-$WHICH.cpuflags"
+COMPARE="--compare openvino --compare onnxruntime-genai --compare llama.cpp"
+if [ "$WHICH" = default ]; then
+    specrt bench smollm2-135m-instruct --precision int4 --precision fp32 \
+        --dataset mt-bench --dataset humaneval --dataset gsm8k --limit "$LIMIT" --max-new-tokens 128 \
+        --drafter eagle3 --drafter dflash --drafter ngram $COMPARE \
+        --json "$OUT/issue24-default.json" --markdown "$OUT/issue24-default.md" --plot "$OUT/issue24-default.png"
+else
+    specrt bench qwen2.5-coder-1.5b-instruct --precision int4 --dataset mt-bench --dataset humaneval \
+        --limit "$LIMIT" --max-new-tokens 128 \
+        --drafter draft-model --drafter ngram --drafter draft-model+ngram \
+        --drafter ngram:history --drafter draft-model+ngram:history $COMPARE \
+        --json "$OUT/issue24-pair.json" --markdown "$OUT/issue24-pair.md" --plot "$OUT/issue24-pair.png"
+fi
