@@ -143,6 +143,17 @@ def test_coder_pair_entries():
     assert catalog.default_drafter_spec(draft.name) is None
 
 
+def test_the_pairs_draft_model_is_cut_to_a_draft_vocabulary_by_default():
+    from specrt.app.api import catalog_draft_vocab
+
+    own = "draft-model:qwen2.5-coder-0.5b-instruct"
+    assert catalog_draft_vocab("qwen2.5-coder-1.5b-instruct", own) == 32768
+    assert catalog_draft_vocab("qwen2.5-coder-1.5b-instruct", (own, "eagle3:X")) == 32768
+    assert catalog_draft_vocab("qwen2.5-coder-1.5b-instruct", "draft-model:/some/other") == 0  # not its own
+    assert catalog_draft_vocab("smollm2-135m-instruct", "draft-model:self-int4") == 0
+    assert catalog_draft_vocab("no-such-model", own) == 0
+
+
 def test_default_model_ships_both_trained_drafters():
     """`specrt convert smollm2-135m-instruct` (and `specrt chat`'s first run) converts in the EAGLE-3 head and the
     DFlash drafter trained here; each folder is a loadable checkpoint with the files the spec names."""

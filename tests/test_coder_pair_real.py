@@ -1,6 +1,7 @@
 """The real draft-model pair: Qwen2.5-Coder-1.5B-Instruct (int4) drafted for by Qwen2.5-Coder-0.5B-Instruct,
 both from the catalog (22 + 6 GGUF parts from PyPI). Greedy output of the draft model, of prompt lookup and of
-their adaptive mix equals plain decoding token for token on 10 HumanEval prompts x 128 tokens.
+their adaptive mix (also with prompt lookup over earlier generations) equals plain decoding token for token on
+10 HumanEval prompts x 128 tokens; the draft model's head is cut to a draft vocabulary of 32,768 tokens.
 
 The catalog bundle (converted on first use into the cache, ~1.6 GB of parts fetched) is what
 `specrt chat qwen2.5-coder-1.5b-instruct` runs (int4 blocks of 128: batch-invariant calls feed an even number
@@ -34,12 +35,15 @@ def test_catalog_bundle_holds_both_graphs(engine):
     assert engine.drafter.name == "draft-model+ngram"  # what drafter="auto" means for this bundle
     assert engine.batch_invariant  # int4 with a drafter: every call feeds >= 2 rows
     assert engine.manifest.target.int4_block_size == 128 and engine.target.even_rows  # ... an even number of them
+    # the 0.5B's head cut to the 32,768 most frequent tokens (checked against the whole head at conversion)
+    assert entry.vocab_size == 32768 and entry.raw["draft_vocab"]["check_max_abs_diff"] < 1e-3
 
 
-@pytest.mark.parametrize("drafter", ["draft-model", "ngram", "draft-model+ngram"])
+@pytest.mark.parametrize("drafter", ["draft-model", "ngram", "draft-model+ngram", "draft-model+ngram:history"])
 def test_greedy_speculative_equals_plain_on_10_humaneval_prompts(engine, drafter):
     from specrt.app.api import make_drafter
 
+    # one drafter object for all 10 prompts: ngram:history drafts from the earlier prompts' generations too
     member = engine.drafter if drafter == "draft-model+ngram" else make_drafter(
         drafter, engine.bundle_dir, engine.manifest, engine.providers)
     engine.adaptive = drafter != "draft-model"  # the draft model alone drafts every call (fixed length 4)
