@@ -72,7 +72,7 @@ def test_bench_compares_openvino_genai_on_the_same_weights(fp32_bundle, tmp_path
     rows = {(r["dataset"], r["system"], r["drafter"], r["precision"]): r for r in report["results"]}
     strict = [("none", "fp32"), ("prompt-lookup", "fp32"), ("eagle3", "fp32")]
     for dataset in ("mt-bench", "gsm8k"):
-        for drafter, precision in strict + [("none", "fp32 (default: bf16 compute)")]:
+        for drafter, precision in strict + [("none", "fp32 (default hint)")]:
             row = rows.get((dataset, "openvino", drafter, precision))
             assert row is not None and "error" not in row, (drafter, precision, row)
             assert row["tokens_per_second"] > 0

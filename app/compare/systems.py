@@ -232,7 +232,9 @@ class OpenVino(ExternalSystem):
         label = "int4 asym g32" if group == "int4" else "fp32"
         rows = [Variant("none", label, {**base, "mode": "none"})]
         if group == "fp32":
-            rows.append(Variant("none", "fp32 (default: bf16 compute)",
+            # the precisions it then computes in depend on the CPU (bf16 and an f16 KV cache where it has bf16):
+            # the worker reports them in its version
+            rows.append(Variant("none", "fp32 (default hint)",
                                 {**base, "mode": "none", "properties": {"INFERENCE_NUM_THREADS": ctx.threads}}))
         rows.append(Variant("prompt-lookup", label, {**base, "mode": "prompt-lookup"}))
         if ctx.draft_source is not None and ctx.draft_source.exists() and ctx.draft_source != ctx.source:
