@@ -21,7 +21,7 @@ H, F = 576, 1536
 
 
 def _linear_float(name: str, x: str, k: int, n: int, dtype, rng) -> tuple[list, list]:
-    w = rng.standard_normal((k, n)).astype(np.float32) / np.sqrt(k)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
     if dtype == TensorProto.FLOAT16:
         init = numpy_helper.from_array(w.astype(np.float16), f"{name}.w")
     elif dtype == TensorProto.BFLOAT16:
@@ -108,7 +108,7 @@ def main() -> None:
                     if f.startswith(("avx512", "amx", "avx2"))})
     print(f"CPU flags: {' '.join(flags)}; onnxruntime {ort.__version__}; {args.layers} x [{H}->{F}->{H}]")
     print("| weights | 1 token (ms) | 4 tokens (ms) | vs fp32, 1 token |\n|---|---|---|---|")
-    base = statistics.median(times[("fp32", 1)]) if times.get(("fp32", 1)) else None
+    base = statistics.median(times[("fp32", 1)]) if times.get(("fp32", 1)) else float("nan")
     for v in variants:
         if v in errors or not times.get((v, 1)):
             print(f"| {v} | not run: {errors.get(v, 'no timing')} | | |")
