@@ -80,12 +80,15 @@ def cut_output_head(model_file: Path, keep: np.ndarray, head: str = "lm_head") -
     logits = next(o for o in graph.output if o.name == "logits")
     logits.type.tensor_type.shape.dim[-1].dim_value = len(keep)
     data = model_file.name + ".data"
+    mode = (model_file.parent / data).stat().st_mode & 0o777  # the rewritten files keep the originals' permissions
     tmp = model_file.with_name(model_file.name + ".cut")
     onnx.save_model(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=data + ".cut", size_threshold=1024)
     (model_file.parent / (data + ".cut")).replace(model_file.parent / data)
     _relocate(tmp, data + ".cut", data)
     tmp.replace(model_file)
+    for name in (model_file.name, data):
+        (model_file.parent / name).chmod(mode)
 
 
 def _relocate(model_file: Path, old: str, new: str) -> None:
