@@ -53,6 +53,7 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     from specrt.convert.target_graph import GraphOptions, Int4Readback
     from specrt.models.dflash import open_dflash_checkpoint
     from specrt.models.dflash_confidence import load_confidence_head
+    from specrt.models.tensor_source import head_name
 
     folder = Path(arg).expanduser()
     cfg, tensors, d2t = open_dflash_checkpoint(folder, loaded.config)
@@ -60,9 +61,7 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     if cfg.block_size >= max_context:
         raise SourceError(f"DFlash block size {cfg.block_size} does not fit the target graph's context of "
                           f"{max_context} tokens (convert with a larger --max-context)")
-    target_head = "lm_head.weight"
-    if target_head not in loaded.weights or loaded.config.tie_word_embeddings:
-        target_head = "model.embed_tokens.weight"
+    target_head = head_name(loaded.weights, loaded.config.tie_word_embeddings)
     extra, head_rows, out_vocab = {}, None, loaded.config.vocab_size
     if d2t is not None:  # a draft vocabulary: those rows of the lm_head only
         head_rows = np.arange(len(d2t)) + d2t

@@ -136,12 +136,10 @@ class _Target:
 
     def head_rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of the target's lm_head (its embedding table where tied) [len(ids), H], float32."""
-        from specrt.models.tensor_source import rows_of
+        from specrt.models.tensor_source import head_name, rows_of
 
         loaded = self.loaded()
-        name = "lm_head.weight"
-        if name not in loaded.weights or loaded.config.tie_word_embeddings:
-            name = "model.embed_tokens.weight"
+        name = head_name(loaded.weights, loaded.config.tie_word_embeddings)
         return np.asarray(rows_of(loaded.weights, name, ids), dtype=np.float32)
 
 
@@ -193,11 +191,10 @@ def _save(dest: Path, config: dict, tensors: dict[str, np.ndarray]) -> None:
 
 
 def _verifier(target: _Target, verifier: str | None) -> dict:
-    from specrt.models.config import ModelConfig
+    from specrt.models.config import HF_CLASS, ModelConfig
 
     cfg: ModelConfig = target.config
-    arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-            "mistral": "MistralForCausalLM"}.get(cfg.model_type, "")
+    arch = HF_CLASS.get(cfg.model_type, "")
     return {"name_or_path": verifier or target.spec, "architectures": [arch] if arch else []}
 
 

@@ -88,14 +88,11 @@ class StagePeaks:
 
 
 def available_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (what can be used without swapping), None where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    """MemAvailable of /proc/meminfo (what can be used without swapping), None where unknown: the reader the
+    runtime checks a KV cache's allocation with."""
+    from specrt.runtime.target_session import available_memory
+
+    return available_memory()
 
 
 def graph_weight_bytes(shapes: Mapping, precision: str, block_size: int) -> int:

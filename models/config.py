@@ -25,6 +25,10 @@ ARCHITECTURES = {
     "gemma3_text": "gemma3",
 }
 
+# HF model_type -> the transformers class of a causal LM of that type (what an HF folder's config.json names)
+HF_CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+
 
 @dataclass(frozen=True)
 class RopeConfig:

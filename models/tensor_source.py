@@ -168,6 +168,12 @@ def rows_of(weights: Mapping, name: str, ids) -> np.ndarray:
     return np.asarray(weights[name])[ids]
 
 
+def head_name(weights: Mapping, tied: bool) -> str:
+    """The name of a loaded model's output head [V, H]: its lm_head, or its embedding table where the two are
+    tied or the checkpoint has no lm_head."""
+    return "lm_head.weight" if "lm_head.weight" in weights and not tied else "model.embed_tokens.weight"
+
+
 def shape_of(weights: Mapping, name: str) -> tuple[int, ...]:
     """A tensor's shape, without reading it where the mapping can tell."""
     if isinstance(weights, WeightSource):
