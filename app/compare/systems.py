@@ -145,7 +145,10 @@ def _composite(target: Path, draft: Path, out: Path) -> Path:
         for folder, dest in ((target, root), (draft, root / "draft")):
             for f in folder.iterdir():
                 if f.is_file() and f.name != "genai_config.json":
-                    os.link(f, dest / f.name)
+                    try:
+                        os.link(f, dest / f.name)
+                    except OSError:  # a file system without hard links
+                        shutil.copyfile(f, dest / f.name)
         config = json.loads((target / "genai_config.json").read_text())
         draft_block = json.loads((draft / "genai_config.json").read_text())["model"]["decoder"]
         config["model"]["draft"] = {**draft_block, "filename": f"draft/{draft_block['filename']}"}
@@ -254,6 +257,8 @@ class OpenVino(ExternalSystem):
         out.parent.mkdir(parents=True, exist_ok=True)
         weights = ["--weight-format", "int4", "--group-size", "32", "--ratio", "1.0"] if group == "int4" else \
             ["--weight-format", "fp32"]
+        if not (python.parent / "optimum-cli").is_file():
+            raise SystemUnavailable(f"its environment has no optimum-cli ({python.parent})")
         with tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as tmp:
             cmd = [str(python.parent / "optimum-cli"), "export", "openvino", "--model", str(Path(hf).resolve()),
                    "--task", "text-generation-with-past", *weights, *(["--trust-remote-code"] if remote_code else []),
@@ -272,6 +277,7 @@ class OpenVino(ExternalSystem):
         from specrt import drafter_kinds
         from specrt.bundle import load_bundle
         from specrt.convert.export_drafter import NotForEngine
+        from specrt.errors import SpecrtError
 
         manifest = load_bundle(ctx.bundle, check_hashes=False)
         heads = []
@@ -283,6 +289,8 @@ class OpenVino(ExternalSystem):
                 heads.append((entry.kind, self._head(python, ctx, hf, group, entry, manifest)))
             except NotForEngine:
                 continue
+            except SpecrtError as exc:  # a head it cannot take (norm_before_residual...): the other rows still run
+                ctx.log(f"{self.name}: no {entry.kind} row: {exc}")
         return heads
 
     def _head(self, python: Path, ctx: CompareContext, hf: Path, group: str, entry, manifest) -> Path:
