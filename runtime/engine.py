@@ -126,10 +126,11 @@ class Engine:
 
     # -- generation ----------------------------------------------------------------------------
     def generate(self, prompt, params: SamplingParams | None = None, *, system: str | None = None,
-                 raw: bool = False, wait: bool = True, drafter="default") -> Generation:
-        """drafter: "default" (the engine's), None (plain decoding) or a Drafter (runtime/drafter.py)."""
+                 raw: bool = False, wait: bool = True, drafter="default", ids: list[int] | None = None) -> Generation:
+        """drafter: "default" (the engine's), None (plain decoding) or a Drafter (runtime/drafter.py). ids: the
+        prompt's token ids where the caller already has them (prompt_ids of the same prompt): not encoded again."""
         params = params or SamplingParams()
-        ids = self.prompt_ids(prompt, system=system, raw=raw)
+        ids = list(ids) if ids is not None else self.prompt_ids(prompt, system=system, raw=raw)
         if len(ids) >= self.max_context:
             raise ContextOverflowError(
                 f"prompt has {len(ids)} tokens; the bundle's context is {self.max_context} (convert with a larger --max-context)"

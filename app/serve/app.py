@@ -157,6 +157,7 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         if len(ids) >= engine.max_context:
             raise RequestError(400, f"the prompt has {len(ids)} tokens; this model's context is {engine.max_context}",
                                "messages" if not job.raw else "prompt", "context_length_exceeded")
+        job.ids = ids  # the worker generates from these: the template is rendered and the text encoded once
 
     async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool):
         def chunk(choice: dict | None, **extra) -> str:

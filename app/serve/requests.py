@@ -46,6 +46,7 @@ class Job:
     params: SamplingParams
     stream: bool
     include_usage: bool
+    ids: list[int] | None = None  # the prompt's token ids, once the server has checked its length
 
 
 def _depth(text: str) -> int:

@@ -61,7 +61,7 @@ class EngineWorker:
 
     def _run(self, job, ticket: Ticket) -> None:
         try:
-            gen = self.engine.generate(job.prompt, job.params, raw=job.raw)
+            gen = self.engine.generate(job.prompt, job.params, raw=job.raw, ids=job.ids)
             try:
                 for chunk in gen:
                     if ticket.cancelled.is_set():
