@@ -214,7 +214,8 @@ def test_auto_drafter_and_drafter_names(eagle_bundle, tmp_path):
     tree = specrt.load(str(eagle_bundle), device="cpu", drafter="eagle3:tree").drafter
     assert tree.name == "eagle3:tree" and tree.topk > 1 and tree.max_draft > 4
     for name, message in (("ngram:tree", "only eagle3, mtp take"), ("eagle3:wide", "only eagle3, mtp take"),
-                          ("dflash", "has no DFlash drafter"), ("magic", "unknown")):
+                          ("ngram:wide", "ngram takes :history"), ("dflash", "has no DFlash drafter"),
+                          ("magic", "unknown")):
         with pytest.raises(SpecrtError, match=message):
             specrt.load(str(eagle_bundle), device="cpu", drafter=name)
 
