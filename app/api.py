@@ -33,9 +33,11 @@ def check_drafter_name(name: str) -> None:
     base, _, mode = name.partition(":")
     kind = drafter_kinds.kind(base)
     if mode and mode not in kind.modes and (not kind.trees or mode not in ("tree", "chain")):
-        if kind.modes and mode not in ("tree", "chain"):
-            raise SpecrtError(f"drafter {name!r}: {base} takes {' or '.join(':' + m for m in kind.modes)}")
-        raise SpecrtError(f"drafter {name!r}: only {', '.join(drafter_kinds.tree_kinds())} take :tree or :chain")
+        trees = f"only {', '.join(drafter_kinds.tree_kinds())} take :tree or :chain"
+        if kind.modes:
+            modes = f"{base} takes {' or '.join(':' + m for m in kind.modes)}"
+            raise SpecrtError(f"drafter {name!r}: {modes}" + (f"; {trees}" if mode in ("tree", "chain") else ""))
+        raise SpecrtError(f"drafter {name!r}: {trees}")
 
 
 def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads: int = 0):
