@@ -82,7 +82,7 @@ class _SlowEngine:
 
         self.release, self.runs = threading.Event(), []
 
-    def generate(self, prompt, params, raw=False):
+    def generate(self, prompt, params, raw=False, ids=None):
         self.runs.append(prompt)
         return _FakeGeneration(self.release)
 
@@ -113,5 +113,5 @@ def test_the_queue_is_bounded_and_first_come_first_served():
         third = worker.submit(jobs[2])  # room again
         assert await third.events.get() == ("text", "chunk")
 
-    asyncio.run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))  # a worker that fails must fail the test, not hang it
     assert [p[0]["content"] for p in engine.runs] == ["0", "1", "2"]  # in arrival order
