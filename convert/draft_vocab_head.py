@@ -81,22 +81,13 @@ def cut_output_head(model_file: Path, keep: np.ndarray, head: str = "lm_head") -
     logits.type.tensor_type.shape.dim[-1].dim_value = len(keep)
     data = model_file.name + ".data"
     mode = (model_file.parent / data).stat().st_mode & 0o777  # the rewritten files keep the originals' permissions
-    tmp = model_file.with_name(model_file.name + ".cut")
-    onnx.save_model(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=data + ".cut", size_threshold=1024)
-    (model_file.parent / (data + ".cut")).replace(model_file.parent / data)
-    _relocate(tmp, data + ".cut", data)
-    tmp.replace(model_file)
-    for name in (model_file.name, data):
+    # written into a side folder under the final names (the graph's external-data references name its data file),
+    # then moved over the originals
+    side = model_file.parent / f".{model_file.name}.cut"
+    side.mkdir()
+    onnx.save_model(model, str(side / model_file.name), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=data, size_threshold=1024)
+    for name in (data, model_file.name):
+        (side / name).replace(model_file.parent / name)
         (model_file.parent / name).chmod(mode)
-
-
-def _relocate(model_file: Path, old: str, new: str) -> None:
-    import onnx
-
-    model = onnx.load(str(model_file), load_external_data=False)
-    for tensor in model.graph.initializer:
-        for entry in tensor.external_data:
-            if entry.key == "location" and entry.value == old:
-                entry.value = new
-    onnx.save_model(model, str(model_file))
+    side.rmdir()

@@ -38,7 +38,7 @@ class NgramDrafter(Drafter):
         if mode != "history":
             raise ValueError(f"ngram has no mode {mode!r}")
         self.remember = self.HISTORY_TOKENS
-        self._store = NgramStore(self.remember, self.history_min_n, self.max_n)
+        self.__post_init__()
 
     def reset(self, params=None, rng=None) -> None:
         """A new generation: the one before it (its last context seen) joins the datastore."""
