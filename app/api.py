@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrt import drafter_kinds
-from specrt.bundle import MANIFEST, Manifest, checkpoint_sha256, load_bundle
+from specrt.bundle import MANIFEST, Manifest, checkpoint_sha256, load_bundle, weight_bits
 from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir, default_drafter_spec, lookup
 from specrt.errors import SpecrtError
 from specrt.runtime.engine import Engine
@@ -51,8 +51,9 @@ def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads
         return MixedDrafter([make_drafter(m, bundle, manifest, providers, threads)
                              for m in drafter_kinds.members(name)])
     base, _, mode = name.partition(":")
-    if mode == "tree" and manifest.target.precision == "int4":
-        raise SpecrtError(f"{name}: tree drafts on an int4 graph are not exact (tree attention sums in another order, "
+    if mode == "tree" and weight_bits(manifest.target.precision):
+        raise SpecrtError(f"{name}: tree drafts on an {manifest.target.precision} graph are not exact (tree attention "
+                          f"sums in another order, "
                           f"and int8 activations turn that rounding into different tokens); use {base} (a chain) "
                           f"or an fp32 bundle")
     kind = drafter_kinds.kind(base)
@@ -145,9 +146,9 @@ def _stale_vocab(manifest: Manifest, model: str, spec) -> bool:
 
 
 def _stale_blocks(manifest: Manifest, model: str) -> bool:
-    """An int4 bundle quantized in other blocks than the catalog entry now asks for."""
+    """An int4/int8 bundle quantized in other blocks than the catalog entry now asks for."""
     target = manifest.target
-    return target.precision == "int4" and (target.int4_block_size or 32) != CATALOG[model].int4_block_size
+    return bool(weight_bits(target.precision)) and (target.int4_block_size or 32) != CATALOG[model].int4_block_size
 
 
 def auto_drafter(manifest: Manifest) -> str | None:
@@ -158,8 +159,9 @@ def auto_drafter(manifest: Manifest) -> str | None:
 
 
 def default_batch_invariant(drafter, precision: str) -> bool:
-    """Exact speculation on an int4 graph needs batch-invariant calls; plain decoding and fp32 do not."""
-    return drafter is not None and precision == "int4"
+    """Exact speculation on an int4 or int8 graph (int8 activations) needs batch-invariant calls; plain decoding
+    and fp32 do not."""
+    return drafter is not None and bool(weight_bits(precision))
 
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
@@ -168,9 +170,9 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
     """drafter: a name (a kind of specrt/drafter_kinds.py; eagle3/mtp also as NAME:tree), None or "none" for plain decoding, or
     "auto" (the bundle's EAGLE-3 head, else its MTP module, else its DFlash drafter, else its draft model mixed
     with ngram, else none); "A+B" mixes drafters (the adaptive loop picks one per step).
-    batch_invariant: every target call feeds >= 2 rows, which makes int4 output independent of how tokens
-    are grouped into calls: what lossless speculation on an int4 graph needs (fp32 does not). None: on for an
-    int4 bundle with a drafter.
+    batch_invariant: every target call feeds >= 2 rows, which makes int4/int8 output independent of how tokens
+    are grouped into calls: what lossless speculation on an int4 or int8 graph needs (fp32 does not). None: on for
+    an int4 or int8 bundle with a drafter.
     draft_length: draft exactly this many tokens per target call (adaptive length and the confidence cut off), as
     vLLM and SGLang draft a fixed num_speculative_tokens; None: the adaptive controller chooses."""
     if drafter not in (None, "auto"):

@@ -3,16 +3,16 @@ into the bundle as dflash.onnx (convert/dflash_graph.py), validated against the 
 layer. The target graph then emits the hidden states of the drafter's layers (the pipeline asks
 `hidden_layers_for` first).
 
-The drafter runs in int4 beside an int4 target, else in fp32 (as the feature heads do); its weights stream from
-the checkpoint into the graph one at a time, so an 8B model's drafter converts in the memory of its largest
-tensor. Its block size is capped by the target graph's context. A checkpoint with a draft vocabulary (d2t,
-models/dflash.py) keeps only those rows of the target's lm_head, and its d2t goes beside the graph as
-dflash.d2t.safetensors (the EAGLE-3 head's format). A confidence head beside the checkpoint
+The drafter runs quantized beside an int4 or int8 target (at its precision), else in fp32 (as the feature heads
+do); its weights stream from the checkpoint into the graph one at a time, so an 8B model's drafter converts in the
+memory of its largest tensor. Its block size is capped by the target graph's context. A checkpoint with a draft
+vocabulary (d2t, models/dflash.py) keeps only those rows of the target's lm_head, and its d2t goes beside the graph
+as dflash.d2t.safetensors (the EAGLE-3 head's format). A confidence head beside the checkpoint
 (models/dflash_confidence.py) becomes the graph's accept_logits output, validated with the rest.
 
 Validation as the feature heads' (convert/head_graph.py validate_graph): an fp32 graph must equal the torch
-drafter within MAX_DIFF; an int4 graph, run with float activations, must equal the torch drafter holding the
-very same int4 weights (read back from the data file), and its shipped int8-activation difference is recorded.
+drafter within MAX_DIFF; an int4 or int8 graph, run with float activations, must equal the torch drafter holding the
+very same quantized weights (read back from the data file), and its shipped int8-activation difference is recorded.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
 
     from specrt.convert.dflash_graph import DFlashWeights, max_difference, reference_outputs, write_dflash_graph
     from specrt.convert.head_graph import head_precision, validate_graph
-    from specrt.convert.target_graph import GraphOptions, Int4Readback
+    from specrt.convert.target_graph import GraphOptions, QuantReadback
     from specrt.models.dflash import open_dflash_checkpoint
     from specrt.models.dflash_confidence import load_confidence_head
     from specrt.models.tensor_source import head_name
@@ -76,10 +76,10 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     stages.done()
     stages.start(f"validate {STEM}")
     vocab = loaded.config.vocab_size
-    int4 = bool(written.int4_rows)
-    calls, reference = reference_outputs(cfg, Int4Readback(weights, written) if int4 else weights, vocab,
+    quantized = bool(written.quant_rows)
+    calls, reference = reference_outputs(cfg, QuantReadback(weights, written) if quantized else weights, vocab,
                                          confidence=confidence)
-    validation, session = validate_graph(tmp / f"{STEM}.onnx", int4, providers,
+    validation, session = validate_graph(tmp / f"{STEM}.onnx", quantized, providers,
                                          lambda session: max_difference(session, cfg, calls, reference), "DFlash",
                                          opts.precision)
     del session

@@ -1,6 +1,6 @@
 """The DFlash drafter as an ONNX graph (definition: models/dflash.py), built node by node with the target's
-operators (int4: MatMulNBits and a GatherBlockQuantized embedding table) and written streaming: each weight is
-read, converted (quantized for int4) and appended to the data file in turn, so building the graph of an 8B
+operators (int4/int8: MatMulNBits and a GatherBlockQuantized embedding table) and written streaming: each weight
+is read, converted (quantized for int4/int8) and appended to the data file in turn, so building the graph of an 8B
 model's drafter holds one weight, never the drafter.
 
 Inputs: input_ids [1, S] (the anchor token and S - 1 mask tokens, embedded with the target's table carried in

@@ -1,6 +1,6 @@
 """`specrt convert SOURCE --drafter draft-model:ARG`: an independent small LM with the target's tokenizer and its own
 KV cache, whose ARG is one of
-- `self-int4`: the int4 graph of the target's own weights (drafts for an fp32/fp16 target);
+- `self-int4`: the int4 graph of the target's own weights (drafts for an fp32, fp16 or int8 target);
 - a specrt bundle folder: its target graph is copied in as the draft graph (no reconversion);
 - a conversion source (HF folder, .gguf file or catalog name): converted at the target's precision, its output
   head optionally cut to a draft vocabulary (`--draft-vocab N`, convert/draft_vocab_head.py).
@@ -23,7 +23,7 @@ DRAFT_STEM = "draft"
 
 def check(arg: str, precision: str) -> None:
     if arg == "self-int4" and precision == "int4":
-        raise SpecrtError("draft-model:self-int4 drafts for an fp32 or fp16 target; this target is already int4")
+        raise SpecrtError("draft-model:self-int4 drafts for an fp32, fp16 or int8 target; this target is already int4")
 
 
 def stages(arg: str) -> int:

@@ -1,9 +1,10 @@
 """`specrt convert TARGET --drafter eagle3:PATH`: an EAGLE-3 checkpoint (vLLM/SGLang layout) into the bundle.
 
 The checkpoint is checked against the target (hidden size, vocabulary, layer ids, tensor names and shapes,
-d2t range), exported to eagle3.onnx with its own KV cache (convert/eagle3_graph.py; int4 beside an int4 target,
-else fp32), validated against the torch head, and its d2t map written beside it as eagle3.d2t.safetensors. The target graph then emits the hidden
-states of the head's three layers (the pipeline asks `hidden_layers_for` before building it).
+d2t range), exported to eagle3.onnx with its own KV cache (convert/eagle3_graph.py; int4 or int8 beside a target of
+that precision, else fp32), validated against the torch head, and its d2t map written beside it as
+eagle3.d2t.safetensors. The target graph then emits the hidden states of the head's three layers (the pipeline asks
+`hidden_layers_for` before building it).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
+from specrt.bundle import weight_bits
 from specrt.convert.target_graph import io_names
 
 
@@ -73,23 +74,23 @@ def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4
 
 
 # largest |logit or hidden difference| a head graph may show against torch: fp32 is exact up to rounding, and so is
-# an int4 graph run with float activations against a torch head holding the very same int4 weights. The shipped
-# int4 graph computes with int8 activations (MatMulNBits accuracy level 4), which moves logits by a few tenths on
-# the real heads and by whole units on random test heads: recorded, not limited.
+# an int4/int8 graph run with float activations against a torch head holding the very same quantized weights. The
+# shipped quantized graph computes with int8 activations (MatMulNBits accuracy level 4), which moves logits by a few
+# tenths on the real heads and by whole units on random test heads: recorded, not limited.
 MAX_DIFF = 1e-3
 
 
-def validate_graph(path, int4: bool, providers, difference, label: str, precision: str):
+def validate_graph(path, quantized: bool, providers, difference, label: str, precision: str):
     """Check a written drafter graph with `difference(session) -> max |diff|` against its torch definition:
-    exactly (MAX_DIFF) on the graph itself, or for int4 on its float-activation twin, the torch side holding the
-    very same int4 weights; an int4 graph's shipped (int8-activation) difference is recorded. Returns the
+    exactly (MAX_DIFF) on the graph itself, or for int4/int8 on its float-activation twin, the torch side holding
+    the very same quantized weights; a quantized graph's shipped (int8-activation) difference is recorded. Returns the
     validation record and an ORT session over the shipped graph; ValidationError past MAX_DIFF."""
     import onnxruntime as ort
 
     from specrt.convert.onnx_graph import float_activation_twin
     from specrt.errors import ValidationError
 
-    exact_path = float_activation_twin(path) if int4 else path
+    exact_path = float_activation_twin(path) if quantized else path
     try:
         session = ort.InferenceSession(str(exact_path), providers=list(providers))
         exact = difference(session)
@@ -100,7 +101,7 @@ def validate_graph(path, int4: bool, providers, difference, label: str, precisio
         raise ValidationError(f"{label} graph ({precision}) differs from its torch definition by {exact:.2e} "
                               f"(limit {MAX_DIFF})")
     validation = {"max_abs_diff": exact}
-    if int4:
+    if quantized:
         del session  # one graph in memory at a time
         session = ort.InferenceSession(str(path), providers=list(providers))
         validation["int8_activations_max_abs_diff"] = difference(session)
@@ -110,12 +111,12 @@ def validate_graph(path, int4: bool, providers, difference, label: str, precisio
 def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, providers, stages,
                 label: str) -> tuple[tuple[str, ...], dict]:
     """Build the graph (builder), streaming its weights to `<stem>.onnx.data`, save `<stem>.onnx` and validate it
-    against the torch module (into which the graph's int4 weights are read back, under the module's names by
+    against the torch module (into which the graph's quantized weights are read back, under the module's names by
     `rename`). Returns the ORT input names (without the cache) and the validation record; ValidationError past
     MAX_DIFF."""
     import torch
 
-    from specrt.convert.quantize import dequantize_int4
+    from specrt.convert.quantize import dequantize
     from specrt.convert.target_graph import EMBED, write_graph
 
     stages.start(f"build {stem} graph")
@@ -124,12 +125,12 @@ def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, prov
     stages.start(f"validate {stem}")
     params = dict(module.named_parameters())
     with torch.no_grad():
-        for name in written.int4_rows:  # the torch head runs the very int4 weights the graph holds
-            if name == EMBED:  # the int4 embedding table, which the comparison looks tokens up in
-                embed = dequantize_int4(written.int4(name))
+        for name in written.quant_rows:  # the torch head runs the very quantized weights the graph holds
+            if name == EMBED:  # the quantized embedding table, which the comparison looks tokens up in
+                embed = dequantize(written.quantized(name))
             else:
-                params[rename(name)].copy_(torch.from_numpy(dequantize_int4(written.int4(name))))
-    validation, session = validate_graph(tmp / f"{stem}.onnx", bool(written.int4_rows), providers,
+                params[rename(name)].copy_(torch.from_numpy(dequantize(written.quantized(name))))
+    validation, session = validate_graph(tmp / f"{stem}.onnx", bool(written.quant_rows), providers,
                                          lambda session: compare_with_torch(session, module, embed), label,
                                          builder.opts.precision)
     stages.done()
@@ -137,5 +138,6 @@ def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, prov
 
 
 def head_precision(target_precision: str) -> str:
-    """A head runs in int4 beside an int4 target (about 3x cheaper per call on a CPU), else in fp32."""
-    return "int4" if target_precision == "int4" else "fp32"
+    """A head runs quantized beside an int4 or int8 target (int4: about 3x cheaper per call on a CPU), at the
+    target's precision, else in fp32."""
+    return target_precision if weight_bits(target_precision) else "fp32"

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from specrt.bundle import weight_bits
 from specrt.errors import SpecrtError
 
 GIB = 1 << 30
@@ -22,8 +23,8 @@ GIB = 1 << 30
 BASELINE_BYTES = int(1.0 * GIB)
 # ONNX Runtime's resident size for a graph, per byte of its weights (measured, docs/perf.md): int4's MatMulNBits
 # with int8 activations repacks its weights with per-block sums (6.30 GiB resident for the 4.79 GiB of the
-# Llama-3.1-8B shape's int4 graph)
-SESSION_FACTOR = {"int4": 1.35}
+# Llama-3.1-8B shape's int4 graph); int8's MatMulNBits repacks the same way (taken as int4's, not measured)
+SESSION_FACTOR = {"int4": 1.35, "int8": 1.35}
 DEFAULT_SESSION_FACTOR = 1.15
 
 
@@ -97,19 +98,20 @@ def available_bytes() -> int | None:
 
 def graph_weight_bytes(shapes: Mapping, precision: str, block_size: int) -> int:
     """Bytes of a target graph's weights: projections and the embedding table (where its width is whole blocks)
-    in int4 (4 bits, a float scale and a 4-bit zero point per block) or at the precision's width, everything
-    else float32 (fp16: 2 bytes)."""
+    in int4/int8 (4 or 8 bits, a float scale and a 4- or 8-bit zero point per block) or at the precision's width,
+    everything else float32 (fp16: 2 bytes)."""
     from specrt.convert.quantize import is_projection
 
     width = 2 if precision == "fp16" else 4
+    bits = weight_bits(precision)
     total = 0
     for name, shape in shapes.items():
         count = 1
         for d in shape:
             count *= int(d)
         embedding = name == "model.embed_tokens.weight" and int(shape[-1]) % block_size == 0
-        if precision == "int4" and (is_projection(name) or embedding):
-            total += count // 2 + (count // block_size) * 4 + count // block_size // 2
+        if bits and (is_projection(name) or embedding):
+            total += count * bits // 8 + (count // block_size) * 4 + count // block_size * bits // 8
         else:
             total += count * width
     return total
@@ -134,8 +136,8 @@ def estimate_peak(shapes: Mapping, num_layers: int, precision: str, block_size: 
                 per_layer[i] += 4 * count
     layer = max(per_layer, default=0)
     graph = dict(shapes)
-    if tied and precision == "int4" and "model.embed_tokens.weight" in graph:
-        graph["lm_head.weight"] = graph["model.embed_tokens.weight"]  # int4 quantizes a copy for the lm_head
+    if tied and weight_bits(precision) and "model.embed_tokens.weight" in graph:
+        graph["lm_head.weight"] = graph["model.embed_tokens.weight"]  # int4/int8 quantize a copy for the lm_head
     factor = SESSION_FACTOR.get(precision, DEFAULT_SESSION_FACTOR)
     session = graph_weight_bytes(graph, precision, block_size) * factor + kv_bytes
     return int(BASELINE_BYTES + max(session, 2 * layer, 3 * largest))

@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 
 from specrt import __version__
-from specrt.bundle import KVLayout, MANIFEST, Manifest, TargetGraph, file_entry
+from specrt.bundle import KVLayout, MANIFEST, PRECISIONS, Manifest, TargetGraph, file_entry, weight_bits
 from specrt.convert import sources
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
                                            hidden_layers_for, takes_draft_vocab)
 from specrt.convert.memory import GIB, StagePeaks, check_fits
 from specrt.convert.onnx_graph import float_activation_twin
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
-from specrt.convert.target_graph import PRECISIONS, GraphOptions, Int4Readback, io_names, write_target_graph
+from specrt.convert.target_graph import GraphOptions, QuantReadback, io_names, write_target_graph
 from specrt.convert.tokenizer import write_tokenizer
 from specrt.convert.validate import VALIDATION_TEXTS, VALIDATION_TOKENS, check, compare
 from specrt.errors import OutputPathError, SpecrtError
@@ -48,7 +48,7 @@ class ConvertOptions:
     force: bool = False
     hidden_layers: tuple[int, ...] = ()
     drafter: str | tuple[str, ...] | None = None  # "draft-model:PATH_OR_NAME", "eagle3:FOLDER", ... (or several)
-    int4_block_size: int = 32  # weights per int4 block (target and draft model): 32, 64 or 128
+    int4_block_size: int = 32  # weights per int4/int8 block (target and draft model): 32, 64 or 128
     draft_vocab: int = 0  # a draft model's output head cut to this many frequent tokens (0: its whole vocabulary)
 
 
@@ -111,7 +111,8 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
     _check_output(out, opts.force)
     providers = providers_for(opts.device)
     if opts.precision == "fp16" and opts.device == "cpu":
-        raise SpecrtError("fp16 bundles are for GPUs: use --device cuda or rocm (or --precision fp32/int4 on the CPU)")
+        raise SpecrtError("fp16 bundles are for GPUs: use --device cuda or rocm (or --precision fp32, int8 or int4 on "
+                          "the CPU)")
     for spec in drafter_specs(opts.drafter):
         check_drafter_spec(spec, opts.precision)
     if opts.draft_vocab and not any(takes_draft_vocab(s) for s in drafter_specs(opts.drafter)):
@@ -242,7 +243,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
 
     Memory stays bounded by a layer, not the model: the torch reference runs layer by layer
     (models/layerwise.py), each weight is read from the source, converted and appended to the data file in
-    turn (write_target_graph), and the int4 reference reads the written int4 weights back one layer at a time.
+    turn (write_target_graph), and the int4/int8 reference reads the written quantized weights back one layer at
+    a time.
     Returns the graph entry for the manifest and the validation record. The tokenizer must already be in tmp.
     """
     from specrt.models.layerwise import run_layerwise
@@ -252,13 +254,14 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     graph_opts = GraphOptions(precision=precision, max_context=max_context, hidden_layers=tuple(sorted(hidden_layers)),
                               int4_block_size=int4_block_size)
     prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, min(max_context, VALIDATION_TOKENS))
-    calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context) if precision == "int4" else []
-    # one pass of the source model: int4 calibration statistics and the validation reference together
+    bits = weight_bits(precision)
+    calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context) if bits else []
+    # one pass of the source model: calibration statistics (int4/int8) and the validation reference together
     source = run_layerwise(cfg, loaded.weights, calibration + prompts, graph_opts.hidden_layers,
                            observe=len(calibration), outputs_from=len(calibration))
     source_outputs = list(zip(source.logits, source.taps))
     weights = loaded.weights
-    if precision == "int4":
+    if bits:
         weights = smooth_down_proj(weights, source.down_proj_max)
     stages.done()
 
@@ -271,13 +274,13 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
                       kv_dtype=kv_dtype_for(precision), hidden_output=bool(hidden_layers),
                       sliding_window=cfg.active_sliding_window)
     validation = {}
-    if precision == "int4":
-        # The graph must compute what a torch model running the very same int4 weights (read back from the data
-        # file) computes. That is checked exactly, as fp32 is, on the same graph with float activations
-        # (MatMulNBits accuracy_level 0); the shipped graph's int8 activations and how far int4 moves the model
-        # from its source are recorded as quality.
+    if bits:
+        # The graph must compute what a torch model running the very same quantized weights (read back from the
+        # data file) computes. That is checked exactly, as fp32 is, on the same graph with float activations
+        # (MatMulNBits accuracy_level 0); the shipped graph's int8 activations and how far quantization moves the
+        # model from its source are recorded as quality.
         untied = dataclasses.replace(cfg, tie_word_embeddings=False)
-        quantized = run_layerwise(untied, Int4Readback(weights, written), prompts, graph_opts.hidden_layers)
+        quantized = run_layerwise(untied, QuantReadback(weights, written), prompts, graph_opts.hidden_layers)
         quantized_outputs = list(zip(quantized.logits, quantized.taps))
         exact_path = float_activation_twin(tmp / f"{stem}.onnx")
         try:
@@ -285,16 +288,17 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
         finally:
             exact_path.unlink()
         validation["quantized_reference"] = exact.as_dict()
-        check(exact, "int4-exact")
+        check(exact, f"{precision}-exact")
         stages.log(f"{stem} validation: max |diff| {exact.max_abs_diff:.2e}, top-1 agreement "
-                   f"{exact.top1_agreement:.1%} over {exact.positions} positions (same int4 weights, float activations)")
+                   f"{exact.top1_agreement:.1%} over {exact.positions} positions (same {precision} weights, float "
+                   "activations)")
     session = TargetSession(tmp / f"{stem}.onnx", spec, providers=providers)
     report = compare(session, source_outputs, prompts)
     validation["source"] = report.as_dict()
-    if precision == "int4":
+    if bits:
         shipped = compare(session, quantized_outputs, prompts)
         validation["int8_activations"] = shipped.as_dict()
-        stages.log(f"{stem} int4 quality: top-1 agreement {shipped.top1_agreement:.1%} with the same int4 weights in "
+        stages.log(f"{stem} {precision} quality: top-1 agreement {shipped.top1_agreement:.1%} with the same weights in "
                    f"float, {report.top1_agreement:.1%} with the unquantized source")
         if shipped.top1_agreement < 0.9:
             stages.log(f"note: int8 activations change {1 - shipped.top1_agreement:.0%} of top-1 choices (expected of "
@@ -311,7 +315,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     graph = TargetGraph(file=f"{stem}.onnx", data_file=f"{stem}.onnx.data", precision=precision,
                         inputs=tuple(io["inputs"]), outputs=tuple(outputs),
                         hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
-                        int4_block_size=int4_block_size if precision == "int4" else 0)
+                        int4_block_size=int4_block_size if bits else 0)
     return graph, validation
 
 

@@ -16,9 +16,9 @@ outputs  logits [B, S, V] float32 (every input position), present.{i}.key|value 
 Per layer: SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, one fused QKV MatMul,
 GroupQueryAttention with rotary inside (explicit position_ids, so tree tokens get their depth) and a
 past/present buffer that the runtime binds to one OrtValue (the cache is written in place, never
-copied), one fused gate/up MatMul. int4 turns every projection and the lm_head into MatMulNBits, and the
-embedding table into a GatherBlockQuantized over the same int4 blocks (where the width is a whole number of
-blocks).
+copied), one fused gate/up MatMul. int4 and int8 turn every projection and the lm_head into MatMulNBits
+(4 or 8 bits a weight), and the embedding table into a GatherBlockQuantized over the same blocks (where the width
+is a whole number of blocks).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import onnx
 from onnx import TensorProto
 
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
-from specrt.convert.quantize import Int4Weight, concat_rows, dequantize_int4, is_projection, quantize_int4
+from specrt.bundle import PRECISIONS, weight_bits
+from specrt.convert.quantize import QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks
 from specrt.models.config import ModelConfig
 from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 
-PRECISIONS = ("fp32", "fp16", "int4")
 EMBED = "model.embed_tokens.weight"
 
 
@@ -45,8 +45,13 @@ class GraphOptions:
     precision: str = "fp32"
     max_context: int = 2048
     hidden_layers: tuple[int, ...] = ()  # residual stream after these layers -> hidden_states
-    int4_block_size: int = 32
+    int4_block_size: int = 32  # weights per quantization block (int4 and int8)
     int4_accuracy_level: int = 4  # int8 activations in MatMulNBits (fast on AVX2/AVX512 CPUs)
+
+    @property
+    def bits(self) -> int:
+        """Bits per quantized weight; 0 for a float graph."""
+        return weight_bits(self.precision)
 
 
 def io_names(cfg: ModelConfig) -> dict:
@@ -72,8 +77,8 @@ class _TargetBuilder:
         self.dtype = np.float16 if opts.precision == "fp16" else np.float32
         self.elem = TensorProto.FLOAT16 if opts.precision == "fp16" else TensorProto.FLOAT
         self.rope_caches: dict = {}
-        self.quantized: dict[str, Int4Weight] = quantized or {}  # computed beforehand (else each when used)
-        self.int4_rows: dict[str, Int4Rows] = {}  # HF weight name -> where its int4 rows went
+        self.quantized: dict[str, QuantWeight] = quantized or {}  # computed beforehand (else each when used)
+        self.quant_rows: dict[str, QuantRows] = {}  # HF weight name -> where its quantized rows went
         # a tied model's lm_head is its embedding table
         self.alias = {} if "lm_head.weight" in weights else {"lm_head.weight": "model.embed_tokens.weight"}
 
@@ -84,12 +89,12 @@ class _TargetBuilder:
     def has(self, name: str) -> bool:
         return self.alias.get(name, name) in self.w
 
-    def int4(self, name: str) -> Int4Weight:
+    def quantize(self, name: str) -> QuantWeight:
         if name in self.quantized:
             return self.quantized[name]
-        if self.alias.get(name) in self.quantized:  # a tied lm_head: the embedding's int4 rows
+        if self.alias.get(name) in self.quantized:  # a tied lm_head: the embedding's quantized rows
             return self.quantized[self.alias[name]]
-        return quantize_int4(self.tensor(name).astype(np.float32), self.opts.int4_block_size)
+        return quantize_blocks(self.tensor(name).astype(np.float32), self.opts.int4_block_size, bits=self.opts.bits)
 
     # -- weights -------------------------------------------------------------------------------
     def param(self, name: str, offset: float = 0.0) -> str:
@@ -99,8 +104,8 @@ class _TargetBuilder:
         """y = x @ concat(W_names).T (+ bias), W in HF layout [out, in]; fused when several names."""
         biases = [self.tensor(n + ".bias") if self.has(n + ".bias") else None for n in names]
         bias = np.concatenate(biases).astype(self.dtype) if all(b is not None for b in biases) else None
-        if self.opts.precision == "int4":
-            parts = [self.int4(n + ".weight") for n in names]
+        if self.opts.bits:
+            parts = [self.quantize(n + ".weight") for n in names]
             q = concat_rows(parts)
             ins = [
                 x,
@@ -112,10 +117,10 @@ class _TargetBuilder:
             ]
             row = 0
             for n, part in zip(names, parts):
-                self.int4_rows[n + ".weight"] = Int4Rows(*ins[1:4], row, row + part.n, q.n, q.k, q.block_size)
+                self.quant_rows[n + ".weight"] = QuantRows(*ins[1:4], row, row + part.n, q.n, q.k, q.block_size, q.bits)
                 row += part.n
             return self.g.op(
-                "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=4,
+                "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=q.bits,
                 block_size=q.block_size, accuracy_level=self.opts.int4_accuracy_level,
             )
         w = np.concatenate([self.tensor(n + ".weight") for n in names], axis=0).astype(np.float32)
@@ -126,20 +131,20 @@ class _TargetBuilder:
 
     def embed_lookup(self) -> tuple[str, str | None]:
         """Token embeddings of input_ids [B, S, H] and the float table's initializer (None when there is none).
-        int4 keeps the table in int4 too (GatherBlockQuantized over the same blocks as MatMulNBits: about a sixth of
-        the float32 table) where the width is a whole number of blocks; otherwise the table is float."""
+        int4 and int8 keep the table quantized too (GatherBlockQuantized over the same blocks as MatMulNBits: about
+        a sixth or a third of the float32 table) where the width is a whole number of blocks; otherwise it is float."""
         g, name = self.g, EMBED
-        if self.opts.precision == "int4" and self.cfg.hidden_size % self.opts.int4_block_size == 0:
-            q = self.int4(name)
+        if self.opts.bits and self.cfg.hidden_size % self.opts.int4_block_size == 0:
+            q = self.quantize(name)
             if "lm_head.weight" in self.alias:  # tied: the lm_head quantizes the very same table
                 self.quantized = {**self.quantized, name: q}
-            data = g.weight(name + ".qweight", q.packed.reshape(q.n, -1))  # [V, H / 2] two weights per byte
+            data = g.weight(name + ".qweight", q.packed.reshape(q.n, -1))  # [V, H * bits / 8]
             scales = g.weight(name + ".scales", q.scales.reshape(q.n, -1).astype(self.dtype))  # [V, H / block]
             zero_points = g.weight(name + ".zero_points", q.zero_points.reshape(q.n, -1))
-            self.int4_rows[name] = Int4Rows(data, scales, zero_points, 0, q.n, q.n, q.k, q.block_size)
+            self.quant_rows[name] = QuantRows(data, scales, zero_points, 0, q.n, q.n, q.k, q.block_size, q.bits)
             del q
             out = g.op("GatherBlockQuantized", [data, "input_ids", scales, zero_points], domain=MS_DOMAIN,
-                       gather_axis=0, quantize_axis=1, block_size=self.opts.int4_block_size, bits=4)
+                       gather_axis=0, quantize_axis=1, block_size=self.opts.int4_block_size, bits=self.opts.bits)
             return out, None
         table = g.weight(name, self.tensor(name).astype(self.dtype, copy=False))
         return g.op("Gather", [table, "input_ids"], axis=0), table
@@ -283,7 +288,7 @@ class _TargetBuilder:
 
     def lm_head(self, x: str, embed_name: str | None) -> str:
         cfg, g = self.cfg, self.g
-        if self.opts.precision == "int4" or not cfg.tie_word_embeddings or embed_name is None:
+        if self.opts.bits or not cfg.tie_word_embeddings or embed_name is None:
             return self.linear(x, ["lm_head"], "lm_head")
         # Tied fp32/fp16: reuse the embedding table through Gemm(transB=1) instead of a transposed copy.
         flat = g.op("Reshape", [x, g.const([-1, cfg.hidden_size])])
@@ -293,57 +298,60 @@ class _TargetBuilder:
 
 
 def build_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions,
-                       quantized: dict[str, Int4Weight] | None = None) -> onnx.ModelProto:
+                       quantized: dict[str, QuantWeight] | None = None) -> onnx.ModelProto:
     """The whole graph in memory. weights: HF-named float arrays (model.layers.{i}.self_attn.q_proj.weight, ...).
-    quantized: int4 weights already computed by quantize_model (else quantized here)."""
+    quantized: int4/int8 weights already computed by quantize_model (else quantized here)."""
     return _TargetBuilder(cfg, weights, opts, quantized).build()
 
 
 @dataclass(frozen=True)
-class Int4Rows:
-    """Where one HF projection's int4 weights lie in the graph: rows [lo, hi) of a (maybe fused) MatMulNBits."""
+class QuantRows:
+    """Where one HF projection's quantized weights lie in the graph: rows [lo, hi) of a (maybe fused)
+    MatMulNBits."""
 
     qweight: str  # initializer names
     scales: str
     zero_points: str
     lo: int
     hi: int
-    n: int  # the fused weight's rows, K and block size
+    n: int  # the fused weight's rows, K, block size and bits per weight
     k: int
     block_size: int
+    bits: int = 4
 
 
 @dataclass
 class WrittenGraph:
-    """A graph written with external data: its files and where each projection's int4 weights went."""
+    """A graph written with external data: its files and where each projection's quantized weights went."""
 
     data: ExternalData
-    int4_rows: dict[str, Int4Rows]
+    quant_rows: dict[str, QuantRows]
 
-    def int4(self, name: str, rows: np.ndarray | None = None) -> Int4Weight:
-        """A weight's int4 values (only `rows` of it, when given), read back from the data file: a projection's
-        rows of its (maybe fused) MatMulNBits, or the embedding table's GatherBlockQuantized."""
-        r = self.int4_rows[name]
+    def quantized(self, name: str, rows: np.ndarray | None = None) -> QuantWeight:
+        """A weight's quantized values (only `rows` of it, when given), read back from the data file: a
+        projection's rows of its (maybe fused) MatMulNBits, or the embedding table's GatherBlockQuantized."""
+        r = self.quant_rows[name]
         pick = slice(r.lo, r.hi) if rows is None else r.lo + np.asarray(rows, dtype=np.int64)
         n_blocks = -(-r.k // r.block_size)
-        packed = self.data.read(r.qweight).reshape(r.n, n_blocks, r.block_size // 2)[pick]
+        packed = self.data.read(r.qweight).reshape(r.n, n_blocks, r.block_size * r.bits // 8)[pick]
         scales = self.data.read(r.scales).reshape(r.n, n_blocks)[pick].astype(np.float32)
         zero_points = self.data.read(r.zero_points).reshape(r.n, -1)[pick]
-        return Int4Weight(packed, scales.reshape(-1), zero_points.reshape(-1), len(packed), r.k, r.block_size)
+        return QuantWeight(packed, scales.reshape(-1), zero_points.reshape(-1), len(packed), r.k, r.block_size,
+                           r.bits)
 
 
-class Int4Readback(WeightSource):
-    """The weights an int4 graph really multiplies by: every weight it holds in int4 (projections, the lm_head)
-    dequantized from the int4 values written to the data file, everything else as given. Read one tensor (or a
-    few rows of one) at a time."""
+class QuantReadback(WeightSource):
+    """The weights a quantized graph really multiplies by: every weight it holds quantized (projections, the
+    lm_head) dequantized from the values written to the data file, everything else as given. Read one tensor (or
+    a few rows of one) at a time."""
 
     def __init__(self, weights: Mapping, written: WrittenGraph):
         self.base, self.written = weights, written
         self.names = list(weights) + (["lm_head.weight"] if "lm_head.weight" not in weights else [])
 
     def __getitem__(self, name: str) -> np.ndarray:
-        if name in self.written.int4_rows:
-            return dequantize_int4(self.written.int4(name))
+        if name in self.written.quant_rows:
+            return dequantize(self.written.quantized(name))
         return self.base[name]
 
     def __iter__(self):
@@ -356,21 +364,21 @@ class Int4Readback(WeightSource):
         return name in self.base or name == "lm_head.weight"
 
     def shape(self, name: str) -> tuple[int, ...]:
-        if name in self.written.int4_rows:
-            r = self.written.int4_rows[name]
+        if name in self.written.quant_rows:
+            r = self.written.quant_rows[name]
             return (r.hi - r.lo, r.k)
         return shape_of(self.base, name)
 
     def rows(self, name: str, ids) -> np.ndarray:
-        if name not in self.written.int4_rows:
+        if name not in self.written.quant_rows:
             return rows_of(self.base, name, ids)
         ids = np.asarray(ids, dtype=np.int64)
         unique, where = np.unique(ids, return_inverse=True)  # dequantize only the rows asked for
-        return dequantize_int4(self.written.int4(name, unique))[where.reshape(ids.shape)]
+        return dequantize(self.written.quantized(name, unique))[where.reshape(ids.shape)]
 
 
 def write_graph(builder: _TargetBuilder, folder: Path, stem: str) -> WrittenGraph:
-    """Build a builder's graph streaming: each weight is read, converted (quantized for int4) and appended to
+    """Build a builder's graph streaming: each weight is read, converted (quantized for int4/int8) and appended to
     `<stem>.onnx.data` in turn, then `<stem>.onnx` is saved. No copy of the model is ever in memory; the files
     are byte for byte those of onnx.save_model on the same builder's in-memory model."""
     data = ExternalData(folder, f"{stem}.onnx.data")
@@ -380,7 +388,7 @@ def write_graph(builder: _TargetBuilder, folder: Path, stem: str) -> WrittenGrap
     finally:
         data.close()
     onnx.save_model(model, str(Path(folder) / f"{stem}.onnx"))
-    return WrittenGraph(data, builder.int4_rows)
+    return WrittenGraph(data, builder.quant_rows)
 
 
 def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, folder: Path,
@@ -389,13 +397,16 @@ def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, f
     return write_graph(_TargetBuilder(cfg, weights, opts, None), folder, stem)
 
 
-def quantize_model(cfg: ModelConfig, weights: Mapping, block_size: int = 32) -> dict[str, Int4Weight]:
-    """Int4 weights of every projection, the lm_head (the tied embedding when there is none) and the embedding
+def quantize_model(cfg: ModelConfig, weights: Mapping, block_size: int = 32, bits: int = 4) -> dict[str, QuantWeight]:
+    """Quantized weights of every projection, the lm_head (the tied embedding when there is none) and the embedding
     table (where its width is a whole number of blocks, as the graph keeps it), all in memory at once (for tests
     and small models; conversion quantizes each weight as the graph is written)."""
-    out = {n: quantize_int4(np.asarray(weights[n], dtype=np.float32), block_size) for n in weights if is_projection(n)}
+    def q(name: str) -> QuantWeight:
+        return quantize_blocks(np.asarray(weights[name], dtype=np.float32), block_size, bits=bits)
+
+    out = {n: q(n) for n in weights if is_projection(n)}
     if cfg.hidden_size % block_size == 0:
-        out[EMBED] = quantize_int4(np.asarray(weights[EMBED], dtype=np.float32), block_size)
+        out[EMBED] = q(EMBED)
     if "lm_head.weight" not in out:
-        out["lm_head.weight"] = out.get(EMBED) or quantize_int4(np.asarray(weights[EMBED], dtype=np.float32), block_size)
+        out["lm_head.weight"] = out.get(EMBED) or q(EMBED)
     return out

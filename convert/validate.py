@@ -5,8 +5,8 @@ so that the in-place KV cache path is exercised, and is compared with one full t
 Each prompt is cut to VALIDATION_TOKENS tokens (the reference's logits are [S, V] floats per prompt; a byte-level
 tokenizer and a 150k vocabulary made them a gigabyte). Thresholds: fp32 max |logit difference| <= 1e-3 times
 the spread (standard deviation) of the reference's logits, at least 1e-3, and every top-1 equal; fp16 top-1
-agreement >= 99%; int4: the same graph with float activations against torch on the very same int4 weights,
-held to fp32's limits. The shipped int4 graph's int8 activations move near-tied logits (on random-weight test
+agreement >= 99%; int4 and int8: the same graph with float activations against torch on the very same quantized
+weights, held to fp32's limits. The shipped graph's int8 activations move near-tied logits (on random-weight test
 models, most of them), so its agreement is recorded, not limited.
 """
 
@@ -20,9 +20,10 @@ from specrt.errors import ValidationError
 
 FP32_MAX_ABS = 1e-3  # times the reference logits' standard deviation, when that is above 1
 VALIDATION_TOKENS = 64
-# int4-exact: the int4 graph with float activations against torch on the same int4 weights (held to fp32's
-# limits); int4: the shipped graph, whose int8 activations move near-tied logits (recorded, not limited)
-MIN_TOP1 = {"fp32": 1.0, "fp16": 0.99, "int4-exact": 1.0, "int4": 0.0}
+# int4-exact / int8-exact: the quantized graph with float activations against torch on the same quantized weights
+# (held to fp32's limits); int4 / int8: the shipped graph, whose int8 activations move near-tied logits (recorded,
+# not limited)
+MIN_TOP1 = {"fp32": 1.0, "fp16": 0.99, "int4-exact": 1.0, "int4": 0.0, "int8-exact": 1.0, "int8": 0.0}
 
 # Prompts whose tokens drive validation (a mix of chat, code and prose).
 VALIDATION_TEXTS = (
@@ -87,7 +88,7 @@ def max_abs_limit(report: ValidationReport) -> float:
 
 
 def check(report: ValidationReport, precision: str) -> None:
-    if precision in ("fp32", "int4-exact") and report.max_abs_diff > max_abs_limit(report):
+    if precision in ("fp32", "int4-exact", "int8-exact") and report.max_abs_diff > max_abs_limit(report):
         raise ValidationError(
             f"{precision} graph differs from the torch reference by {report.max_abs_diff:.2e} "
             f"(limit {max_abs_limit(report):.1e}); bundle not written"

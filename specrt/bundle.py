@@ -116,7 +116,13 @@ class Manifest:
 
 
 MAX_CONTEXT = 1 << 20  # tokens: no real model's context is longer
-PRECISIONS = ("fp32", "fp16", "int4")
+PRECISIONS = ("fp32", "fp16", "int4", "int8")
+WEIGHT_BITS = {"int4": 4, "int8": 8}  # the block-quantized precisions (MatMulNBits weights, int8 activations)
+
+
+def weight_bits(precision: str) -> int:
+    """Bits per weight of a block-quantized precision; 0 for a float one."""
+    return WEIGHT_BITS.get(precision, 0)
 
 
 def _int(value, low: int, high: int) -> bool:

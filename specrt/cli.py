@@ -68,13 +68,15 @@ def cli():
 @cli.command()
 @click.argument("source")
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="bundle folder to create")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "int4"]), default="fp32", show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8", "int4"]), default="fp32", show_default=True,
+              help="int8 / int4: block-quantized weights (MatMulNBits, int8 activations); int8 stays closest to fp32, "
+                   "int4 is fastest")
 @click.option("--max-context", type=int, default=None, help="KV cache length (default: min(model limit, 4096))")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "rocm"]), default="cpu", show_default=True,
               help="device the bundle is built and validated for")
 @click.option("--hidden-layers", default="", help="comma-separated layers whose hidden states the graph also emits")
 @click.option("--int4-block-size", type=click.Choice(["32", "64", "128"]), default=None,
-              help="weights per int4 quantization block: larger is faster, smaller is closer to the source "
+              help="weights per int4/int8 quantization block: larger is faster, smaller is closer to the source "
                    "[default: the catalog entry's, else 32]")
 @click.option("--drafter", "drafters", multiple=True, metavar="KIND:ARG",
               help="add a drafter graph (repeatable, one per kind): draft-model:PATH_OR_NAME (bundle, HF folder, "
@@ -161,7 +163,7 @@ def describe(m) -> str:
         lines.append(f"validation:   vs source: max |diff| {src['max_abs_diff']:.2e}, top-1 agreement {src['top1_agreement']:.1%}")
     if "quantized_reference" in val:
         q = val["quantized_reference"]
-        lines.append(f"              vs same int4 weights in torch: max |diff| {q['max_abs_diff']:.2e}, top-1 agreement {q['top1_agreement']:.1%}")
+        lines.append(f"              vs same {m.target.precision} weights in torch: max |diff| {q['max_abs_diff']:.2e}, top-1 agreement {q['top1_agreement']:.1%}")
     if "int8_activations" in val:
         q = val["int8_activations"]
         lines.append(f"              with int8 activations (shipped): top-1 agreement {q['top1_agreement']:.1%}")
@@ -210,11 +212,11 @@ sampling_options = [
                       f"confidence head; A+B to mix), none for plain decoding, or auto: the first the bundle has of "
                       f"{', '.join(f'{k.title} ({k.auto})' for k in drafter_kinds.KINDS.values() if k.auto)}, else none"),
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True),
-    click.option("--precision", type=click.Choice(["fp32", "int4"]), default="int4", show_default=True,
+    click.option("--precision", type=click.Choice(["fp32", "int8", "int4"]), default="int4", show_default=True,
                  help="precision a catalog model is converted to on first use"),
     click.option("--batch-invariant/--no-batch-invariant", default=None,
-                 help="feed >= 2 tokens per target call: int4 output then equals with and without a drafter "
-                      "[default: on for int4 with a drafter]"),
+                 help="feed >= 2 tokens per target call: int4/int8 output then equals with and without a drafter "
+                      "[default: on for int4 and int8 with a drafter]"),
     click.option("--draft-length", type=int, default=None, metavar="K",
                  help="draft exactly K tokens per target call (adaptive length off), as vLLM and SGLang draft a "
                       "fixed num_speculative_tokens [default: adaptive]"),
@@ -285,7 +287,7 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.option("--limit", type=int, default=None, help="first N prompts of each set only")
 @click.option("--max-new-tokens", type=int, default=128, show_default=True)
 @click.option("--drafter", "drafters", multiple=True, help="drafter to compare with plain decoding (repeatable)")
-@click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "int4"]),
+@click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "int8", "int4"]),
               help="precision(s) of a catalog model (repeatable; default int4)")
 @click.option("--compare", "compare", multiple=True,
               help="another system on the same prompts: onnxruntime-genai | llama.cpp | openvino | transformers | optimum "
@@ -294,7 +296,7 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
 @click.option("--batch-invariant/--no-batch-invariant", default=None,
               help="every specrt row feeds >= 2 tokens per target call (default: as specrt.load does, on for "
-                   "int4 drafters only)")
+                   "int4 and int8 drafters only)")
 @click.option("--draft-length", type=int, default=None, metavar="K",
               help="every drafter row drafts exactly K tokens per target call (adaptive length off) [default: adaptive]")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write the results here")
@@ -357,7 +359,7 @@ def _write_atomic(path: Path, text: str) -> None:
 @click.option("--drafter", default="auto", show_default=True,
               help="auto (the bundle's best drafter), none, or a drafter as for generate")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
-@click.option("--precision", type=click.Choice(["fp32", "int4"]), default="int4", show_default=True,
+@click.option("--precision", type=click.Choice(["fp32", "int8", "int4"]), default="int4", show_default=True,
               help="precision a catalog model is converted to on first use")
 @click.option("--api-key", default=None, envvar="SPECRT_API_KEY",
               help="require Authorization: Bearer KEY on every request (or set SPECRT_API_KEY)")

@@ -9,7 +9,7 @@ import onnx
 import pytest
 import torch
 
-from specrt.convert.quantize import dequantize_int4
+from specrt.convert.quantize import dequantize
 from specrt.convert.target_graph import GraphOptions, build_target_graph, quantize_model
 from specrt.models.config import config_from_hf
 from specrt.models.transformer import CausalLM
@@ -24,11 +24,12 @@ def setup(arch, tmp_path, precision="fp32", hidden_layers=(), **graph_kwargs):
     cfg = config_from_hf(hf.config.to_dict())
     weights = {k: v.detach().numpy().copy() for k, v in hf.state_dict().items()}
     opts = GraphOptions(precision=precision, max_context=MAX_CONTEXT, hidden_layers=hidden_layers, **graph_kwargs)
-    quantized = quantize_model(cfg, weights) if precision == "int4" else None
+    bits = {"int4": 4, "int8": 8}.get(precision)
+    quantized = quantize_model(cfg, weights, bits=bits) if bits else None
     onnx.save_model(build_target_graph(cfg, weights, opts, quantized), str(tmp_path / "t.onnx"))
     ref_cfg, ref_weights = cfg, weights
     if quantized:
-        ref_weights = dict(weights, **{n: dequantize_int4(q) for n, q in quantized.items()})
+        ref_weights = dict(weights, **{n: dequantize(q) for n, q in quantized.items()})
         ref_cfg = dataclasses.replace(cfg, tie_word_embeddings=False)
     ref = CausalLM(ref_cfg).eval()
     ref.load_state_dict({k: torch.from_numpy(v) for k, v in ref_weights.items()}, strict=False)
@@ -84,18 +85,21 @@ def test_tree_mask_equals_separate_chains(arch, tmp_path):
     assert np.abs(tree[0, 2] - chain_c[0, 1]).max() <= 1e-4
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_int4_graph_equals_torch_on_the_same_int4_weights(arch, tmp_path):
+@pytest.mark.parametrize("arch,precision", [("llama", "int4"), ("qwen2", "int4"), ("llama", "int8")])
+def test_quantized_graph_equals_torch_on_the_same_quantized_weights(arch, precision, tmp_path):
     # accuracy level 0 keeps activations in fp32, so only the weights are quantized
-    cfg, ref, sess = setup(arch, tmp_path, precision="int4", int4_accuracy_level=0)
+    cfg, ref, sess = setup(arch, tmp_path, precision=precision, int4_accuracy_level=0)
     ids = np.random.default_rng(5).integers(0, cfg.vocab_size, (1, 9))
     got = np.concatenate([sess.forward(ids[:, :5]), sess.forward(ids[:, 5:])], axis=1)
     with torch.no_grad():
         full, _, _ = ref(torch.from_numpy(ids))
     assert np.abs(got - full.numpy()).max() <= 1e-3
     graph = onnx.load(str(tmp_path / "t.onnx"))
-    assert sum(n.op_type == "MatMulNBits" for n in graph.graph.node) == 4 * cfg.num_layers + 1  # qkv, o, gate_up, down per layer; lm_head
-    # the embedding table is int4 too (the reference above looks tokens up in the same int4 rows)
+    matmuls = [n for n in graph.graph.node if n.op_type == "MatMulNBits"]
+    assert len(matmuls) == 4 * cfg.num_layers + 1  # qkv, o, gate_up, down per layer; lm_head
+    bits = [a.i for n in graph.graph.node for a in n.attribute if a.name == "bits"]
+    assert set(bits) == {8 if precision == "int8" else 4}
+    # the embedding table is quantized too (the reference above looks tokens up in the same quantized rows)
     assert [n.op_type for n in graph.graph.node].count("GatherBlockQuantized") == 1
     assert "model.embed_tokens.weight" not in {t.name for t in graph.graph.initializer}
 

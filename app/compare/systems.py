@@ -209,9 +209,10 @@ class Optimum(ExternalSystem):
 
 class OpenVino(ExternalSystem):
     """OpenVINO GenAI on IR folders optimum-intel exports from the same weights: int4 (its asymmetric int4, group
-    32, every layer) or fp32. Rows: plain, prompt lookup, the bundle's draft model and its EAGLE-3 head (exported
-    with `specrt export-drafter --for openvino`). In the fp32 group the rows compute in f32 with an f32 KV cache;
-    one more plain row keeps OpenVINO's default, which on a CPU with bf16 computes in bf16 with an f16 KV cache."""
+    32, every layer), int8 (its asymmetric per-channel int8) or fp32. Rows: plain, prompt lookup, the bundle's draft
+    model and its EAGLE-3 head (exported with `specrt export-drafter --for openvino`). In the fp32 group the rows
+    compute in f32 with an f32 KV cache; one more plain row keeps OpenVINO's default, which on a CPU with bf16
+    computes in bf16 with an f16 KV cache (as the int4 and int8 groups' rows do)."""
 
     name = "openvino"
     # optimum-intel requires torchvision, which PyPI builds against a CUDA torch: torch pinned to specrt's own
@@ -221,18 +222,21 @@ class OpenVino(ExternalSystem):
     remove = ("torchvision",)
     worker = "openvino_worker.py"
     STRICT_F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+    WEIGHTS = {"int4": ["--weight-format", "int4", "--group-size", "32", "--ratio", "1.0"],
+               "int8": ["--weight-format", "int8"], "fp32": ["--weight-format", "fp32"]}  # optimum-cli's options
+    LABELS = {"int4": "int4 asym g32", "int8": "int8 asym per-channel", "fp32": "fp32"}
 
     def python(self, log) -> Path:
         return ensure_environment(self.name, self.requirements, log, remove=self.remove)
 
     def variants(self, group, groups, ctx, python):
-        if group not in ("fp32", "int4"):
+        if group not in self.WEIGHTS:
             return []
         hf = hf_folder(self._need_source(ctx), ctx.source_kind, ctx.bundle, ctx.log, ctx.source_sha256)
         target = self._export(python, hf, f"{model_key(ctx)}-{group}", group, ctx.log)
         strict = self.STRICT_F32 if group == "fp32" else {}
         base = {"model": str(target), "properties": {"INFERENCE_NUM_THREADS": ctx.threads, **strict}}
-        label = "int4 asym g32" if group == "int4" else "fp32"
+        label = self.LABELS[group]
         rows = [Variant("none", label, {**base, "mode": "none"})]
         if group == "fp32":
             # the precisions it then computes in depend on the CPU (bf16 and an f16 KV cache where it has bf16):
@@ -255,8 +259,7 @@ class OpenVino(ExternalSystem):
             return out
         log(f"{self.name}: optimum-intel exports {hf} at {group}")
         out.parent.mkdir(parents=True, exist_ok=True)
-        weights = ["--weight-format", "int4", "--group-size", "32", "--ratio", "1.0"] if group == "int4" else \
-            ["--weight-format", "fp32"]
+        weights = self.WEIGHTS[group]
         if not (python.parent / "optimum-cli").is_file():
             raise SystemUnavailable(f"its environment has no optimum-cli ({python.parent})")
         with tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as tmp:
