@@ -48,6 +48,49 @@ def test_bad_requests_are_named(body, status, code):
     assert set(err.body()["error"]) == {"message", "type", "param", "code"}
 
 
+def _scan_depth(text: str) -> int:
+    """The plain character scan the server's regex-and-numpy depth must agree with."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def test_body_depth_counts_brackets_outside_strings_only():
+    import json
+    import random
+
+    from specrt.app.serve.requests import MAX_DEPTH, _depth, load_body
+
+    rng = random.Random(0)
+    pieces = ["[", "{", "]", "}", '\\"', "\\\\", "a", " ", ":", ","]
+
+    def value(level):
+        if level > 6 or rng.random() < 0.3:
+            return "".join(rng.choice(pieces) for _ in range(rng.randrange(8)))  # a string with brackets in it
+        if rng.random() < 0.5:
+            return [value(level + 1) for _ in range(rng.randrange(3))]
+        return {str(i): value(level + 1) for i in range(rng.randrange(3))}
+
+    for _ in range(300):
+        text = json.dumps(value(0))
+        assert _depth(text) == _scan_depth(text), text
+    deep = '{"messages": ' + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1) + "}"
+    with pytest.raises(RequestError, match="nests deeper"):
+        load_body(deep.encode())
+    quoted = '{"messages": "' + "[" * 10_000 + '"}'  # brackets inside a string are text
+    assert load_body(quoted.encode()) == {"messages": "[" * 10_000}
+
+
 def test_completions_need_a_prompt():
     with pytest.raises(RequestError, match="'prompt' must be a non-empty string"):
         parse({"messages": ASK}, False, "m", 4096)

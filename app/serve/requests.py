@@ -10,7 +10,10 @@ else that would change the output is refused (400), not silently ignored.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from specrt.errors import SpecrtError
 from specrt.runtime.sampling import SamplingParams
@@ -49,26 +52,21 @@ class Job:
     ids: list[int] | None = None  # the prompt's token ids, once the server has checked its length
 
 
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string literal, escapes included
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
 def _depth(text: str) -> int:
-    """Deepest nesting of [ and { in a JSON text, outside strings (a scan, no recursion)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+    """Deepest nesting of [ and { in a JSON text, outside strings: string literals and everything but brackets
+    removed by regular expressions, then the running count's maximum in numpy (an 8 MB body in tens of
+    milliseconds, not a Python loop over its characters on the server's event loop). An unterminated string's
+    brackets count: such a body is not JSON either way."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets.encode("ascii"), dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1).astype(np.int32)
+    return int(np.cumsum(steps).max(initial=0))
 
 
 def _bounded_int(literal: str) -> int:
