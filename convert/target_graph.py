@@ -31,8 +31,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
 from specrt.bundle import PRECISIONS, weight_bits
+from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
 from specrt.convert.quantize import QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks
 from specrt.models.config import ModelConfig
 from specrt.models.tensor_source import WeightSource, rows_of, shape_of
