@@ -37,7 +37,7 @@ class KVLayout:
 class TargetGraph:
     file: str
     data_file: str
-    precision: str  # fp32 | fp16 | int4
+    precision: str  # fp32 | fp16 | int4 | int8
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     past_key: str = "past_key_values.{i}.key"
