@@ -28,15 +28,10 @@ def _bits(graph_file) -> set[int]:
 
 @pytest.fixture(scope="module")
 def tiny_int8(tmp_path_factory):
-    from specrt.cli import main
-    from tests.tiny_models import save_tiny_bundle_source
+    from tests.tiny_models import convert_tiny_llama
 
-    root = tmp_path_factory.mktemp("int8")
-    src = save_tiny_bundle_source("llama", root / "src", seed=4)
-    out = root / "int8"
-    assert main(["convert", str(src), "-o", str(out), "--precision", "int8", "--max-context", "96",
-                 "--drafter", "draft-model:self-int4"]) == 0
-    return out
+    return convert_tiny_llama(tmp_path_factory.mktemp("int8"), "int8", 4, "--precision", "int8",
+                              "--drafter", "draft-model:self-int4")
 
 
 def test_int8_conversion_writes_8_bit_weights(tiny_int8):

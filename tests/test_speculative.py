@@ -225,15 +225,10 @@ def test_padded_rows_rule():
 
 @pytest.fixture(scope="module")
 def block64_bundle(tmp_path_factory):
-    from specrt.cli import main
-    from tests.tiny_models import save_tiny_bundle_source
+    from tests.tiny_models import convert_tiny_llama
 
-    root = tmp_path_factory.mktemp("b64")
-    src = save_tiny_bundle_source("llama", root / "src", seed=3)
-    out = root / "int4-b64"
-    assert main(["convert", str(src), "-o", str(out), "--precision", "int4", "--int4-block-size", "64",
-                 "--max-context", "96"]) == 0
-    return out
+    return convert_tiny_llama(tmp_path_factory.mktemp("b64"), "int4-b64", 3, "--precision", "int4",
+                              "--int4-block-size", "64")
 
 
 def test_int4_blocks_of_64_record_their_size_and_stay_exact(block64_bundle):

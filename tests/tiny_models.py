@@ -101,3 +101,14 @@ def save_tiny_bundle_source(arch: str, path: Path, seed: int = 0) -> Path:
     save_hf_folder(arch, path, seed)
     save_tiny_tokenizer(path)
     return path
+
+
+def convert_tiny_llama(root: Path, name: str, seed: int, *args: str) -> Path:
+    """A tiny llama saved as a source under root and converted by the CLI to root / name with `args`
+    (--max-context 96 and whatever else is given); asserts the conversion succeeded."""
+    from specrt.cli import main
+
+    src = save_tiny_bundle_source("llama", Path(root) / f"{name}-src", seed=seed)
+    out = Path(root) / name
+    assert main(["convert", str(src), "-o", str(out), "--max-context", "96", *args]) == 0
+    return out
