@@ -46,7 +46,7 @@ def frequent_ids(tokenizer_json: Path, vocab: int, size: int, texts) -> np.ndarr
 
 def cut_output_head(model_file: Path, keep: np.ndarray, head: str = "lm_head") -> None:
     """Rewrite the graph at model_file (external data beside it) so that its logits are those of the kept rows
-    only: [..., len(keep)]. The head must be the graph's last MatMulNBits (int4) or MatMul (float), named head."""
+    only: [..., len(keep)]. The head must be the graph's last MatMulNBits (int4/int8) or MatMul (float), named head."""
     import onnx
     from onnx import numpy_helper
 
