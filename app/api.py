@@ -84,10 +84,10 @@ def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec, sta
 def catalog_draft_vocab(model: str, drafter_spec) -> int:
     """The draft vocabulary a catalog model's own draft model is cut to (0: none, or not its own draft model)."""
     entry = CATALOG.get(model)
-    specs = () if drafter_spec is None else (drafter_spec,) if isinstance(drafter_spec, str) else tuple(drafter_spec)
-    if entry is None or not entry.draft_vocab or f"draft-model:{entry.draft_model}" not in specs:
+    if entry is None or not entry.draft_vocab:
         return 0
-    return entry.draft_vocab
+    own = f"draft-model:{entry.draft_model}" in drafter_kinds.spec_tuple(drafter_spec)
+    return entry.draft_vocab if own else 0
 
 
 def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: str | None = None) -> Path:
@@ -128,8 +128,7 @@ def _stale(bundle: Path, model: str, spec) -> bool:
 
 def _stale_head(manifest: Manifest, spec) -> bool:
     """Converted before its catalog entry shipped these drafters (EAGLE-3 head, DFlash), or with older ones."""
-    specs = () if spec is None else (spec,) if isinstance(spec, str) else tuple(spec)
-    for kind, _, folder in (s.partition(":") for s in specs):
+    for kind, _, folder in (s.partition(":") for s in drafter_kinds.spec_tuple(spec)):
         if kind not in drafter_kinds.KINDS or not drafter_kinds.KINDS[kind].shipped:
             continue
         entry = manifest.drafter(kind)

@@ -24,7 +24,7 @@ def _usage() -> str:
 def drafter_specs(spec) -> tuple[str, ...]:
     """--drafter given once (a string), several times (a tuple) or not at all (None): a tuple of specs, one per
     kind (a bundle holds at most one drafter of each kind)."""
-    specs = () if not spec else (spec,) if isinstance(spec, str) else tuple(spec)
+    specs = drafter_kinds.spec_tuple(spec)
     kinds = [parse_drafter_spec(s)[0] for s in specs]
     twice = next((k for k in kinds if kinds.count(k) > 1), None)
     if twice:

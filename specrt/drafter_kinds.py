@@ -76,6 +76,12 @@ KINDS: dict[str, DrafterKind] = {k.name: k for k in (
 )}
 
 
+def spec_tuple(spec) -> tuple[str, ...]:
+    """Drafter specs (KIND:ARG) given once (a string), several times (a sequence) or not at all (None or empty):
+    always a tuple."""
+    return () if not spec else (spec,) if isinstance(spec, str) else tuple(spec)
+
+
 def load_object(ref: str):
     """The object a "module:attribute" path names."""
     module, _, attribute = ref.partition(":")
