@@ -77,17 +77,21 @@ class NgramStore:
         self.sequences: list[list[int]] = []
         self.index: dict[tuple[int, ...], tuple[int, int]] = {}  # n-gram -> (sequence number, position after)
         self.first = 0  # sequence number of sequences[0]
+        self.size = 0  # tokens held, over all sequences
 
     def add(self, tokens: list[int]) -> None:
         tokens = [int(t) for t in tokens[-self.capacity:]]
         number = self.first + len(self.sequences)
         self.sequences.append(tokens)
+        self.size += len(tokens)
         for n in range(self.min_n, self.max_n + 1):
             for end in range(n, len(tokens)):  # followed by at least one token
                 self.index[tuple(tokens[end - n:end])] = (number, end)
-        while sum(len(s) for s in self.sequences) > self.capacity:
-            self.sequences.pop(0)
+        first = self.first
+        while self.size > self.capacity:
+            self.size -= len(self.sequences.pop(0))
             self.first += 1
+        if self.first != first:  # n-grams whose latest occurrence left with the dropped sequences
             self.index = {k: v for k, v in self.index.items() if v[0] >= self.first}
 
     def follow(self, suffix: tuple[int, ...], max_tokens: int) -> list[int]:
