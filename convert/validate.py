@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specrt.bundle import WEIGHT_BITS
 from specrt.errors import ValidationError
 
 FP32_MAX_ABS = 1e-3  # times the reference logits' standard deviation, when that is above 1
@@ -23,7 +24,8 @@ VALIDATION_TOKENS = 64
 # int4-exact / int8-exact: the quantized graph with float activations against torch on the same quantized weights
 # (held to fp32's limits); int4 / int8: the shipped graph, whose int8 activations move near-tied logits (recorded,
 # not limited)
-MIN_TOP1 = {"fp32": 1.0, "fp16": 0.99, "int4-exact": 1.0, "int4": 0.0, "int8-exact": 1.0, "int8": 0.0}
+EXACT = ("fp32", *(f"{p}-exact" for p in WEIGHT_BITS))  # held to fp32's limits
+MIN_TOP1 = {"fp32": 1.0, "fp16": 0.99, **{p: 1.0 for p in EXACT}, **{p: 0.0 for p in WEIGHT_BITS}}
 
 # Prompts whose tokens drive validation (a mix of chat, code and prose).
 VALIDATION_TEXTS = (
@@ -88,7 +90,7 @@ def max_abs_limit(report: ValidationReport) -> float:
 
 
 def check(report: ValidationReport, precision: str) -> None:
-    if precision in ("fp32", "int4-exact", "int8-exact") and report.max_abs_diff > max_abs_limit(report):
+    if precision in EXACT and report.max_abs_diff > max_abs_limit(report):
         raise ValidationError(
             f"{precision} graph differs from the torch reference by {report.max_abs_diff:.2e} "
             f"(limit {max_abs_limit(report):.1e}); bundle not written"
