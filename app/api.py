@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrt import drafter_kinds
-from specrt.bundle import MANIFEST, Manifest, checkpoint_sha256, load_bundle, weight_bits
+from specrt.bundle import ATTENTION_MIN_ROWS, MANIFEST, Manifest, checkpoint_sha256, load_bundle, weight_bits
 from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir, default_drafter_spec, lookup
 from specrt.errors import SpecrtError
 from specrt.runtime.engine import Engine
@@ -19,8 +19,8 @@ from specrt.runtime.providers import providers_for
 
 def check_drafter_name(name: str) -> None:
     """A drafter name: a kind (specrt/drafter_kinds.py), KIND:tree / KIND:chain for kinds that draft trees,
-    KIND:MODE for a mode the kind declares (dflash:prob, dflash:head), or a mix "A+B" of different ones (the
-    adaptive loop picks one per step)."""
+    KIND:MODE for a mode the kind declares (dflash:prob, dflash:head), a mix "A+B" of different ones (the
+    adaptive loop picks one per step), or "auto" (the bundle's drafters and ngram: auto_drafter)."""
     if "+" in name:
         members = drafter_kinds.members(name)
         if len(set(members)) != len(members) or any(m in ("", "none", "auto") for m in members):
@@ -28,7 +28,7 @@ def check_drafter_name(name: str) -> None:
         for member in members:
             check_drafter_name(member)
         return
-    if name == "none":
+    if name in ("none", "auto"):
         return
     base, _, mode = name.partition(":")
     kind = drafter_kinds.kind(base)
@@ -41,10 +41,12 @@ def check_drafter_name(name: str) -> None:
 
 
 def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads: int = 0):
-    """The drafter object for a name such as "ngram", "eagle3" or "eagle3:tree" (None for "none")."""
+    """The drafter object for a name such as "ngram", "eagle3", "eagle3:tree" or "auto" (None for "none")."""
     check_drafter_name(name)
     if name == "none":
         return None
+    if name == "auto":
+        name = auto_drafter(manifest)
     if "+" in name:
         from specrt.drafters.mixed import MixedDrafter
 
@@ -117,13 +119,15 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
 
 
 def _stale(bundle: Path, model: str, spec) -> bool:
-    """A cached catalog bundle that must be converted again: unreadable, or built with other shipped drafters or
-    other int4 blocks than the catalog entry asks for now (one manifest read for both checks)."""
+    """A cached catalog bundle that must be converted again: unreadable, built with other shipped drafters or
+    other int4 blocks than the catalog entry asks for now, or before attention ran two rows in every call (one-token
+    calls then round their own way: convert/attention_rows.py). One manifest read for every check."""
     try:
         manifest = load_bundle(bundle, check_hashes=False)
     except SpecrtError:
         return True
-    return _stale_head(manifest, spec) or _stale_blocks(manifest, model) or _stale_vocab(manifest, model, spec)
+    return (_stale_head(manifest, spec) or _stale_blocks(manifest, model) or _stale_vocab(manifest, model, spec)
+            or manifest.target.attention_min_rows < ATTENTION_MIN_ROWS)
 
 
 def _stale_head(manifest: Manifest, spec) -> bool:
@@ -150,41 +154,39 @@ def _stale_blocks(manifest: Manifest, model: str) -> bool:
     return bool(weight_bits(target.precision)) and (target.int4_block_size or 32) != CATALOG[model].int4_block_size
 
 
-def auto_drafter(manifest: Manifest) -> str | None:
-    """The drafter `auto` means for a bundle (the registry's order): its EAGLE-3 head, else its MTP module, else
-    its DFlash drafter, else its draft model mixed with prompt lookup (the adaptive loop picks per step), else
-    plain decoding."""
+def auto_drafter(manifest: Manifest) -> str:
+    """The drafter `auto` means for a bundle: every drafter it holds, as chains, mixed with prompt lookup; the
+    adaptive loop starts from the calibrated call costs and picks per step what pays (nothing when nothing does)."""
     return drafter_kinds.auto_choice(entry.kind for entry in manifest.drafters)
 
 
-def default_batch_invariant(drafter, precision: str) -> bool:
-    """Exact speculation on an int4 or int8 graph (int8 activations) needs batch-invariant calls; plain decoding
-    and fp32 do not."""
-    return drafter is not None and bool(weight_bits(precision))
+# Off: a verification call's logits are the target's own (lossless in distribution, as vLLM's and llama.cpp's
+# speculation is), and a plain step stays a one-row call. On request (--batch-invariant) every call feeds >= 2 rows
+# so that int4/int8 greedy output equals plain decoding bit for bit (README: "Lossless").
+DEFAULT_BATCH_INVARIANT = False
 
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
          threads: int = 0, stages=None, batch_invariant: bool | None = None,
          draft_length: int | None = None) -> Engine:
-    """drafter: a name (a kind of specrt/drafter_kinds.py; eagle3/mtp also as NAME:tree), None or "none" for plain decoding, or
-    "auto" (the bundle's EAGLE-3 head, else its MTP module, else its DFlash drafter, else its draft model mixed
-    with ngram, else none); "A+B" mixes drafters (the adaptive loop picks one per step).
+    """drafter: a name (a kind of specrt/drafter_kinds.py; eagle3/mtp also as NAME:tree), None or "none" for plain
+    decoding, or "auto" (every drafter the bundle has, mixed with ngram: the adaptive loop picks one per step by
+    measured speed, or none); "A+B" mixes drafters.
     batch_invariant: every target call feeds >= 2 rows, which makes int4/int8 output independent of how tokens
-    are grouped into calls: what lossless speculation on an int4 or int8 graph needs (fp32 does not). None: on for
-    an int4 or int8 bundle with a drafter.
+    are grouped into calls, so that greedy speculation equals plain decoding bit for bit (fp32 needs no such
+    thing); plain steps then cost more (docs/perf.md). None: off (each emitted token is still the target's own
+    verified choice).
     draft_length: draft exactly this many tokens per target call (adaptive length and the confidence cut off), as
     vLLM and SGLang draft a fixed num_speculative_tokens; None: the adaptive controller chooses."""
-    if drafter not in (None, "auto"):
+    if drafter is not None:
         check_drafter_name(drafter)
     providers = providers_for(device)
     bundle = resolve_bundle(model, precision, stages, drafter)
     manifest = load_bundle(bundle, check_hashes=False)  # sizes on every load; `specrt info` checks sha256
-    if drafter == "auto":
-        drafter = auto_drafter(manifest)
     drafter_obj = make_drafter(drafter or "none", bundle, manifest, providers, threads)
     check_draft_length(draft_length, drafter_obj)
     if batch_invariant is None:
-        batch_invariant = default_batch_invariant(drafter_obj, manifest.target.precision)
+        batch_invariant = DEFAULT_BATCH_INVARIANT
     return Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj, batch_invariant=batch_invariant,
                   draft_length=draft_length)
 

@@ -42,6 +42,7 @@ class SystemRuns:
     outputs: list[list[int]] = field(default_factory=list)
     drafted: list[int] = field(default_factory=list)  # by draft depth, pooled over prompts
     accepted: list[float] = field(default_factory=list)
+    steps_by_drafter: dict[str, int] = field(default_factory=dict)  # decode steps per member drafter; "none": plain
     error: str | None = None
 
     def add(self, sample) -> None:
@@ -58,6 +59,9 @@ class SystemRuns:
             self.accepted[d] += share * n
         self.produced += round(s.mean_accepted * s.target_calls)
         self.calls += s.target_calls
+        steps = dict(s.drafts_by_drafter, none=s.target_calls - 1 - sum(s.drafts_by_drafter.values()))
+        for name, n in steps.items():
+            self.steps_by_drafter[name] = self.steps_by_drafter.get(name, 0) + n
 
 
 def is_bundle(model: str) -> bool:
@@ -234,6 +238,9 @@ def summarize(runs: dict, greedy: bool, dataset: str) -> list[dict]:
             "min_speedup": min(ratios) if ratios else 0.0,
             "max_speedup": max(ratios) if ratios else 0.0,
             "acceptance_by_position": [round(a / n, 4) for a, n in zip(r.accepted, r.drafted) if n]})
+        if r.system == "specrt" and r.drafter != "none":
+            # what the adaptive loop chose: decode steps drafted by each member, and plain ones ("none")
+            row["steps_by_drafter"] = dict(sorted(r.steps_by_drafter.items(), key=lambda kv: -kv[1]))
         if greedy:
             row["identical_to_plain"] = sum(a == b for a, b in zip(r.outputs, plain.outputs))
         rows.append(row)

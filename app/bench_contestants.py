@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrt.app.api import default_batch_invariant
+from specrt.app.api import DEFAULT_BATCH_INVARIANT
 from specrt.app.compare.environment import SystemUnavailable, system_dir
 from specrt.app.compare.worker_client import WorkerProcess
 
@@ -26,7 +26,7 @@ class SpecrtContestant:
 
         self.engine, self.drafter, self.drafter_obj, self.precision = engine, drafter_name, drafter, precision
         if batch_invariant is None:  # what specrt.load does
-            batch_invariant = default_batch_invariant(drafter, precision)
+            batch_invariant = DEFAULT_BATCH_INVARIANT
         self.batch_invariant = batch_invariant
         self.version = __version__
         self.key = ("specrt", drafter_name)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 COLUMNS = ("dataset", "system", "drafter", "precision", "tok/s", "range", "mean acc", "acc len", "wasted", "speedup",
-           "range", "acceptance by depth", "identical")
+           "range", "acceptance by depth", "identical", "steps by drafter")
 # mean acc: tokens per target call; acc len: 1 + accepted / drafts (vLLM's and SGLang's mean acceptance length);
-# wasted: drafted tokens the target rejected, per target call
+# wasted: drafted tokens the target rejected, per target call; steps by drafter: the share of decode steps each
+# member drafted (a mix, auto), "none" the steps it decoded plainly
 
 
 def _cells(report: dict, r: dict) -> list[str]:
@@ -17,10 +18,13 @@ def _cells(report: dict, r: dict) -> list[str]:
     acc, length, wasted = r.get("mean_accepted"), r.get("acceptance_length"), r.get("wasted_per_call")
     depth = " / ".join(f"{a:.2f}" for a in r.get("acceptance_by_position", []))
     identical = f"{r['identical_to_plain']}/{r['prompts']}" if "identical_to_plain" in r else ""
+    steps = r.get("steps_by_drafter") or {}
+    total = sum(steps.values())
+    chose = " / ".join(f"{name} {n / total:.0%}" for name, n in steps.items()) if total else ""
     return base + [f"{r['tokens_per_second']:.1f}", f"{lo:.0f}-{hi:.0f}", "-" if acc is None else f"{acc:.2f}",
                    "-" if length is None else f"{length:.2f}", "-" if wasted is None else f"{wasted:.2f}",
                    f"{r['speedup']:.2f}x", f"{r['min_speedup']:.2f}-{r.get('max_speedup', r['speedup']):.2f}",
-                   depth, identical]
+                   depth, identical, chose]
 
 
 def _title(report: dict) -> str:

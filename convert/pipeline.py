@@ -28,6 +28,7 @@ from specrt.convert import sources
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
                                            hidden_layers_for, takes_draft_vocab)
 from specrt.convert.memory import GIB, StagePeaks, check_fits
+from specrt.convert.attention_rows import MIN_ROWS as ATTENTION_MIN_ROWS
 from specrt.convert.onnx_graph import float_activation_twin
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
 from specrt.convert.target_graph import GraphOptions, QuantReadback, io_names, write_target_graph
@@ -252,7 +253,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     cfg = loaded.config
     stages.start(f"build {stem} graph")
     graph_opts = GraphOptions(precision=precision, max_context=max_context, hidden_layers=tuple(sorted(hidden_layers)),
-                              int4_block_size=int4_block_size)
+                              int4_block_size=int4_block_size, attention_min_rows=ATTENTION_MIN_ROWS)
     prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, min(max_context, VALIDATION_TOKENS))
     bits = weight_bits(precision)
     calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context) if bits else []
@@ -315,7 +316,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     graph = TargetGraph(file=f"{stem}.onnx", data_file=f"{stem}.onnx.data", precision=precision,
                         inputs=tuple(io["inputs"]), outputs=tuple(outputs),
                         hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
-                        int4_block_size=int4_block_size if bits else 0)
+                        int4_block_size=int4_block_size if bits else 0,
+                        attention_min_rows=graph_opts.attention_min_rows)
     return graph, validation
 
 

@@ -14,9 +14,9 @@ outputs  logits [B, S, V] float32 (every input position), present.{i}.key|value 
          hidden_states [B, S, len(taps) * H] when taps are requested
 
 Per layer: SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, one fused QKV MatMul,
-GroupQueryAttention with rotary inside (explicit position_ids, so tree tokens get their depth) and a
-past/present buffer that the runtime binds to one OrtValue (the cache is written in place, never
-copied), one fused gate/up MatMul. int4 and int8 turn every projection and the lm_head into MatMulNBits
+GroupQueryAttention with rotary inside (explicit position_ids, so tree tokens get their depth; at least two rows
+for target graphs, convert/attention_rows.py) and a past/present buffer that the runtime binds to one OrtValue
+(the cache is written in place, never copied), one fused gate/up MatMul. int4 and int8 turn every projection and the lm_head into MatMulNBits
 (4 or 8 bits a weight), and the embedding table into a GatherBlockQuantized over the same blocks (where the width
 is a whole number of blocks).
 """
@@ -32,6 +32,7 @@ import onnx
 from onnx import TensorProto
 
 from specrt.bundle import PRECISIONS, weight_bits
+from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
 from specrt.convert.quantize import QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks
 from specrt.models.config import ModelConfig
@@ -47,6 +48,9 @@ class GraphOptions:
     hidden_layers: tuple[int, ...] = ()  # residual stream after these layers -> hidden_states
     int4_block_size: int = 32  # weights per quantization block (int4 and int8)
     int4_accuracy_level: int = 4  # int8 activations in MatMulNBits (fast on AVX2/AVX512 CPUs)
+    # 2: every GroupQueryAttention runs at least two rows, so that one-token calls round as multi-token ones do
+    # (convert/attention_rows.py); the KV cache then needs one slot past max_context. 1: as the call comes.
+    attention_min_rows: int = 1
 
     @property
     def bits(self) -> int:
@@ -81,6 +85,7 @@ class _TargetBuilder:
         self.quant_rows: dict[str, QuantRows] = {}  # HF weight name -> where its quantized rows went
         # a tied model's lm_head is its embedding table
         self.alias = {} if "lm_head.weight" in weights else {"lm_head.weight": "model.embed_tokens.weight"}
+        self.attention_rows: AttentionRows | None = None  # padded attention inputs (attention_min_rows 2)
 
     def tensor(self, name: str) -> np.ndarray:
         """One source weight (read now: the builder keeps none)."""
@@ -196,14 +201,20 @@ class _TargetBuilder:
             q, k, v = qkv, "", ""  # packed QKV form of GroupQueryAttention
         cos, sin = self.rope_cache(i)
         bias = "sliding_attention_bias" if cfg.is_sliding(i) else "attention_bias"
-        ins = [q, k, v, io["past_key"][i], io["past_value"][i], seqlens_k, total_len, cos, sin, "position_ids", bias]
+        positions, rows, name = "position_ids", self.attention_rows, f"layers.{i}.attn"
+        if rows is not None:  # at least two rows: seqlens_k and total_len are the padded ones already
+            q, k, v = rows.pad(self.g, q), rows.pad(self.g, k), rows.pad(self.g, v)
+            positions, bias, name = rows.position_ids, rows.biases[bias], f"layers.{i}.attn_rows"
+        ins = [q, k, v, io["past_key"][i], io["past_value"][i], seqlens_k, total_len, cos, sin, positions, bias]
         out = self.g.op(
             "GroupQueryAttention", ins,
-            outputs=[f"layers.{i}.attn", io["present_key"][i], io["present_value"][i]],
+            outputs=[name, io["present_key"][i], io["present_value"][i]],
             domain=MS_DOMAIN, num_heads=cfg.num_heads, kv_num_heads=cfg.num_kv_heads,
             do_rotary=1, rotary_interleaved=0, scale=float(cfg.scale),
             local_window_size=-1,  # sliding windows arrive through sliding_attention_bias
         )[0]
+        if rows is not None:
+            out = rows.cut(self.g, out, f"layers.{i}.attn")
         return self.linear(out, [p + "o_proj"], f"layers.{i}.o_proj")
 
     def mlp(self, i: int, h: str) -> str:
@@ -248,6 +259,10 @@ class _TargetBuilder:
             g.add_input(io["past_key"][i], self.elem, kv_shape)
             g.add_input(io["past_value"][i], self.elem, kv_shape)
         seqlens_k, total_len = self.attention_lengths()
+        if self.opts.attention_min_rows > 1:
+            biases = ["attention_bias"] + (["sliding_attention_bias"] if cfg.active_sliding_window else [])
+            self.attention_rows = pad_attention_rows(g, seqlens_k, total_len, biases)
+            seqlens_k, total_len = self.attention_rows.seqlens_k, self.attention_rows.total_len
 
         x, embed_name = self.embed_lookup()
         if cfg.embed_scale != 1.0:

@@ -8,7 +8,12 @@ chooses k in 0..max_draft maximizing that over cost(k + 1) (plus the drafting ti
 that makes one call per token, per call for a block drafter that drafts any length in one call), guessing
 unmeasured costs optimistically so that they get measured. k = 0 is plain decoding; every `probe_every`
 plain steps it drafts one token again, so acceptance that improves (a repetitive stretch for n-gram
-lookup) is noticed.
+lookup) is noticed; each probe that finds the drafter still not paying doubles that interval (up to
+`PROBE_MAX`), so a drafter that never pays on this machine costs ever fewer probes.
+
+What pays on this machine carries over between requests (runtime/pays.py): a controller starts from the
+target's calibrated call costs and from what its drafter showed in the engine's earlier requests (acceptance by
+depth and drafting cost, as a prior worth PRIOR_WEIGHT observations), not from a guess.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ EMA = 0.3  # for call costs
 DECAY = 0.9  # acceptance: each observation weighs 0.9x the next one (an effective window of ~10 drafts)
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.6, 2.0  # optimistic prior worth two observations: try speculation first
 PRIOR_SLOPE = 0.1  # before any measurement: each extra token fed costs a tenth of a one-token call
+PROBE_EVERY, PROBE_MAX = 16, 128  # plain steps between probes: the first interval, and where doubling stops
 
 
 @dataclass
 class DraftController:
     max_draft: int
-    probe_every: int = 16
+    probe_every: int = PROBE_EVERY
     cost: dict[int, float] = field(default_factory=dict)  # tokens fed -> seconds per call
     hits: list[float] = field(default_factory=list)  # depth d (0-based): decayed count of accepts given d-1 accepted
     tries: list[float] = field(default_factory=list)  # depth d: decayed count of drafts that reached depth d
@@ -36,21 +42,33 @@ class DraftController:
         self.hits = [PRIOR_ACCEPT * PRIOR_WEIGHT] * self.max_draft
         self.tries = [PRIOR_WEIGHT] * self.max_draft
 
+    def start_from(self, record: "DrafterRecord | None") -> None:
+        """Take a drafter's record of earlier requests as the prior: its acceptance by depth (worth PRIOR_WEIGHT
+        observations, so this request's own drafts soon outweigh it), its drafting cost and its probe interval."""
+        if record is None:
+            return
+        for d, a in enumerate(record.accept[:self.max_draft]):
+            self.hits[d], self.tries[d] = a * PRIOR_WEIGHT, PRIOR_WEIGHT
+        self.draft_cost = record.draft_cost
+        self.probe_every = record.probe_every
+
+    def record(self) -> "DrafterRecord":
+        """What this controller learned, for the next request's prior."""
+        return DrafterRecord(self.accept, self.draft_cost, self.probe_every)
+
     @property
     def accept(self) -> list[float]:
         """P(draft token at depth d accepted | depth d - 1 accepted), per depth."""
         return [h / t for h, t in zip(self.hits, self.tries)]
 
     def seconds(self, fed: int) -> float:
-        """Cost of a call feeding `fed` tokens. Unmeasured counts are guessed optimistically (the cost of the
-        largest measured count below, or the prior slope), so that longer drafts get tried and measured."""
-        if fed in self.cost:
-            return self.cost[fed]
+        """Cost of a call feeding `fed` tokens: the dearest measured call of at most `fed` tokens. Unmeasured counts
+        are so guessed optimistically (or from the prior slope), so that longer drafts get tried and measured."""
         if not self.cost:  # nothing measured yet: relative units from the prior slope
             return 1.0 + PRIOR_SLOPE * (fed - 1)
-        below = [n for n in self.cost if n < fed]
-        if below:
-            return self.cost[max(below)]
+        below = [c for n, c in self.cost.items() if n <= fed]
+        if below:  # a call of more tokens costs at least what one of fewer costs: noise cannot say otherwise
+            return max(below)
         return min(self.cost.values())  # a smaller call costs at most the cheapest measured one
 
     def expected_tokens(self, k: int) -> float:
@@ -77,9 +95,11 @@ class DraftController:
             self.plain_streak += 1
             if self.plain_streak >= self.probe_every:
                 self.plain_streak = 0
+                self.probe_every = min(2 * self.probe_every, PROBE_MAX)  # reset if the probe shows it pays
                 return 1
-        else:
+        elif best > 0:
             self.plain_streak = 0
+            self.probe_every = PROBE_EVERY
         return best
 
     def observe_call(self, fed: int, seconds: float) -> None:
@@ -93,3 +113,13 @@ class DraftController:
         if drafted:
             unit = seconds if self.per_call else seconds / drafted
             self.draft_cost = unit if self.draft_cost == 0 else (1 - EMA) * self.draft_cost + EMA * unit
+
+
+@dataclass(frozen=True)
+class DrafterRecord:
+    """What one drafter showed in a request: acceptance by depth, drafting cost (seconds per drafted token, or per
+    call for a block drafter) and the probe interval it had reached."""
+
+    accept: list[float]
+    draft_cost: float
+    probe_every: int = PROBE_EVERY

@@ -23,6 +23,7 @@ from specrt.runtime.chat import ChatSession
 from specrt.runtime.detokenize import StreamDecoder
 from specrt.runtime.drafter import Drafter, TargetTaps, TargetView, common_prefix
 from specrt.runtime.generation import Generation, GenerationResult, GenerationStats
+from specrt.runtime.pays import PaysMemory
 from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.speculative import PlainStepper, SpeculativeStepper
 from specrt.runtime.target_session import ContextOverflowError, TargetSession, TargetSpec
@@ -101,6 +102,7 @@ class Engine:
         # a fixed number of draft tokens per target call (adaptive off, no confidence cut), as engines that
         # draft a fixed k do; None: the adaptive controller chooses
         self.draft_length = draft_length
+        self.pays = PaysMemory()  # calibrated call costs and the drafters' records across requests
 
     # -- prompts -------------------------------------------------------------------------------
     def prompt_ids(self, prompt, system: str | None = None, raw: bool = False) -> list[int]:
@@ -203,8 +205,8 @@ class Engine:
         logits, reused = self._prefill(ids)
         if drafter is not None:
             drafter.prefill(ids)  # a draft model reads the prompt too: part of the time to first token
+        stepper = self._stepper(params, drafter)  # calibrates the call costs on first use: before the first token
         t_first = time.perf_counter()
-        stepper = self._stepper(params, drafter)
         decoder = StreamDecoder(self.tokenizer.tok)
         stops = StopStringFilter(params.stop)
         out: list[int] = []
@@ -236,6 +238,7 @@ class Engine:
             if tail:
                 yield tail
         elapsed = time.perf_counter() - t_first
+        stepper.finish()
         calls = stepper.stats.target_calls + 1  # the prefill call produced the first token
         # tokens the target calls produced: the output, plus the stop token that ended it (not shown)
         produced = len(out) + int(stop_token)
@@ -254,16 +257,27 @@ class Engine:
         gen.result = GenerationResult(stops.text, out, finish, stats)
 
     @property
+    def rows_invariant(self) -> bool:
+        """The graph rounds a token the same in a call of any number of tokens without padding the calls: its
+        attention runs >= 2 rows inside (convert/attention_rows.py) and its MatMulNBits blocks hold 32 weights or
+        fewer (larger blocks compute the last row of an odd count alone). Speculative output then equals plain
+        decoding bit for bit with no padded call."""
+        target = self.manifest.target
+        return target.attention_min_rows >= 2 and target.int4_block_size <= 32
+
+    @property
     def batch_invariant(self) -> bool:
-        return self.target.min_rows > 1
+        return self._batch_invariant
 
     @batch_invariant.setter
     def batch_invariant(self, on: bool) -> None:
-        """Every target call feeds >= 2 rows, so that an int4 graph's output does not depend on how tokens
-        were grouped into calls (speculative == plain token for token); plain steps cost ~1.2x (docs/perf.md).
-        Graphs quantized in blocks larger than 32 weights also feed an even number of rows."""
-        self.target.min_rows = 2 if on else 1
-        self.target.even_rows = on and self.manifest.target.int4_block_size > 32
+        """Output independent of how tokens are grouped into calls (speculative == plain token for token). Free on a
+        rows-invariant graph; otherwise every target call feeds >= 2 rows (plain steps cost ~1.2x, docs/perf.md), and
+        graphs quantized in blocks larger than 32 weights feed an even number of rows."""
+        self._batch_invariant = on
+        pad = on and not self.rows_invariant
+        self.target.min_rows = 2 if pad else 1
+        self.target.even_rows = pad and self.manifest.target.int4_block_size > 32
 
     def reset(self) -> None:
         """Forget the cached conversation (the next prompt is prefilled whole)."""

@@ -8,6 +8,8 @@ accepted path in the KV cache: a chain by rolling the length back, a tree by one
 slots into place and then the roll-back. Nothing is allocated for the cache per step. How long a draft to
 ask for (down to none) is the adaptive controller's choice (runtime/adaptive.py); with several drafters
 (drafters/mixed.py) each has its controller, and the step asks them in order of expected tokens per second.
+The controllers start from the engine's calibrated call costs and its drafters' records (runtime/pays.py). A step
+that drafts nothing is exactly a plain step: the same one-token target call PlainStepper makes.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class PlainStepper:
         self.pending = self.sampler(logits)
         return [self.pending]
 
+    def finish(self) -> None:
+        """The generation ended (nothing to keep for plain decoding)."""
+
 
 def tree_bias(draft: Draft, past: int) -> np.ndarray:
     """Additive bias [1, 1, n + 1, past + n + 1] for [pending, *draft]: each token sees the past, the pending
@@ -80,9 +85,12 @@ class SpeculativeStepper(PlainStepper):
         super().__init__(engine, params)
         self.drafter, self.params, self.max_draft = drafter, params, max_draft
         self.members = drafter.members  # a mix's members, else the drafter itself
-        shared_costs: dict[int, float] = {}  # the target's call costs: one table for every member
+        # the target's call costs, calibrated on this machine: one table for every member (runtime/pays.py)
+        shared_costs = engine.pays.costs(engine.target, engine.batch_invariant, max_draft + 1) if adaptive else {}
         self.controllers = [DraftController(max_draft, cost=shared_costs, per_call=m.block_drafter)
                             for m in self.members] if adaptive else []
+        for member, controller in zip(self.members, self.controllers):
+            controller.start_from(engine.pays.drafters.get(member.name))  # what it showed in earlier requests
         self.controller = self.controllers[0] if adaptive else None
         self.name = drafter.name
         for member, controller in zip(self.members, self.controllers or [None] * len(self.members)):
@@ -91,6 +99,11 @@ class SpeculativeStepper(PlainStepper):
             # block drafters cut their draft where verification stops paying
             member.use_costs(controller.seconds if controller else None)
         drafter.reset(params, self.sampler.rng)
+
+    def finish(self) -> None:
+        """The generation ended: each member's record becomes the next request's starting point."""
+        for member, controller in zip(self.members, self.controllers):
+            self.engine.pays.drafters[member.name] = controller.record()
 
     def _plain(self, budget: int) -> list[int]:
         out = super().step(budget)

@@ -1,6 +1,6 @@
 """One ONNX Runtime session over the target graph, with a preallocated in-place KV cache.
 
-The cache is one OrtValue per layer and per key/value, [batch, kv_heads, max_context, head_dim],
+The cache is one OrtValue per layer and per key/value, [batch, kv_heads, max_context + 1, head_dim],
 bound both as `past_key_values.{i}.*` and as `present.{i}.*` through IOBinding, so that
 GroupQueryAttention writes the new tokens' keys/values into their slots in place: no per-step
 allocation of the cache and no copy of it. Rolling back is setting `length` back.
@@ -92,7 +92,9 @@ class TargetSession:
     def __init__(self, model_path: str, spec: TargetSpec, providers=("CPUExecutionProvider",), batch: int = 1, threads: int = 0):
         self.spec, self.batch = spec, batch
         self.np_dtype = np.float16 if spec.kv_dtype == "float16" else np.float32
-        shape = (batch, spec.num_kv_heads, spec.max_context, spec.head_dim)
+        # one slot past max_context: a graph whose attention pads a one-token call to two rows writes the pad's key
+        # and value in the slot after the token's (convert/attention_rows.py)
+        shape = (batch, spec.num_kv_heads, spec.max_context + 1, spec.head_dim)
         # the cache lives where the model runs: device memory under CUDA, host memory otherwise
         self.device = "cuda" if list(providers)[0] == "CUDAExecutionProvider" else "cpu"
         need, free = 2 * spec.num_layers * int(np.prod(shape)) * np.dtype(self.np_dtype).itemsize, available_memory()

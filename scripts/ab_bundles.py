@@ -11,7 +11,7 @@ import argparse
 import statistics
 
 import specrt
-from specrt.app.api import default_batch_invariant, make_drafter
+from specrt.app.api import DEFAULT_BATCH_INVARIANT, make_drafter
 from specrt.datasets import load_prompts
 from specrt.runtime.sampling import SamplingParams
 
@@ -38,7 +38,7 @@ def main() -> None:
         for r in rows[i % len(rows):] + rows[:i % len(rows)]:  # every row takes every slot in turn
             engine = engines[r[0]]
             engine.reset()
-            engine.batch_invariant = default_batch_invariant(drafters[r], engine.manifest.target.precision)
+            engine.batch_invariant = DEFAULT_BATCH_INVARIANT
             res = engine.generate(prompt, params, drafter=drafters[r]).wait()
             tps[r].append(res.stats.tokens_per_second)
             acc[r].append(res.stats.mean_accepted)

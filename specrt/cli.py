@@ -209,14 +209,14 @@ sampling_options = [
     click.option("--drafter", default="auto", show_default=True,
                  help=f"{', '.join(drafter_kinds.KINDS)} ({' / '.join(k + ':tree' for k in drafter_kinds.tree_kinds())} "
                       f"for tree drafts; dflash:prob / dflash:head: cut the block by the draft's probability or its "
-                      f"confidence head; A+B to mix), none for plain decoding, or auto: the first the bundle has of "
-                      f"{', '.join(f'{k.title} ({k.auto})' for k in drafter_kinds.KINDS.values() if k.auto)}, else none"),
+                      f"confidence head; A+B to mix), none for plain decoding, or auto: every drafter the bundle has, "
+                      f"mixed with ngram, each step drafting with what measurably pays on this machine, or nothing"),
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True),
     click.option("--precision", type=click.Choice(["fp32", "int8", "int4"]), default="int4", show_default=True,
                  help="precision a catalog model is converted to on first use"),
     click.option("--batch-invariant/--no-batch-invariant", default=None,
-                 help="feed >= 2 tokens per target call: int4/int8 output then equals with and without a drafter "
-                      "[default: on for int4 and int8 with a drafter]"),
+                 help="feed >= 2 tokens per target call: int4/int8 greedy output then equals with and without a "
+                      "drafter bit for bit; plain steps cost more [default: off]"),
     click.option("--draft-length", type=int, default=None, metavar="K",
                  help="draft exactly K tokens per target call (adaptive length off), as vLLM and SGLang draft a "
                       "fixed num_speculative_tokens [default: adaptive]"),
@@ -357,7 +357,7 @@ def _write_atomic(path: Path, text: str) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (loopback unless told)")
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--drafter", default="auto", show_default=True,
-              help="auto (the bundle's best drafter), none, or a drafter as for generate")
+              help="auto (what pays among the bundle's drafters and ngram), none, or a drafter as for generate")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
 @click.option("--precision", type=click.Choice(["fp32", "int8", "int4"]), default="int4", show_default=True,
               help="precision a catalog model is converted to on first use")

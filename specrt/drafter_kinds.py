@@ -25,7 +25,7 @@ class DrafterKind:
     head_graph: bool = True  # its graph records its own hidden width (graph.hidden_size)
     trees: bool = False  # drafts EAGLE-2 dynamic trees as KIND:tree
     modes: tuple[str, ...] = ()  # other KIND:MODE names it takes (its proposer's use_mode(MODE))
-    auto: str | None = None  # what `auto` runs when a bundle has this kind (the first such kind in KINDS wins)
+    auto: bool = True  # `auto` mixes it in when a bundle has it (as a chain; prompt lookup always joins)
     shipped: bool = False  # the catalog may ship a checkpoint of it in the package (drafters/<module>/heads/)
     catalog_draft_model: bool = False  # it runs the catalog's draft model (which may need a bundle of its own)
     trainer: str | None = None  # "module:object" of train/ that `specrt train-drafter --kind NAME` runs
@@ -53,21 +53,20 @@ FEATURE_HEAD_FIELDS = ("draft_vocab_size", "target_hidden_size", "aux_layers")
 
 KINDS: dict[str, DrafterKind] = {k.name: k for k in (
     DrafterKind("eagle3", "specrt.drafters.eagle3:Eagle3Drafter", "specrt.convert.eagle3_bundle", "FOLDER",
-                FEATURE_HEAD_FIELDS, trees=True, auto="eagle3", shipped=True, trainer="specrt.train.recipe:EAGLE3",
+                FEATURE_HEAD_FIELDS, trees=True, shipped=True, trainer="specrt.train.recipe:EAGLE3",
                 title="EAGLE-3 head", missing="convert it with --drafter eagle3:CHECKPOINT_FOLDER",
                 engine_writer="specrt.convert.export_drafter:write_eagle3", checkpoint_names=("eagle3",)),
     DrafterKind("mtp", "specrt.drafters.mtp:MtpDrafter", "specrt.convert.mtp_bundle", "[FOLDER]",
-                FEATURE_HEAD_FIELDS, trees=True, auto="mtp", trainer="specrt.train.recipe:MTP",
+                FEATURE_HEAD_FIELDS, trees=True, trainer="specrt.train.recipe:MTP",
                 title="MTP module", missing="convert a target that ships one with --drafter mtp",
                 not_exported="MTP modules are part of the target's own checkpoint: the engines read them from there"),
     DrafterKind("dflash", "specrt.drafters.dflash:DFlashDrafter", "specrt.convert.dflash_bundle", "FOLDER",
                 ("block_size", "mask_token_id", "target_hidden_size", "vocab_size", "target_layer_ids"),
-                modes=("prob", "head"), auto="dflash", shipped=True, trainer="specrt.train.recipe:DFLASH",
+                modes=("prob", "head"), shipped=True, trainer="specrt.train.recipe:DFLASH",
                 title="DFlash drafter", missing="convert it with --drafter dflash:CHECKPOINT_FOLDER",
                 engine_writer="specrt.convert.export_drafter:write_dflash", checkpoint_names=("dflash",)),
     DrafterKind("draft-model", "specrt.drafters.draft_model:DraftModelDrafter", "specrt.convert.draft_model_bundle",
-                "PATH_OR_NAME", ("vocab_size", "model_config"), head_graph=False, auto="draft-model+ngram",
-                catalog_draft_model=True, title="draft model",
+                "PATH_OR_NAME", ("vocab_size", "model_config"), head_graph=False, catalog_draft_model=True, title="draft model",
                 missing="convert it with --drafter draft-model:PATH_OR_NAME",
                 not_exported="a draft model is an ordinary model folder: give the engine its source as it is"),
     DrafterKind("ngram", "specrt.drafters.ngram:NgramDrafter", None, title="prompt lookup", modes=("history",),
@@ -121,7 +120,10 @@ def uses_catalog_draft_model(name: str | None) -> bool:
                               for m in members(name))
 
 
-def auto_choice(present_kinds) -> str | None:
-    """What `auto` runs for a bundle holding drafters of these kinds (None: plain decoding)."""
+def auto_choice(present_kinds) -> str:
+    """What `auto` runs for a bundle holding drafters of these kinds: a mix of every one of them (registry order, as
+    chains) and prompt lookup, among which the adaptive loop picks per step by measured tokens per second, drafting
+    nothing where none pays (runtime/adaptive.py)."""
     present = set(present_kinds)
-    return next((k.auto for k in KINDS.values() if k.auto and k.name in present), None)
+    chosen = [k.name for k in KINDS.values() if k.auto and k.needs_entry and k.name in present]
+    return "+".join([*chosen, *(k.name for k in KINDS.values() if k.auto and not k.needs_entry)])

@@ -1,0 +1,141 @@
+"""`auto`, the default drafter: every drafter the bundle has mixed with ngram, controllers that start from the
+calibrated call costs and the drafters' records, and a no-draft state that is plain decoding's own call (tiny
+bundle; the real model's auto runs are in tests/test_auto_real.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from specrt import drafter_kinds
+from specrt.runtime.adaptive import PROBE_EVERY, DraftController, DrafterRecord
+from specrt.runtime.pays import CALIBRATION_ROUNDS, PaysMemory
+from specrt.runtime.sampling import SamplingParams
+from tests.oracle_drafters import OracleDrafter
+from tests.test_runtime import engine  # noqa: F401  (module fixture: a converted tiny bundle)
+
+PARAMS = SamplingParams(max_new_tokens=40, stop_token_ids=())
+PROMPT = "a man in the house of the world"
+
+
+def test_auto_mixes_every_drafter_of_the_bundle_with_ngram():
+    assert drafter_kinds.auto_choice(["dflash", "eagle3"]) == "eagle3+dflash+ngram"  # registry order
+    assert drafter_kinds.auto_choice(["draft-model"]) == "draft-model+ngram"
+    assert drafter_kinds.auto_choice([]) == "ngram"  # a bundle without drafters still has prompt lookup
+
+
+def test_auto_loads_as_a_mix_without_padded_calls(engine):  # noqa: F811
+    import specrt
+
+    auto = specrt.load(str(engine.bundle_dir), device="cpu", drafter="auto")
+    assert auto.drafter.name == "ngram" and not auto.batch_invariant and auto.target.min_rows == 1
+
+
+class CallLog:
+    """Wraps a TargetSession's forward: logs the tokens each call fed and the rows it ran (after any padding), and
+    makes each row cost SECONDS_PER_ROW more, as on a real model (the tiny one's calls cost the same at any width)."""
+
+    SECONDS_PER_ROW = 0.002
+
+    def __init__(self, target):
+        self.target, self.inner, self.calls = target, target.forward, []
+
+    def __call__(self, input_ids, *args, **kwargs):
+        rows = self.target.padded_rows(input_ids.shape[1])
+        self.calls.append((input_ids.shape[1], rows))
+        time.sleep(self.SECONDS_PER_ROW * rows)
+        return self.inner(input_ids, *args, **kwargs)
+
+
+def _logged(engine, drafter, params=PARAMS):  # noqa: F811
+    log = CallLog(engine.target)
+    engine.target.forward = log
+    try:
+        engine.reset()
+        result = engine.generate(PROMPT, params, drafter=drafter).wait()
+    finally:
+        del engine.target.forward
+    return result, log.calls
+
+
+def test_no_draft_steps_are_plain_decodings_own_call(engine):  # noqa: F811
+    """A drafter that is always wrong: the controller stops drafting, and every step that drafts nothing feeds the
+    target exactly what plain decoding feeds it (one token, one row: no padding), with the same output."""
+    engine.adaptive = True
+    engine.pays = PaysMemory()  # calibrated afresh, under the call log's costs
+    plain, plain_calls = _logged(engine, None)
+    wrong = OracleDrafter(len(engine.prompt_ids(PROMPT)), plain.token_ids, engine.manifest.vocab_size, "wrong")
+    spec, calls = _logged(engine, wrong)
+    assert spec.token_ids == plain.token_ids
+    assert all(rows == fed for fed, rows in calls)  # nothing padded
+    assert {c for c in plain_calls[1:]} == {(1, 1)}
+    calibration = 5 * (CALIBRATION_ROUNDS + 1)  # widths 1..5, an untimed round first
+    decode = calls[1 + calibration:]  # after the prefill and the calibration
+    assert len(decode) == spec.stats.target_calls - 1
+    drafted = spec.stats.drafted_by_position[0]
+    assert sum(1 for c in decode if c == (1, 1)) == len(decode) - drafted >= 30  # it stopped drafting early
+    # the next request starts from what this one learned: it does not draft against the wrong drafter again
+    again, _ = _logged(engine, wrong)
+    assert again.token_ids == plain.token_ids
+    assert (again.stats.drafted_by_position or [0])[0] < spec.stats.drafted_by_position[0]
+
+
+def test_calibration_measures_every_width_once_and_leaves_the_cache(engine):  # noqa: F811
+    from specrt.runtime.pays import measure_call_costs
+
+    engine.reset()
+    engine.target.forward(np.array([engine.prompt_ids(PROMPT)]))
+    length = engine.target.length
+    before = engine.target.forward(np.array([[7]]))[0, -1]
+    engine.target.rollback(length)
+    costs = measure_call_costs(engine.target, [1, 2, 5], rounds=2)
+    assert sorted(costs) == [1, 2, 5] and all(c > 0 for c in costs.values())
+    assert engine.target.length == length
+    np.testing.assert_array_equal(engine.target.forward(np.array([[7]]))[0, -1], before)  # the cache is intact
+    memory = PaysMemory()
+    table = memory.costs(engine.target, False, 3)
+    assert sorted(table) == [1, 2, 3] and memory.costs(engine.target, False, 2) == {w: table[w] for w in (1, 2, 3)}
+    engine.target.rollback(engine.target.spec.max_context - 2)  # near the end of the context: what fits
+    assert sorted(measure_call_costs(engine.target, [1, 2, 3, 4], rounds=1)) == [1, 2]
+    engine.reset()
+
+
+def test_controller_starts_from_calibrated_costs_and_a_record():
+    costs = {1: 0.010, 2: 0.0125, 3: 0.015, 4: 0.0175, 5: 0.020}  # each extra token costs a quarter step
+    fresh = DraftController(max_draft=4, cost=dict(costs))
+    assert fresh.choose(100) > 0  # the optimistic prior (0.6 accepted) pays at these costs: it tries
+    known = DraftController(max_draft=4, cost=dict(costs))
+    known.start_from(DrafterRecord([0.2, 0.3, 0.3, 0.3], draft_cost=0.002))
+    assert known.choose(100) == 0  # the record says a draft accepted 20% of the time does not pay here
+    good = DraftController(max_draft=4, cost=dict(costs))
+    good.start_from(DrafterRecord([0.9, 0.9, 0.9, 0.9], draft_cost=0.0005))
+    assert good.choose(100) == 4
+
+
+def test_probes_grow_rarer_while_they_do_not_pay():
+    c = DraftController(max_draft=4, cost={1: 0.010, 2: 0.020, 3: 0.030, 4: 0.040, 5: 0.050})
+    c.start_from(DrafterRecord([0.0] * 4, draft_cost=0.001))
+    probes = [i for i in range(1, 200) if c.choose(100) == 1]
+    gaps = np.diff([0, *probes]).tolist()
+    assert gaps[:3] == [PROBE_EVERY, 2 * PROBE_EVERY, 4 * PROBE_EVERY]
+    assert c.record().probe_every == 8 * PROBE_EVERY  # carried to the next request
+    c.start_from(DrafterRecord([0.95] * 4, draft_cost=0.0))  # drafts that pay reset the interval
+    assert c.choose(100) > 0 and c.probe_every == PROBE_EVERY
+
+
+def test_bench_runs_auto_and_reports_what_it_chose(engine, tmp_path):  # noqa: F811
+    from specrt.cli import main
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in (PROMPT, "the world the world the world")))
+    out = tmp_path / "r.json"
+    assert main(["bench", str(engine.bundle_dir), "--prompts", str(prompts), "--drafter", "auto",
+                 "--max-new-tokens", "24", "--device", "cpu", "--json", str(out)]) == 0
+    rows = {r["drafter"]: r for r in json.loads(out.read_text())["results"]}
+    auto = rows["auto"]
+    assert set(auto["steps_by_drafter"]) <= {"ngram", "none"} and sum(auto["steps_by_drafter"].values()) > 0
+    assert auto["identical_to_plain"] == 2  # fp32: the same tokens as plain decoding
+    assert auto["batch_invariant"] is False
