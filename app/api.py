@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrt import drafter_kinds
-from specrt.bundle import ATTENTION_MIN_ROWS, MANIFEST, Manifest, checkpoint_sha256, load_bundle, weight_bits
+from specrt.bundle import ATTENTION_ROWS_INPUT, MANIFEST, Manifest, checkpoint_sha256, load_bundle, weight_bits
 from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir, default_drafter_spec, lookup
 from specrt.errors import SpecrtError
 from specrt.runtime.engine import Engine
@@ -120,14 +120,14 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
 
 def _stale(bundle: Path, model: str, spec) -> bool:
     """A cached catalog bundle that must be converted again: unreadable, built with other shipped drafters or
-    other int4 blocks than the catalog entry asks for now, or before attention ran two rows in every call (one-token
-    calls then round their own way: convert/attention_rows.py). One manifest read for every check."""
+    other int4 blocks than the catalog entry asks for now, or before its graph could run attention on two rows (exact
+    one-token calls without padding: convert/attention_rows.py). One manifest read for every check."""
     try:
         manifest = load_bundle(bundle, check_hashes=False)
     except SpecrtError:
         return True
     return (_stale_head(manifest, spec) or _stale_blocks(manifest, model) or _stale_vocab(manifest, model, spec)
-            or manifest.target.attention_min_rows < ATTENTION_MIN_ROWS)
+            or ATTENTION_ROWS_INPUT not in manifest.target.inputs)
 
 
 def _stale_head(manifest: Manifest, spec) -> bool:

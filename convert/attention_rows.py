@@ -7,11 +7,13 @@ a multi-token verification call, and int8 activations (MatMulNBits at accuracy l
 logits. Everything else in the graph rounds a row the same way at any row count (MatMulNBits at blocks of 32 too;
 tests/test_quantize.py).
 
-The fix, inside the graph: a call of S tokens feeds its attentions S' = max(S, 2) rows, the S real ones and, for a
-one-token call, a copy of that token at the next position. The pad row writes its key and value one cache slot past
+The fix, inside the graph: the input `attention_min_rows` (m) makes a call of S tokens feed its attentions
+S' = max(S, m) rows, the S real ones and, for a one-token call at m = 2, a copy of that token at the next position. The pad row writes its key and value one cache slot past
 the real tokens (where the next call writes its own: the runtime allocates that one spare slot) and its output is
 sliced away; being last, no real row sees it (attention is causal within a call). Only attention pays for the
-extra row. Calls of two or more tokens are unchanged (the gathers are identities).
+extra row (measured: +4 % of a one-token call at 64 tokens of context, +17 % at 1024; docs/perf.md), so the
+runtime asks for it only where it wants exact calls (batch-invariant mode) and feeds m = 1 otherwise. Calls of two
+or more tokens, and every call at m = 1, are unchanged (the gathers are identities).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 from onnx import TensorProto
 
-from specrt.bundle import ATTENTION_MIN_ROWS as MIN_ROWS
+from specrt.bundle import ATTENTION_ROWS_INPUT
 from specrt.convert.onnx_graph import GraphWriter
 
 
@@ -45,13 +47,15 @@ class AttentionRows:
 
 
 def pad_attention_rows(g: GraphWriter, seqlens_k: str, total_len: str, biases: list[str]) -> AttentionRows:
-    """The padded inputs for a graph whose input_ids [B, S] and position_ids [B, S] are graph inputs. (Lengths are
-    one-element vectors, as the graph writer's constants are; Range takes them squeezed to scalars.)"""
+    """Adds the attention_min_rows input and returns the padded attention inputs, for a graph whose input_ids
+    [B, S] and position_ids [B, S] are graph inputs. (Lengths are one-element vectors, as the graph writer's
+    constants are; Range takes them squeezed to scalars.)"""
     def scalar(x: str) -> str:
         return g.op("Squeeze", [x, g.const([0])])
 
     s = g.op("Gather", [g.op("Shape", ["input_ids"]), g.const([1])], axis=0)  # [1]: S
-    padded = g.op("Max", [s, g.const([MIN_ROWS])])  # [1]: S'
+    g.add_input(ATTENTION_ROWS_INPUT, TensorProto.INT64, [1])
+    padded = g.op("Max", [s, ATTENTION_ROWS_INPUT])  # [1]: S' = max(S, m)
     extra = g.op("Sub", [padded, s])  # [1]: D = S' - S (0 or 1)
     steps = g.op("Range", [scalar(g.const([0])), scalar(padded), scalar(g.const([1]))])  # [S']: 0 .. S'-1
     rows = g.op("Min", [steps, g.op("Sub", [s, g.const([1])])])  # [S']: 0 .. S-1, S-1

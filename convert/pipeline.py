@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from specrt import __version__
-from specrt.bundle import KVLayout, MANIFEST, PRECISIONS, Manifest, TargetGraph, file_entry, weight_bits
+from specrt.bundle import (ATTENTION_ROWS_INPUT, KVLayout, MANIFEST, PRECISIONS, Manifest, TargetGraph, file_entry,
+                           weight_bits)
 from specrt.convert import sources
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
                                            hidden_layers_for, takes_draft_vocab)
 from specrt.convert.memory import GIB, StagePeaks, check_fits
-from specrt.convert.attention_rows import MIN_ROWS as ATTENTION_MIN_ROWS
 from specrt.convert.onnx_graph import float_activation_twin
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
 from specrt.convert.target_graph import GraphOptions, QuantReadback, io_names, write_target_graph
@@ -253,7 +253,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     cfg = loaded.config
     stages.start(f"build {stem} graph")
     graph_opts = GraphOptions(precision=precision, max_context=max_context, hidden_layers=tuple(sorted(hidden_layers)),
-                              int4_block_size=int4_block_size, attention_min_rows=ATTENTION_MIN_ROWS)
+                              int4_block_size=int4_block_size, attention_rows_input=True)
     prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, min(max_context, VALIDATION_TOKENS))
     bits = weight_bits(precision)
     calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context) if bits else []
@@ -314,10 +314,9 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     io = io_names(cfg)
     outputs = ["logits"] + (["hidden_states"] if hidden_layers else [])
     graph = TargetGraph(file=f"{stem}.onnx", data_file=f"{stem}.onnx.data", precision=precision,
-                        inputs=tuple(io["inputs"]), outputs=tuple(outputs),
+                        inputs=tuple(io["inputs"]) + (ATTENTION_ROWS_INPUT,), outputs=tuple(outputs),
                         hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
-                        int4_block_size=int4_block_size if bits else 0,
-                        attention_min_rows=graph_opts.attention_min_rows)
+                        int4_block_size=int4_block_size if bits else 0)
     return graph, validation
 
 

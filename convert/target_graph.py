@@ -48,9 +48,9 @@ class GraphOptions:
     hidden_layers: tuple[int, ...] = ()  # residual stream after these layers -> hidden_states
     int4_block_size: int = 32  # weights per quantization block (int4 and int8)
     int4_accuracy_level: int = 4  # int8 activations in MatMulNBits (fast on AVX2/AVX512 CPUs)
-    # 2: every GroupQueryAttention runs at least two rows, so that one-token calls round as multi-token ones do
-    # (convert/attention_rows.py); the KV cache then needs one slot past max_context. 1: as the call comes.
-    attention_min_rows: int = 1
+    # the attention_min_rows input: at 2 every GroupQueryAttention runs at least two rows, so that one-token calls
+    # round as multi-token ones do (convert/attention_rows.py; the KV cache needs one slot past max_context)
+    attention_rows_input: bool = False
 
     @property
     def bits(self) -> int:
@@ -85,7 +85,7 @@ class _TargetBuilder:
         self.quant_rows: dict[str, QuantRows] = {}  # HF weight name -> where its quantized rows went
         # a tied model's lm_head is its embedding table
         self.alias = {} if "lm_head.weight" in weights else {"lm_head.weight": "model.embed_tokens.weight"}
-        self.attention_rows: AttentionRows | None = None  # padded attention inputs (attention_min_rows 2)
+        self.attention_rows: AttentionRows | None = None  # padded attention inputs (attention_rows_input)
 
     def tensor(self, name: str) -> np.ndarray:
         """One source weight (read now: the builder keeps none)."""
@@ -259,7 +259,7 @@ class _TargetBuilder:
             g.add_input(io["past_key"][i], self.elem, kv_shape)
             g.add_input(io["past_value"][i], self.elem, kv_shape)
         seqlens_k, total_len = self.attention_lengths()
-        if self.opts.attention_min_rows > 1:
+        if self.opts.attention_rows_input:
             biases = ["attention_bias"] + (["sliding_attention_bias"] if cfg.active_sliding_window else [])
             self.attention_rows = pad_attention_rows(g, seqlens_k, total_len, biases)
             seqlens_k, total_len = self.attention_rows.seqlens_k, self.attention_rows.total_len

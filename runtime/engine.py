@@ -258,12 +258,10 @@ class Engine:
 
     @property
     def rows_invariant(self) -> bool:
-        """The graph rounds a token the same in a call of any number of tokens without padding the calls: its
-        attention runs >= 2 rows inside (convert/attention_rows.py) and its MatMulNBits blocks hold 32 weights or
-        fewer (larger blocks compute the last row of an odd count alone). Speculative output then equals plain
-        decoding bit for bit with no padded call."""
-        target = self.manifest.target
-        return target.attention_min_rows >= 2 and target.int4_block_size <= 32
+        """The graph can round a token the same in a call of any number of tokens without padding the calls: its
+        attention takes attention_min_rows (convert/attention_rows.py) and its MatMulNBits blocks hold 32 weights or
+        fewer (larger blocks compute the last row of an odd count alone)."""
+        return self.target.has_attention_rows and self.manifest.target.int4_block_size <= 32
 
     @property
     def batch_invariant(self) -> bool:
@@ -271,11 +269,13 @@ class Engine:
 
     @batch_invariant.setter
     def batch_invariant(self, on: bool) -> None:
-        """Output independent of how tokens are grouped into calls (speculative == plain token for token). Free on a
-        rows-invariant graph; otherwise every target call feeds >= 2 rows (plain steps cost ~1.2x, docs/perf.md), and
-        graphs quantized in blocks larger than 32 weights feed an even number of rows."""
+        """Output independent of how tokens are grouped into calls (speculative == plain token for token). On a
+        rows-invariant graph one-token calls run their attention on two rows (+4-17 % a call, docs/perf.md);
+        otherwise every target call feeds >= 2 rows (~1.05-1.3x), and graphs quantized in blocks larger than 32
+        weights feed an even number of rows."""
         self._batch_invariant = on
         pad = on and not self.rows_invariant
+        self.target.attention_min_rows = 2 if on and self.rows_invariant else 1
         self.target.min_rows = 2 if pad else 1
         self.target.even_rows = pad and self.manifest.target.int4_block_size > 32
 

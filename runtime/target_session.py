@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
+from specrt.bundle import ATTENTION_ROWS_INPUT
 from specrt.errors import BundleError, SpecrtError
 from specrt.kernels.kv_compact import kv_compact_ref
 
@@ -119,6 +120,10 @@ class TargetSession:
         # handles the last row of an odd count alone, so only even counts agree with each other (docs/perf.md)
         self.even_rows = False
         self.kernel_compaction = False  # True: compact with the Triton kernel even on a host cache (tests)
+        # graphs with an attention_min_rows input: the fewest rows each attention runs (2: a one-token call rounds as
+        # a multi-token call does, exact without padding the whole call; convert/attention_rows.py)
+        self.has_attention_rows = ATTENTION_ROWS_INPUT in {i.name for i in self.session.get_inputs()}
+        self.attention_min_rows = 1
         self.binding = self.session.io_binding()
         for i in range(spec.num_layers):
             self.binding.bind_ortvalue_input(f"past_key_values.{i}.key", self.keys[i])
@@ -206,6 +211,8 @@ class TargetSession:
         bind.bind_cpu_input("attention_bias", np.ascontiguousarray(attention_bias, dtype=self.np_dtype))
         if self.spec.sliding_window:
             bind.bind_cpu_input("sliding_attention_bias", self._sliding_bias(position_ids, attention_bias))
+        if self.has_attention_rows:
+            bind.bind_cpu_input(ATTENTION_ROWS_INPUT, np.array([self.attention_min_rows], dtype=np.int64))
         # unallocated (the shape varies): on the host for numpy sampling, or where the session runs
         bind.bind_output("logits", self.device if device_logits else "cpu")
         for name, value in (extra_inputs or {}).items():

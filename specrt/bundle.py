@@ -47,9 +47,6 @@ class TargetGraph:
     hidden_layers: tuple[int, ...] = ()  # residual stream after these layers, concatenated
     hidden_size: int = 0
     int4_block_size: int = 0  # int4 graphs: weights per quantization block (0: written before it was recorded, 32)
-    # 2: every attention runs >= 2 rows inside the graph, so one-token calls round as multi-token ones do
-    # (convert/attention_rows.py); 1: written before that, one-token calls round their own way
-    attention_min_rows: int = 1
 
 
 @dataclass(frozen=True)
@@ -120,7 +117,9 @@ class Manifest:
 
 MAX_CONTEXT = 1 << 20  # tokens: no real model's context is longer
 PRECISIONS = ("fp32", "fp16", "int4", "int8")
-ATTENTION_MIN_ROWS = 2  # what convert writes into target graphs now (TargetGraph.attention_min_rows)
+# A target graph input, [1] int64: the fewest rows its attentions run (2 pads a one-token call inside the attention,
+# so that it rounds as a multi-token call does: convert/attention_rows.py). Graphs written before it lack it.
+ATTENTION_ROWS_INPUT = "attention_min_rows"
 WEIGHT_BITS = {"int4": 4, "int8": 8}  # the block-quantized precisions (MatMulNBits weights, int8 activations)
 
 
@@ -157,8 +156,6 @@ def check_manifest(m: Manifest) -> None:
         bad("target.hidden_layers", list(t.hidden_layers), "a list of layer indices")
     if not _int(t.hidden_size, 0, 1 << 17) or not _int(t.int4_block_size, 0, 1024):
         bad("target.hidden_size / int4_block_size", (t.hidden_size, t.int4_block_size), "non-negative integers")
-    if not _int(t.attention_min_rows, 1, 2):
-        bad("target.attention_min_rows", t.attention_min_rows, "1 or 2")
     if "hidden_states" in t.outputs and (not t.hidden_layers or t.hidden_size < 1):
         bad("target.hidden_layers / hidden_size", (list(t.hidden_layers), t.hidden_size),
             "set where the graph outputs hidden_states")
