@@ -50,11 +50,11 @@ class DraftController:
         for d, a in enumerate(record.accept[:self.max_draft]):
             self.hits[d], self.tries[d] = a * PRIOR_WEIGHT, PRIOR_WEIGHT
         self.draft_cost = record.draft_cost
-        self.probe_every = record.probe_every
+        self.probe_every, self.plain_streak = record.probe_every, record.plain_streak
 
     def record(self) -> "DrafterRecord":
         """What this controller learned, for the next request's prior."""
-        return DrafterRecord(self.accept, self.draft_cost, self.probe_every)
+        return DrafterRecord(self.accept, self.draft_cost, self.probe_every, self.plain_streak)
 
     @property
     def accept(self) -> list[float]:
@@ -118,8 +118,10 @@ class DraftController:
 @dataclass(frozen=True)
 class DrafterRecord:
     """What one drafter showed in a request: acceptance by depth, drafting cost (seconds per drafted token, or per
-    call for a block drafter) and the probe interval it had reached."""
+    call for a block drafter), the probe interval it had reached and the plain steps since its last draft (so that
+    short requests, each fewer steps than the interval, still get probes)."""
 
     accept: list[float]
     draft_cost: float
     probe_every: int = PROBE_EVERY
+    plain_streak: int = 0

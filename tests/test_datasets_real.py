@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.full]
     ("humaneval", 164, "def has_close_elements"),  # HumanEval/0
     ("gsm8k", 100, "?"),
     ("sharegpt", 200, ""),
+    ("summarize", 100, "Summarize the following text"),
 ])
 def test_prompt_sets(name, count, marker):
     prompts = load_prompts(dataset=name)

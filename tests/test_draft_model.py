@@ -177,7 +177,9 @@ def test_bench_writes_the_documented_json(bundle, tmp_path, capsys):
     table = (tmp_path / "r.md").read_text().splitlines()
     rows = [line for line in table if line.startswith("| ") and not line.startswith("| dataset")]
     assert [row.split(" | ")[2] for row in rows] == ["none", "ngram", "draft-model"]
-    assert all(row.startswith("| prompts | specrt |") and row.endswith(" 3/3 |") for row in rows)
+    assert all(row.startswith("| prompts | specrt |") and row.split(" | ")[-2] == "3/3" for row in rows)
+    # the last column: the share of decode steps each drafter drafted (and plain ones), empty for plain decoding
+    assert rows[0].endswith(" |  |") and all(row.split(" | ")[-1].rstrip(" |").endswith("%") for row in rows[1:])
     png = (tmp_path / "r.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert report["model"] == str(bundle) and report["prompts"] == 3 and report["max_new_tokens"] == 16
@@ -187,6 +189,8 @@ def test_bench_writes_the_documented_json(bundle, tmp_path, capsys):
         assert r["system"] == "specrt" and r["precision"] == "fp32" and r["dataset"] == "prompts" and r["prompts"] == 3
         assert r["tokens_per_second"] > 0 and r["mean_accepted"] >= 1.0 and r["speedup"] > 0
         assert r["identical_to_plain"] == 3  # greedy: every drafter reproduces plain decoding
+        if r["drafter"] != "none":  # what the adaptive loop chose, step by step: drafted by it, or plainly
+            assert set(r["steps_by_drafter"]) <= {r["drafter"], "none"} and sum(r["steps_by_drafter"].values()) > 0
     assert report["results"][0]["speedup"] == 1.0 and report["results"][0]["mean_accepted"] == 1.0
     assert report["results"][0]["acceptance_by_position"] == []  # plain decoding drafts nothing
     depth = report["results"][2]["acceptance_by_position"]

@@ -47,8 +47,9 @@ def test_int8_conversion_writes_8_bit_weights(tiny_int8):
 
 @pytest.mark.parametrize("drafter", ["ngram", "draft-model", "draft-model+ngram"])
 def test_int8_greedy_speculation_equals_plain(tiny_int8, drafter):
-    engine = specrt.load(str(tiny_int8), device="cpu", drafter=drafter)
-    assert engine.batch_invariant  # int8 activations: one-row calls round differently, as int4's do
+    engine = specrt.load(str(tiny_int8), device="cpu", drafter=drafter, batch_invariant=True)
+    # int8 activations: exact speculation asks for batch-invariant calls, which on this graph pad only the attention
+    assert engine.rows_invariant and engine.target.min_rows == 1 and engine.target.attention_min_rows == 2
     for prompt in TINY_PROMPTS:
         plain = engine.generate(prompt, PARAMS, drafter=None).wait()
         engine.reset()
@@ -69,8 +70,8 @@ def int8_bundle(real_root):
 def test_real_int8_speculation_equals_plain(int8_bundle, drafter):
     from specrt.app.api import make_drafter
 
-    engine = specrt.load(str(int8_bundle), device="cpu", drafter=drafter)
-    assert engine.batch_invariant
+    engine = specrt.load(str(int8_bundle), device="cpu", drafter=drafter, batch_invariant=True)
+    assert engine.rows_invariant and engine.target.min_rows == 1
     model = make_drafter(drafter, engine.bundle_dir, engine.manifest, engine.providers)
     assert_both_paths(compare_with_plain(engine, lambda prompt, plain: model))
 

@@ -209,7 +209,7 @@ def test_train_drafter_mtp_for_a_target_without_one(tmp_path, capsys):
 
 def test_int4_target_gets_an_int4_module_that_drafts_losslessly(tmp_path):
     """Beside an int4 target the module is int4 too (validated against torch running the same int4 weights);
-    with a drafter, int4 calls are batch-invariant by default, so greedy output equals plain decoding."""
+    in batch-invariant mode (one-token calls run their attention on two rows) greedy output equals plain decoding."""
     import specrt
     from specrt.bundle import load_bundle
     from specrt.cli import main
@@ -220,8 +220,8 @@ def test_int4_target_gets_an_int4_module_that_drafts_losslessly(tmp_path):
     assert main(["convert", str(src), "-o", str(out), "--precision", "int4", "--max-context", "96", "--drafter", "mtp"]) == 0
     entry = load_bundle(out).drafter("mtp")
     assert entry.raw["graph"]["precision"] == "int4" and entry.raw["validation"]["max_abs_diff"] < 1.0
-    engine = specrt.load(str(out), device="cpu", drafter="mtp")
-    assert engine.target.min_rows == 2
+    engine = specrt.load(str(out), device="cpu", drafter="mtp", batch_invariant=True)
+    assert engine.target.min_rows == 1 and engine.target.attention_min_rows == 2
     from specrt.errors import SpecrtError
 
     with pytest.raises(SpecrtError, match="tree drafts on an int4 graph are not exact"):

@@ -45,9 +45,9 @@ def test_generate_cli_json(bundles, fp32_engine):
     assert set(out) == {"text", "token_ids", "finish_reason", "stats"}
     assert set(out["stats"]) == {"new_tokens", "target_calls", "mean_accepted", "acceptance_length",
                                  "drafted_by_position", "accepted_by_position", "tokens_per_second", "drafter"}
-    # --drafter auto (the default) on a bundle with an EAGLE-3 head, a DFlash drafter and a draft model: the head;
-    # fp32 speculation is exact, so the tokens equal plain decoding's
-    assert "Paris" in out["text"] and out["stats"]["drafter"] == "eagle3"
+    # --drafter auto (the default) on a bundle with an EAGLE-3 head, a DFlash drafter and a draft model: all of them
+    # and ngram, mixed; fp32 speculation is exact here, so the tokens equal plain decoding's
+    assert "Paris" in out["text"] and out["stats"]["drafter"] == "eagle3+dflash+draft-model+ngram"
     assert out["stats"]["mean_accepted"] >= 1.0
     assert out["token_ids"] == fp32_engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=64)).wait().token_ids
 

@@ -4,8 +4,9 @@ head (chain and tree, fixed and adaptive), a drafter that is always right and on
 (batch-invariant calls) the n-gram drafter, the EAGLE-3 head, right and wrong. Each equals plain decoding token for
 token (tests/lossless.py: 3 prompts x 48 tokens in the default tier, 10 x 128 in the full tier).
 
-(An int4 graph is not batch-invariant by itself: MatMulNBits with int8 activations rounds differently for one
-token than for several, so speculation there runs every call with >= 2 rows; see docs/perf.md.)"""
+(A one-token call's attention rounds differently from a multi-token call's, and an int4 graph's int8 activations
+turn that into different tokens; batch-invariant mode runs one-token calls' attention on two rows, so speculation
+there equals plain decoding. The default mode's own guarantee is tests/test_auto_real.py's.)"""
 
 from __future__ import annotations
 
@@ -65,13 +66,12 @@ def eagle3_engine(fp32_bundle):
     from specrt.bundle import load_bundle
 
     assert load_bundle(fp32_bundle).drafter("eagle3").source == str(EAGLE3_HEAD)
-    return specrt.load(str(fp32_bundle), device="cpu", drafter="auto")
+    return specrt.load(str(fp32_bundle), device="cpu", drafter="eagle3")
 
 
 @pytest.mark.parametrize("mode", ["chain", "chain-adaptive", "tree", "tree-adaptive"])
 def test_eagle3_greedy_equals_plain(eagle3_engine, mode):
     engine = eagle3_engine
-    assert engine.drafter.name == "eagle3"  # what drafter="auto" picked
     engine.adaptive = mode.endswith("adaptive")
     if mode.startswith("tree"):
         engine.drafter.use_tree()
@@ -98,17 +98,20 @@ def test_int4_batch_invariant_speculation_equals_plain(int4_bundle, mode):
         compare_with_plain(engine, lambda prompt, plain: _drafter(engine, mode, prompt, plain))
 
 
-def test_int4_turns_batch_invariance_on_with_a_drafter(bundles):
-    assert specrt.load(str(bundles["int4"]), device="cpu", drafter="ngram").target.min_rows == 2
-    assert specrt.load(str(bundles["int4"]), device="cpu", drafter="auto").target.min_rows == 2  # its head
-    assert specrt.load(str(bundles["int4"]), device="cpu", drafter=None).target.min_rows == 1  # plain
-    assert specrt.load(str(bundles["fp32"]), device="cpu", drafter="ngram").target.min_rows == 1
+def test_batch_invariance_is_asked_for_and_pads_only_the_attention(bundles):
+    """By default no call is padded, with a drafter or without; batch-invariant mode on these graphs (blocks of 32,
+    the attention_min_rows input) pads one-token calls inside the attention only."""
+    for precision, drafter in (("int4", "ngram"), ("int4", "auto"), ("int4", None), ("fp32", "ngram")):
+        target = specrt.load(str(bundles[precision]), device="cpu", drafter=drafter).target
+        assert (target.min_rows, target.attention_min_rows) == (1, 1)
+    engine = specrt.load(str(bundles["int4"]), device="cpu", drafter="auto", batch_invariant=True)
+    assert engine.rows_invariant and (engine.target.min_rows, engine.target.attention_min_rows) == (1, 2)
 
 
-def test_default_int4_bundle_drafts_with_its_head_by_default(int4_bundle):
+def test_default_int4_bundle_drafts_with_its_drafters_by_default(int4_bundle):
     """What `specrt chat` / `specrt generate` run on a fresh machine: the int4 catalog bundle with the shipped
-    EAGLE-3 head (int4 too), drafter auto -> eagle3, batch-invariant on; greedy output equals plain decoding
-    in the same mode, through the CLI."""
+    EAGLE-3 head and DFlash drafter (int4 too), drafter auto -> both mixed with ngram. With --batch-invariant greedy
+    output equals plain decoding in the same mode, through the CLI."""
     from specrt.bundle import load_bundle
 
     assert load_bundle(int4_bundle).drafter("eagle3").raw["graph"]["precision"] == "int4"
@@ -119,6 +122,6 @@ def test_default_int4_bundle_drafts_with_its_head_by_default(int4_bundle):
                               capture_output=True, text=True, check=True)
         return json.loads(proc.stdout)
 
-    default, plain = generate(), generate("--drafter", "none", "--batch-invariant")
-    assert default["stats"]["drafter"] == "eagle3" and plain["stats"]["drafter"] == "none"
-    assert default["token_ids"] == plain["token_ids"]
+    exact, plain = generate("--batch-invariant"), generate("--drafter", "none", "--batch-invariant")
+    assert exact["stats"]["drafter"] == "eagle3+dflash+ngram" and plain["stats"]["drafter"] == "none"
+    assert exact["token_ids"] == plain["token_ids"]
