@@ -103,6 +103,10 @@ class FeatureHeadDrafter(Drafter):
         q = target_probs(to_target_vocab(head_logits, self.d2t_targets, self.target_vocab), self.params)
         return int(self.rng.choice(len(q), p=q)), q
 
+    def backlog(self, context: list[int]) -> int:
+        n = len(context) - 1
+        return n - common_prefix(self.tokens, context[1:n + 1])
+
     def propose(self, context: list[int], max_tokens: int) -> Draft | None:
         n = len(context) - 1  # the target has read context[:n]: features f_0 .. f_{n-1} exist
         room = self.session.spec.max_context - n

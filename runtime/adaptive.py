@@ -24,7 +24,7 @@ EMA = 0.3  # for call costs
 DECAY = 0.9  # acceptance: each observation weighs 0.9x the next one (an effective window of ~10 drafts)
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.6, 2.0  # optimistic prior worth two observations: try speculation first
 PRIOR_SLOPE = 0.1  # before any measurement: each extra token fed costs a tenth of a one-token call
-PROBE_EVERY, PROBE_MAX = 16, 128  # plain steps between probes: the first interval, and where doubling stops
+PROBE_EVERY, PROBE_MAX = 16, 512  # plain steps between probes: the first interval, and where doubling stops
 
 
 @dataclass
@@ -37,6 +37,7 @@ class DraftController:
     draft_cost: float = 0.0  # seconds of drafting per drafted token (per call when per_call)
     per_call: bool = False  # a block drafter (DFlash): one call costs the same for any draft length
     plain_streak: int = 0
+    probing: bool = False  # the last choose() asked for a probe
 
     def __post_init__(self):
         self.hits = [PRIOR_ACCEPT * PRIOR_WEIGHT] * self.max_draft
@@ -94,13 +95,19 @@ class DraftController:
         if best == 0 and limit > 0:
             self.plain_streak += 1
             if self.plain_streak >= self.probe_every:
-                self.plain_streak = 0
-                self.probe_every = min(2 * self.probe_every, PROBE_MAX)  # reset if the probe shows it pays
+                self.probing = True  # the loop may still postpone it (runtime/speculative.py: a long backlog)
                 return 1
         elif best > 0:
             self.plain_streak = 0
             self.probe_every = PROBE_EVERY
+        self.probing = False
         return best
+
+    def probed(self) -> None:
+        """The probe choose() asked for was drafted: the next one waits twice as long (reset if this one shows
+        that drafting pays)."""
+        self.plain_streak, self.probing = 0, False
+        self.probe_every = min(2 * self.probe_every, PROBE_MAX)
 
     def observe_call(self, fed: int, seconds: float) -> None:
         old = self.cost.get(fed)

@@ -16,6 +16,8 @@ Every drafter subclasses `Drafter`. Its optional capabilities are declared membe
 - `members`: the drafters a mix picks among (itself for a single drafter).
 - `prefill(prompt)`: read the prompt before the first proposal (a draft model's own cache).
 - `use_costs(seconds)`: the loop's measured target-call cost by tokens fed, for drafters that cut their draft.
+- `backlog(context)`: how many context tokens it would read before drafting (a head that has not seen the prompt
+  or a stretch of plain decoding); the loop does not probe a drafter with a long backlog (runtime/speculative.py).
 
 Drafters may import this module and the runtime's building blocks runtime/sampling.py and runtime/target_session.py
 (an ONNX session with a preallocated KV cache, for a drafter's own graph); nothing else of the runtime
@@ -131,6 +133,10 @@ class Drafter:
 
     def use_costs(self, seconds) -> None:
         """seconds(fed): the measured cost of a target call feeding `fed` tokens; None: a fixed draft length."""
+
+    def backlog(self, context: list[int]) -> int:
+        """Context tokens (prompt + output, ending with the pending token) it has not read yet."""
+        return 0
 
     def prefill(self, prompt: list[int]) -> None:
         """Read the prompt (all of it is in the target's cache when this is called)."""

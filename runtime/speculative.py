@@ -24,6 +24,8 @@ from specrt.runtime.adaptive import DraftController
 from specrt.runtime.sampling import Sampler, SamplingParams
 from specrt.runtime.verify import verify, verify_on_device
 
+PROBE_BACKLOG = 48  # context tokens a drafter may have to catch up on for a probe (beyond: postponed)
+
 
 @dataclass
 class StepStats:
@@ -120,10 +122,17 @@ class SpeculativeStepper(PlainStepper):
         return [(i, k) for _, i, k in sorted(chosen, key=lambda p: -p[0])]
 
     def _propose(self, budget: int):
-        """(member index, draft, seconds that member spent drafting) or None when no member drafts."""
+        """(member index, draft, seconds that member spent drafting) or None when no member drafts. A probe (a
+        draft the controller asks for only to see whether acceptance changed) is postponed while the member would
+        first have to read more than PROBE_BACKLOG tokens (a head that has not seen a long prompt)."""
         context = None
         for i, k in self._plans(budget):
             context = context or self.engine.cached_tokens() + [self.pending]
+            controller = self.controllers[i] if self.controllers else None
+            if controller is not None and controller.probing:
+                if self.members[i].backlog(context) > PROBE_BACKLOG:
+                    continue
+                controller.probed()
             t = time.perf_counter()
             draft = self.members[i].propose(context, k)
             if draft is not None and len(draft):

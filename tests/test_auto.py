@@ -120,9 +120,16 @@ def test_controller_starts_from_calibrated_costs_and_a_record():
 def test_probes_grow_rarer_while_they_do_not_pay():
     c = DraftController(max_draft=4, cost={1: 0.010, 2: 0.020, 3: 0.030, 4: 0.040, 5: 0.050})
     c.start_from(DrafterRecord([0.0] * 4, draft_cost=0.001))
-    probes = [i for i in range(1, 200) if c.choose(100) == 1]
+    probes = []
+    for i in range(1, 200):
+        if c.choose(100) == 1:
+            assert c.probing
+            if i < 40:  # the first probe postponed a while (the loop does so while a head's backlog is long)
+                continue
+            c.probed()
+            probes.append(i)
     gaps = np.diff([0, *probes]).tolist()
-    assert gaps[:3] == [PROBE_EVERY, 2 * PROBE_EVERY, 4 * PROBE_EVERY]
+    assert gaps[:3] == [40, 2 * PROBE_EVERY, 4 * PROBE_EVERY]
     assert c.record().probe_every == 8 * PROBE_EVERY  # carried to the next request
     c.cost = {1: 0.010, 2: 0.011, 3: 0.012, 4: 0.013, 5: 0.014}  # verification nearly free
     c.start_from(DrafterRecord([0.95] * 4, draft_cost=0.0, probe_every=c.probe_every))
@@ -142,3 +149,33 @@ def test_bench_runs_auto_and_reports_what_it_chose(engine, tmp_path):  # noqa: F
     assert set(auto["steps_by_drafter"]) <= {"ngram", "none"} and sum(auto["steps_by_drafter"].values()) > 0
     assert auto["identical_to_plain"] == 2  # fp32: the same tokens as plain decoding
     assert auto["batch_invariant"] is False
+
+
+class Backlogged(OracleDrafter):
+    """An always-right drafter that says it would first have to read `behind` tokens of context."""
+
+    def __init__(self, *args, behind: int = 0):
+        super().__init__(*args)
+        self.behind, self.name = behind, "backlogged"
+
+    def backlog(self, context):
+        return self.behind
+
+
+def test_a_probe_waits_while_the_drafter_would_first_read_a_long_backlog(engine):  # noqa: F811
+    """A drafter whose record says it does not pay is probed when its probe is due, unless it would first have to
+    read more than PROBE_BACKLOG tokens (a head that has not seen a long prompt): then the probe waits."""
+    from specrt.runtime.speculative import PROBE_BACKLOG
+
+    engine.adaptive = True
+    plain = engine.generate(PROMPT, PARAMS, drafter=None).wait()
+    drafted = {}
+    for behind in (0, PROBE_BACKLOG + 1):
+        engine.pays.drafters["backlogged"] = DrafterRecord([0.0] * 4, draft_cost=0.0, plain_streak=PROBE_EVERY)
+        drafter = Backlogged(len(engine.prompt_ids(PROMPT)), plain.token_ids, engine.manifest.vocab_size,
+                             behind=behind)
+        engine.reset()
+        result = engine.generate(PROMPT, PARAMS, drafter=drafter).wait()
+        assert result.token_ids == plain.token_ids
+        drafted[behind] = sum(result.stats.drafts_by_drafter.values())
+    assert drafted[0] >= 1 and drafted[PROBE_BACKLOG + 1] == 0

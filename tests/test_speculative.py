@@ -123,7 +123,11 @@ def test_controller_stops_drafting_when_it_does_not_pay_and_probes_again():
         c.observe_call(fed, 0.010 * fed)  # each token fed costs a full step
     for _ in range(30):
         c.observe_draft(1, 0, 0.0, 1)  # first draft token always rejected
-    choices = [c.choose(budget=100) for _ in range(16)]
+    choices = []
+    for _ in range(16):
+        choices.append(c.choose(budget=100))
+        if c.probing:
+            c.probed()  # what the loop does when it drafts the probe
     # plain, with a probe after 5 plain steps, then after 10 more (each probe that does not pay doubles the wait)
     assert [i for i, k in enumerate(choices) if k] == [4, 14] and set(choices) == {0, 1}
 

@@ -91,6 +91,10 @@ class DFlashDrafter(Drafter):
         None: no cut (a fixed draft length was asked for)."""
         self.seconds = seconds
 
+    def backlog(self, context: list[int]) -> int:
+        n = len(context) - 1
+        return n - common_prefix(self.read, context[:n])
+
     def propose(self, context: list[int], max_tokens: int) -> Draft | None:
         n = len(context) - 1  # the target has read context[:n]: features f_0 .. f_{n-1}
         # the whole trained block, whatever the draft length asked for: attention inside the block is not

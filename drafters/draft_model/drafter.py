@@ -79,6 +79,9 @@ class DraftModelDrafter(Drafter):
         if len(prompt) - 1 > keep:
             self._feed(prompt[keep:-1])
 
+    def backlog(self, context: list[int]) -> int:
+        return len(context) - common_prefix(self.cached, context)
+
     def propose(self, context: list[int], max_tokens: int) -> Draft | None:
         room = self.session.spec.max_context - len(context)
         k = min(max_tokens, room)
