@@ -110,8 +110,8 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
               batch_invariant: bool | None = None, compare: list[str] = (), systems: dict | None = None,
               draft_length: int | None = None) -> dict:
     """prompt_sets: dataset name -> prompts. compare: names in `systems` (default: compare.systems.SYSTEMS).
-    batch_invariant: None runs each specrt row as specrt.load would (int4 drafters batch-invariant, plain decoding
-    not); True or False forces it for every specrt row. draft_length: every drafter row drafts exactly this many
+    batch_invariant: None runs each specrt row as specrt.load would (not batch-invariant); True or False sets it
+    for every specrt row. draft_length: every drafter row drafts exactly this many
     tokens per target call (None: adaptive)."""
     from specrt.app.compare.systems import SYSTEMS
 

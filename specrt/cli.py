@@ -295,8 +295,8 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.option("--temperature", type=float, default=0.0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
 @click.option("--batch-invariant/--no-batch-invariant", default=None,
-              help="every specrt row feeds >= 2 tokens per target call (default: as specrt.load does, on for "
-                   "int4 and int8 drafters only)")
+              help="every specrt row, plain decoding included, makes exact calls (greedy drafters' output then "
+                   "equals plain decoding's bit for bit) [default: off, as specrt.load]")
 @click.option("--draft-length", type=int, default=None, metavar="K",
               help="every drafter row drafts exactly K tokens per target call (adaptive length off) [default: adaptive]")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write the results here")
