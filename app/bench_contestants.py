@@ -28,6 +28,9 @@ class SpecrtContestant:
         if batch_invariant is None:  # what specrt.load does
             batch_invariant = DEFAULT_BATCH_INVARIANT
         self.batch_invariant = batch_invariant
+        # the drafters' records across this row's prompts (runtime/pays.py), as one user's engine would keep them;
+        # rows keep their own, so that a row never starts a prompt from what another row learned on it
+        self.records: dict = {}
         self.version = __version__
         self.key = ("specrt", drafter_name)
         self.label = drafter_name if drafter_name != "none" else "plain"
@@ -35,6 +38,7 @@ class SpecrtContestant:
     def generate(self, prompt: str, ids: list[int], params) -> Sample:
         self.engine.reset()  # every system prefills the whole prompt: no prefix reuse across systems
         self.engine.batch_invariant = self.batch_invariant
+        self.engine.pays.drafters = self.records
         result = self.engine.generate(prompt, params, drafter=self.drafter_obj).wait()
         return Sample(result.token_ids, result.stats.tokens_per_second, result.stats)
 

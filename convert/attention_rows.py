@@ -8,10 +8,11 @@ logits. Everything else in the graph rounds a row the same way at any row count 
 tests/test_quantize.py).
 
 The fix, inside the graph: the input `attention_min_rows` (m) makes a call of S tokens feed its attentions
-S' = max(S, m) rows, the S real ones and, for a one-token call at m = 2, a copy of that token at the next position. The pad row writes its key and value one cache slot past
-the real tokens (where the next call writes its own: the runtime allocates that one spare slot) and its output is
-sliced away; being last, no real row sees it (attention is causal within a call). Only attention pays for the
-extra row (measured: +4 % of a one-token call at 64 tokens of context, +17 % at 1024; docs/perf.md), so the
+S' = max(S, m) rows, the S real ones and, for a one-token call at m = 2, a copy of that token at the next position.
+The pad row writes its key and value one cache slot past the real tokens (where the next call writes its own: the
+runtime allocates that one spare slot) and its output is sliced away; being last, no real row sees it (attention
+is causal within a call). Only attention pays for the extra row, but attention grows with the context (measured
+at int4: +2 % of a one-token call at 64 tokens of context, +16 % at 512, +31 % at 1024; docs/perf.md), so the
 runtime asks for it only where it wants exact calls (batch-invariant mode) and feeds m = 1 otherwise. Calls of two
 or more tokens, and every call at m = 1, are unchanged (the gathers are identities).
 """

@@ -270,7 +270,7 @@ class Engine:
     @batch_invariant.setter
     def batch_invariant(self, on: bool) -> None:
         """Output independent of how tokens are grouped into calls (speculative == plain token for token). On a
-        rows-invariant graph one-token calls run their attention on two rows (+4-17 % a call, docs/perf.md);
+        rows-invariant graph one-token calls run their attention on two rows (+2-31 % a call, docs/perf.md);
         otherwise every target call feeds >= 2 rows (~1.05-1.3x), and graphs quantized in blocks larger than 32
         weights feed an even number of rows."""
         self._batch_invariant = on
