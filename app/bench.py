@@ -24,6 +24,7 @@ from specrt.errors import SpecrtError
 from specrt.app.api import check_draft_length, check_drafter_name, make_drafter, resolve_bundle
 from specrt.app.bench_contestants import SpecrtContestant, start_external
 from specrt.app.compare.environment import SystemUnavailable
+from specrt.runtime.drafter import common_prefix
 from specrt.runtime.engine import Engine
 from specrt.runtime.providers import providers_for
 from specrt.runtime.sampling import SamplingParams
@@ -243,5 +244,7 @@ def summarize(runs: dict, greedy: bool, dataset: str) -> list[dict]:
             row["steps_by_drafter"] = dict(sorted(r.steps_by_drafter.items(), key=lambda kv: -kv[1]))
         if greedy:
             row["identical_to_plain"] = sum(a == b for a, b in zip(r.outputs, plain.outputs))
+            # where an output first parts from plain decoding's (its length where it never does): the median
+            row["first_difference"] = statistics.median(common_prefix(a, b) for a, b in zip(r.outputs, plain.outputs))
         rows.append(row)
     return rows

@@ -6,7 +6,8 @@ COLUMNS = ("dataset", "system", "drafter", "precision", "tok/s", "range", "mean 
            "range", "acceptance by depth", "identical", "steps by drafter")
 # mean acc: tokens per target call; acc len: 1 + accepted / drafts (vLLM's and SGLang's mean acceptance length);
 # wasted: drafted tokens the target rejected, per target call; steps by drafter: the share of decode steps each
-# member drafted (a mix, auto), "none" the steps it decoded plainly
+# member drafted (a mix, auto), "none" the steps it decoded plainly; identical: outputs equal to plain decoding's,
+# and where some are not, the median token at which outputs first part from it
 
 
 def _cells(report: dict, r: dict) -> list[str]:
@@ -18,6 +19,8 @@ def _cells(report: dict, r: dict) -> list[str]:
     acc, length, wasted = r.get("mean_accepted"), r.get("acceptance_length"), r.get("wasted_per_call")
     depth = " / ".join(f"{a:.2f}" for a in r.get("acceptance_by_position", []))
     identical = f"{r['identical_to_plain']}/{r['prompts']}" if "identical_to_plain" in r else ""
+    if identical and r["identical_to_plain"] < r["prompts"] and "first_difference" in r:
+        identical += f" (from {r['first_difference']:.0f})"
     steps = r.get("steps_by_drafter") or {}
     total = sum(steps.values())
     chose = " / ".join(f"{name} {n / total:.0%}" for name, n in steps.items()) if total else ""

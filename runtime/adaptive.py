@@ -9,7 +9,9 @@ that makes one call per token, per call for a block drafter that drafts any leng
 unmeasured costs optimistically so that they get measured. k = 0 is plain decoding; every `probe_every`
 plain steps it drafts one token again, so acceptance that improves (a repetitive stretch for n-gram
 lookup) is noticed; each probe that finds the drafter still not paying doubles that interval (up to
-`PROBE_MAX`), so a drafter that never pays on this machine costs ever fewer probes.
+`PROBE_MAX`), so a drafter that never pays on this machine costs ever fewer probes; the interval starts again
+from PROBE_EVERY only after SUSTAINED steps in a row that chose to draft (a lucky probe that turns drafting on
+for a step or two does not).
 
 What pays on this machine carries over between requests (runtime/pays.py): a controller starts from the
 target's calibrated call costs and from what its drafter showed in the engine's earlier requests (acceptance by
@@ -25,6 +27,7 @@ DECAY = 0.9  # acceptance: each observation weighs 0.9x the next one (an effecti
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.6, 2.0  # optimistic prior worth two observations: try speculation first
 PRIOR_SLOPE = 0.1  # before any measurement: each extra token fed costs a tenth of a one-token call
 PROBE_EVERY, PROBE_MAX = 16, 512  # plain steps between probes: the first interval, and where doubling stops
+SUSTAINED = 8  # steps in a row that choose to draft before the probe interval starts again from PROBE_EVERY
 
 
 @dataclass
@@ -35,8 +38,12 @@ class DraftController:
     hits: list[float] = field(default_factory=list)  # depth d (0-based): decayed count of accepts given d-1 accepted
     tries: list[float] = field(default_factory=list)  # depth d: decayed count of drafts that reached depth d
     draft_cost: float = 0.0  # seconds of drafting per drafted token (per call when per_call)
+    # seconds per context token a drafter reads before it can draft (a draft model after a stretch that another
+    # member drafted or that was decoded plainly): charged to a step as overhead = backlog x catchup_cost
+    catchup_cost: float = 0.0
     per_call: bool = False  # a block drafter (DFlash): one call costs the same for any draft length
     plain_streak: int = 0
+    paying_streak: int = 0  # steps in a row that chose to draft
     probing: bool = False  # the last choose() asked for a probe
 
     def __post_init__(self):
@@ -50,12 +57,12 @@ class DraftController:
             return
         for d, a in enumerate(record.accept[:self.max_draft]):
             self.hits[d], self.tries[d] = a * PRIOR_WEIGHT, PRIOR_WEIGHT
-        self.draft_cost = record.draft_cost
+        self.draft_cost, self.catchup_cost = record.draft_cost, record.catchup_cost
         self.probe_every, self.plain_streak = record.probe_every, record.plain_streak
 
     def record(self) -> "DrafterRecord":
         """What this controller learned, for the next request's prior."""
-        return DrafterRecord(self.accept, self.draft_cost, self.probe_every, self.plain_streak)
+        return DrafterRecord(self.accept, self.draft_cost, self.probe_every, self.plain_streak, self.catchup_cost)
 
     @property
     def accept(self) -> list[float]:
@@ -79,27 +86,31 @@ class DraftController:
             total += reach
         return total
 
-    def rate(self, k: int) -> float:
-        """Expected tokens per second of a step drafting k tokens (k = 0: a plain step)."""
-        drafting = 0.0 if k == 0 else self.draft_cost if self.per_call else self.draft_cost * k
+    def rate(self, k: int, overhead: float = 0.0) -> float:
+        """Expected tokens per second of a step drafting k tokens (k = 0: a plain step); overhead: seconds the
+        drafter spends before drafting this step (catching up on context)."""
+        drafting = 0.0 if k == 0 else overhead + (self.draft_cost if self.per_call else self.draft_cost * k)
         return self.expected_tokens(k) / (self.seconds(k + 1) + drafting)
 
-    def choose(self, budget: int) -> int:
-        """Draft length for the next step (0: plain decoding)."""
+    def choose(self, budget: int, overhead: float = 0.0) -> int:
+        """Draft length for the next step (0: plain decoding); overhead as for rate()."""
         limit = max(0, min(self.max_draft, budget - 1))
         best, best_rate = 0, self.rate(0)
         for k in range(1, limit + 1):
-            rate = self.rate(k)
+            rate = self.rate(k, overhead)
             if rate > best_rate * 1.02:  # a draft must pay for itself by a margin
                 best, best_rate = k, rate
         if best == 0 and limit > 0:
+            self.paying_streak = 0
             self.plain_streak += 1
             if self.plain_streak >= self.probe_every:
                 self.probing = True  # the loop may still postpone it (runtime/speculative.py: a long backlog)
                 return 1
         elif best > 0:
             self.plain_streak = 0
-            self.probe_every = PROBE_EVERY
+            self.paying_streak += 1
+            if self.paying_streak >= SUSTAINED:
+                self.probe_every = PROBE_EVERY
         self.probing = False
         return best
 
@@ -113,6 +124,12 @@ class DraftController:
         old = self.cost.get(fed)
         self.cost[fed] = seconds if old is None else (1 - EMA) * old + EMA * seconds
 
+    def observe_catchup(self, tokens: int, seconds: float) -> None:
+        """A propose read `tokens` context tokens it had not seen, in `seconds` (0: it reported none)."""
+        if tokens > 0 and seconds > 0:
+            unit = seconds / tokens
+            self.catchup_cost = unit if self.catchup_cost == 0 else (1 - EMA) * self.catchup_cost + EMA * unit
+
     def observe_draft(self, drafted_depth: int, accepted: int, seconds: float, drafted: int) -> None:
         for d in range(min(drafted_depth, accepted + 1)):  # depths reached: accepted ones and the first rejected
             self.hits[d] = DECAY * self.hits[d] + (1.0 if d < accepted else 0.0)
@@ -125,10 +142,11 @@ class DraftController:
 @dataclass(frozen=True)
 class DrafterRecord:
     """What one drafter showed in a request: acceptance by depth, drafting cost (seconds per drafted token, or per
-    call for a block drafter), the probe interval it had reached and the plain steps since its last draft (so that
-    short requests, each fewer steps than the interval, still get probes)."""
+    call for a block drafter), the probe interval it had reached, the plain steps since its last draft (so that
+    short requests, each fewer steps than the interval, still get probes) and its catch-up cost per token."""
 
     accept: list[float]
     draft_cost: float
     probe_every: int = PROBE_EVERY
     plain_streak: int = 0
+    catchup_cost: float = 0.0

@@ -59,12 +59,20 @@ class Draft:
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists (what a KV cache can keep)."""
+    """Length of the longest common prefix of two token lists (what a KV cache can keep). Slices compare in C: a
+    whole-prefix match (the common case: a cache that holds a prefix of the context) costs one comparison, else a
+    bisection over prefix lengths."""
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class TargetTaps:

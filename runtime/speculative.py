@@ -113,30 +113,49 @@ class SpeculativeStepper(PlainStepper):
             self.controller.observe_call(1, self.last_call_seconds)
         return out
 
-    def _plans(self, budget: int) -> list[tuple[int, int]]:
-        """(member, draft length) to ask for, most promising first; empty: decode plainly."""
+    def _context(self) -> list[int]:
+        """Prompt + output so far, ending with the pending token (what drafters continue)."""
+        return self.engine.cached_tokens() + [self.pending]
+
+    def _plans(self, budget: int, context=None) -> list[tuple[int, int]]:
+        """(member, draft length) to ask for, most promising first; empty: decode plainly. A member that must
+        first catch up on context (a draft model after another member's stretch) is charged for it this step.
+        context: a callable returning the context (built only if needed)."""
+        context = context or self._context
         if not self.controllers:
             k = min(self.max_draft, budget - 1)
             return [(i, k) for i in range(len(self.members))] if k >= 1 else []
-        chosen = [(c.rate(k), i, k) for i, c in enumerate(self.controllers) if (k := c.choose(budget)) >= 1]
+        chosen = []
+        for i, c in enumerate(self.controllers):
+            overhead = c.catchup_cost * self.members[i].backlog(context()) if c.catchup_cost else 0.0
+            if (k := c.choose(budget, overhead)) >= 1:
+                chosen.append((c.rate(k, overhead), i, k))
         return [(i, k) for _, i, k in sorted(chosen, key=lambda p: -p[0])]
 
     def _propose(self, budget: int):
-        """(member index, draft, seconds that member spent drafting) or None when no member drafts. A probe (a
-        draft the controller asks for only to see whether acceptance changed) is postponed while the member would
-        first have to read more than PROBE_BACKLOG tokens (a head that has not seen a long prompt)."""
-        context = None
-        for i, k in self._plans(budget):
-            context = context or self.engine.cached_tokens() + [self.pending]
+        """(member index, draft, seconds that member spent drafting, context tokens it caught up on) or None when
+        no member drafts. A probe (a draft the controller asks for only to see whether acceptance changed) is
+        postponed while the member would first have to read more than PROBE_BACKLOG tokens (a head that has not
+        seen a long prompt)."""
+        built: list[list[int]] = []
+
+        def context() -> list[int]:  # built once, and only when some member needs it
+            if not built:
+                built.append(self._context())
+            return built[0]
+
+        for i, k in self._plans(budget, context):
+            member = self.members[i]
+            behind = member.backlog(context())
             controller = self.controllers[i] if self.controllers else None
             if controller is not None and controller.probing:
-                if self.members[i].backlog(context) > PROBE_BACKLOG:
+                if behind > PROBE_BACKLOG:
                     continue
                 controller.probed()
             t = time.perf_counter()
-            draft = self.members[i].propose(context, k)
+            draft = member.propose(context(), k)
             if draft is not None and len(draft):
-                return i, draft, time.perf_counter() - t
+                return i, draft, time.perf_counter() - t, behind
         return None
 
     def step(self, budget: int) -> list[int]:
@@ -146,7 +165,7 @@ class SpeculativeStepper(PlainStepper):
         self.stats.draft_seconds += t1 - t0
         if proposal is None:
             return self._plain(budget)
-        member, draft, drafting = proposal
+        member, draft, drafting, behind = proposal
         base = self.engine.target.length
         tokens = [self.pending, *draft.tokens.tolist()]
         depths = draft.depths()
@@ -168,8 +187,9 @@ class SpeculativeStepper(PlainStepper):
         if self.controllers:
             controller = self.controllers[member]
             controller.observe_call(len(tokens), t2 - t1)
-            drafting -= self.members[member].catchup_seconds
-            controller.observe_draft(depth, len(verdict.accepted), drafting, len(draft))
+            catchup = self.members[member].catchup_seconds
+            controller.observe_catchup(behind, catchup)
+            controller.observe_draft(depth, len(verdict.accepted), drafting - catchup, len(draft))
         self.engine.commit(base, verdict.accepted, draft)
         self.pending = verdict.next_token
         return [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]

@@ -50,6 +50,7 @@ class GraphRunner:
             "attention_mask": np.ones((1, total), np.int64),
             "position_ids": np.arange(past, total, dtype=np.int64)[None],
             "attention_bias": np.zeros((1, 1, new, total), np.float32),
+            "attention_min_rows": np.ones(1, np.int64),  # specrt graphs: one-token calls as plain decoding makes them
         }
         for name, value in feeds.items():
             if name in self.inputs:

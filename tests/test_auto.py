@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specrt import drafter_kinds
-from specrt.runtime.adaptive import PROBE_EVERY, DraftController, DrafterRecord
+from specrt.runtime.adaptive import PROBE_EVERY, SUSTAINED, DraftController, DrafterRecord
 from specrt.runtime.pays import CALIBRATION_ROUNDS, PaysMemory
 from specrt.runtime.sampling import SamplingParams
 from tests.oracle_drafters import OracleDrafter
@@ -77,7 +77,7 @@ def test_no_draft_steps_are_plain_decodings_own_call(engine):  # noqa: F811
     decode = calls[1 + calibration:]  # after the prefill and the calibration
     assert len(decode) == spec.stats.target_calls - 1
     drafted = spec.stats.drafted_by_position[0]
-    assert sum(1 for c in decode if c == (1, 1)) == len(decode) - drafted >= 30  # it stopped drafting early
+    assert sum(1 for c in decode if c == (1, 1)) == len(decode) - drafted >= 25  # it stopped drafting early
     assert decode[0][0] > 1  # a new drafter is tried at once (the optimistic prior)
     # the next request starts from what this one learned: it does not try the wrong drafter at once again
     again, again_calls = _logged(engine, wrong)
@@ -133,7 +133,9 @@ def test_probes_grow_rarer_while_they_do_not_pay():
     assert c.record().probe_every == 8 * PROBE_EVERY  # carried to the next request
     c.cost = {1: 0.010, 2: 0.011, 3: 0.012, 4: 0.013, 5: 0.014}  # verification nearly free
     c.start_from(DrafterRecord([0.95] * 4, draft_cost=0.0, probe_every=c.probe_every))
-    assert c.choose(100) == 4 and c.probe_every == PROBE_EVERY  # drafts that pay reset the interval
+    choices = [c.choose(100) for _ in range(SUSTAINED - 1)]
+    assert choices == [4] * (SUSTAINED - 1) and c.probe_every == 8 * PROBE_EVERY  # a few steps: no reset
+    assert c.choose(100) == 4 and c.probe_every == PROBE_EVERY  # drafting that goes on paying resets the interval
 
 
 def test_bench_runs_auto_and_reports_what_it_chose(engine, tmp_path):  # noqa: F811

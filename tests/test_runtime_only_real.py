@@ -37,7 +37,7 @@ def test_the_runner_blocks_the_conversion_packages(module, result):
     ("fp32", ["eagle3", "eagle3:tree", "dflash", "draft-model", "draft-model+ngram", "ngram"]),
 ])
 def test_every_drafter_runs_without_the_conversion_packages(bundles, precision, drafters):
-    calls = ["--batch-invariant"] if precision == "int4" else []  # int4 drafting is batch-invariant: plain too
+    calls = ["--batch-invariant"] if precision == "int4" else []  # int4: exact calls, for the drafters and plain alike
     plain = _generate(bundles[precision], "--drafter", "none", *calls)
     for drafter in drafters:
         out = _generate(bundles[precision], "--drafter", drafter, *calls)
