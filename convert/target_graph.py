@@ -14,11 +14,11 @@ outputs  logits [B, S, V] float32 (every input position), present.{i}.key|value 
          hidden_states [B, S, len(taps) * H] when taps are requested
 
 Per layer: SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, one fused QKV MatMul,
-GroupQueryAttention with rotary inside (explicit position_ids, so tree tokens get their depth; at least two rows
-for target graphs, convert/attention_rows.py) and a past/present buffer that the runtime binds to one OrtValue
-(the cache is written in place, never copied), one fused gate/up MatMul. int4 and int8 turn every projection and the lm_head into MatMulNBits
-(4 or 8 bits a weight), and the embedding table into a GatherBlockQuantized over the same blocks (where the width
-is a whole number of blocks).
+GroupQueryAttention with rotary inside (explicit position_ids, so tree tokens get their depth; target graphs
+also take attention_min_rows [1] int64, convert/attention_rows.py) and a past/present buffer that the runtime
+binds to one OrtValue (the cache is written in place, never copied), one fused gate/up MatMul. int4 and int8 turn
+every projection and the lm_head into MatMulNBits (4 or 8 bits a weight), and the embedding table into a
+GatherBlockQuantized over the same blocks (where the width is a whole number of blocks).
 """
 
 from __future__ import annotations
