@@ -27,11 +27,12 @@ def test_auto_mixes_every_drafter_of_the_bundle_with_ngram():
     assert drafter_kinds.auto_choice([]) == "ngram"  # a bundle without drafters still has prompt lookup
 
 
-def test_auto_loads_as_a_mix_without_padded_calls(engine):  # noqa: F811
+def test_auto_on_a_bundle_without_drafter_graphs_is_ngram_with_unpadded_calls(engine):  # noqa: F811
     import specrt
 
     auto = specrt.load(str(engine.bundle_dir), device="cpu", drafter="auto")
-    assert auto.drafter.name == "ngram" and not auto.batch_invariant and auto.target.min_rows == 1
+    assert auto.drafter.name == "ngram" and not auto.batch_invariant
+    assert auto.target.has_attention_rows and (auto.target.min_rows, auto.target.attention_min_rows) == (1, 1)
 
 
 class CallLog:
@@ -46,6 +47,7 @@ class CallLog:
 
     def __call__(self, input_ids, *args, **kwargs):
         rows = self.target.padded_rows(input_ids.shape[1])
+        assert self.target.attention_min_rows == 1  # nor is the attention padded inside the graph
         self.calls.append((input_ids.shape[1], rows))
         time.sleep(self.SECONDS + self.SECONDS_PER_ROW * rows)
         return self.inner(input_ids, *args, **kwargs)
