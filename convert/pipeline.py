@@ -31,6 +31,7 @@ from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, draf
 from specrt.convert.memory import GIB, StagePeaks, check_fits
 from specrt.convert.onnx_graph import float_activation_twin
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
+from specrt.convert.linear_attention_graph import state_layout
 from specrt.convert.target_graph import GraphOptions, QuantReadback, io_names, write_target_graph
 from specrt.convert.tokenizer import write_tokenizer
 from specrt.convert.validate import VALIDATION_TEXTS, VALIDATION_TOKENS, check, compare
@@ -125,6 +126,8 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
     stages.start("load source")
     loaded = sources.load(resolved)
     cfg = loaded.config
+    if isinstance(loaded.hf_config.get("vision_config"), dict):
+        stages.log("the checkpoint's vision tower is skipped: specrt converts its language model (text in, text out)")
     max_context = opts.max_context or min(cfg.max_position, DEFAULT_MAX_CONTEXT)
     if max_context < 16:
         raise SpecrtError(f"--max-context {max_context} is too small (minimum 16)")
@@ -132,7 +135,7 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
     if bad:
         raise SpecrtError(f"hidden layer {bad[0]} out of range (model has {cfg.num_layers} layers)")
     shapes = {name: loaded.weights.shape(name) for name in loaded.weights}
-    kv_bytes = 2 * cfg.num_layers * cfg.num_kv_heads * max_context * cfg.head_dim * (2 if opts.precision == "fp16" else 4)
+    kv_bytes = 2 * len(cfg.attention_layers) * cfg.num_kv_heads * max_context * cfg.head_dim * (2 if opts.precision == "fp16" else 4)
     need = check_fits(resolved.name, shapes, cfg.num_layers, opts.precision, opts.int4_block_size,
                       cfg.tie_word_embeddings, kv_bytes)
     stages.log(f"estimated peak memory {need / GIB:.1f} GiB")
@@ -273,7 +276,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     stages.start(f"validate {stem}")
     spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context, cfg.vocab_size,
                       kv_dtype=kv_dtype_for(precision), hidden_output=bool(hidden_layers),
-                      sliding_window=cfg.active_sliding_window)
+                      sliding_window=cfg.active_sliding_window,
+                      kv_layers=cfg.attention_layers if cfg.linear_layers else (), states=state_layout(cfg))
     validation = {}
     if bits:
         # The graph must compute what a torch model running the very same quantized weights (read back from the
@@ -346,7 +350,9 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
         model_config=cfg.to_dict(),
         target=target,
         kv=KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                    max_context=max_context, dtype=kv_dtype_for(opts.precision)),
+                    max_context=max_context, dtype=kv_dtype_for(opts.precision),
+                    layer_ids=cfg.attention_layers if cfg.linear_layers else ()),
+        states=state_layout(cfg),
         vocab_size=cfg.vocab_size,
         bos_token_id=tok.bos_token_id,
         stop_token_ids=tok.stop_token_ids,

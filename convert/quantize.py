@@ -127,7 +127,7 @@ def concat_rows(parts: list[QuantWeight]) -> QuantWeight:
 
 def is_projection(name: str) -> bool:
     """The weights that int4 and int8 turn into MatMulNBits: every linear layer and the lm_head."""
-    return name.endswith("_proj.weight") or name == "lm_head.weight"
+    return name.endswith("_proj.weight") or ".in_proj_" in name or name == "lm_head.weight"
 
 
 def dequantize(qw: QuantWeight) -> np.ndarray:

@@ -65,17 +65,46 @@ def load(resolved: ResolvedSource) -> LoadedSource:
     return LoadedSource(resolved, hf, config, weights, digest)
 
 
+def linear_attention_shapes(cfg: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
+    """The tensors of a Gated DeltaNet layer (prefix p = model.layers.{i}.linear_attn.) and their shapes."""
+    h, c, hv = cfg.hidden_size, cfg.conv_channels, cfg.linear_value_heads
+    value = hv * cfg.linear_value_dim
+    return {p + "in_proj_qkv.weight": (c, h), p + "in_proj_z.weight": (value, h), p + "in_proj_b.weight": (hv, h),
+            p + "in_proj_a.weight": (hv, h), p + "conv1d.weight": (c, 1, cfg.linear_conv_kernel),
+            p + "A_log": (hv,), p + "dt_bias": (hv,), p + "norm.weight": (cfg.linear_value_dim,),
+            p + "out_proj.weight": (h, value)}
+
+
+def _check_layer_types(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSource) -> None:
+    """A layer whose tensors are of the other kind than config's layer_types says: named in one line."""
+    for i in range(cfg.num_layers):
+        other = "self_attn.q_proj.weight" if cfg.is_linear(i) else "linear_attn.in_proj_qkv.weight"
+        if f"model.layers.{i}.{other}" in weights:
+            said = cfg.layer_types[i]
+            raise SourceError(f"{resolved.path}: layer {i} has tensor model.layers.{i}.{other}, but config.json's "
+                              f"layer_types says {said}")
+
+
 def _check_weights(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSource) -> None:
     """Name the first missing or misshaped tensor instead of failing deep inside the builder."""
     need = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size), "model.norm.weight": (cfg.hidden_size,)}
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
-        need[p + "self_attn.q_proj.weight"] = (cfg.num_heads * cfg.head_dim, cfg.hidden_size)
+        need[p + "mlp.gate_proj.weight"] = (cfg.intermediate_size, cfg.hidden_size)
+        need[p + "mlp.down_proj.weight"] = (cfg.hidden_size, cfg.intermediate_size)
+        if cfg.is_linear(i):
+            need.update(linear_attention_shapes(cfg, p + "linear_attn."))
+            continue
+        gate = 2 if cfg.attn_output_gate else 1
+        need[p + "self_attn.q_proj.weight"] = (gate * cfg.num_heads * cfg.head_dim, cfg.hidden_size)
         need[p + "self_attn.k_proj.weight"] = (cfg.num_kv_heads * cfg.head_dim, cfg.hidden_size)
         need[p + "self_attn.v_proj.weight"] = (cfg.num_kv_heads * cfg.head_dim, cfg.hidden_size)
         need[p + "self_attn.o_proj.weight"] = (cfg.hidden_size, cfg.num_heads * cfg.head_dim)
-        need[p + "mlp.gate_proj.weight"] = (cfg.intermediate_size, cfg.hidden_size)
-        need[p + "mlp.down_proj.weight"] = (cfg.hidden_size, cfg.intermediate_size)
+    if cfg.linear_layers:
+        _check_layer_types(cfg, weights, resolved)
+    if cfg.rotary_dim < cfg.head_dim and (cfg.rotary_dim // 2) % 8:
+        raise SourceError(f"config: a partial rotary size of {cfg.rotary_dim} (head_dim x partial_rotary_factor) is "
+                          "not a multiple of 16, which ONNX Runtime's GroupQueryAttention needs")
     if not cfg.tie_word_embeddings:
         need["lm_head.weight"] = (cfg.vocab_size, cfg.hidden_size)
     for name, shape in need.items():

@@ -33,6 +33,7 @@ from onnx import TensorProto
 
 from specrt.bundle import PRECISIONS, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
+from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
 from specrt.convert.quantize import QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks
 from specrt.models.config import ModelConfig
@@ -59,6 +60,8 @@ class GraphOptions:
 
 
 def io_names(cfg: ModelConfig) -> dict:
+    """Graph input/output names. past_key etc. name every layer's entry; only cfg.attention_layers have them in the
+    graph (hybrids' linear layers carry states instead: convert/linear_attention_graph.py)."""
     num_layers = cfg.num_layers
     sliding = ["sliding_attention_bias"] if cfg.active_sliding_window else []
     return {
@@ -180,7 +183,8 @@ class _TargetBuilder:
     def rope_cache(self, layer: int) -> tuple[str, str]:
         rope = self.cfg.rope_for(layer)
         if rope not in self.rope_caches:
-            inv = np.array(rope.inv_freq(self.cfg.head_dim), dtype=np.float64)
+            # partial rotary: GroupQueryAttention turns the first 2 * cos_cache.shape[1] channels of each head
+            inv = np.array(rope.inv_freq(self.cfg.rotary_dim), dtype=np.float64)
             limit = max(self.opts.max_context, 1)
             angles = np.arange(limit, dtype=np.float64)[:, None] * inv[None]  # [M, D/2]
             self.rope_caches[rope] = (
@@ -193,7 +197,16 @@ class _TargetBuilder:
         cfg, p = self.cfg, f"model.layers.{i}.self_attn."
         qkv = self.linear(h, [p + "q_proj", p + "k_proj", p + "v_proj"], f"layers.{i}.qkv")
         nq, nkv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        if cfg.qk_norm:
+        gate = None
+        if cfg.attn_output_gate:  # q_proj: per head its query, then its gate
+            q2, k, v = self.g.op("Split", [qkv, self.g.const([2 * nq, nkv, nkv])], outputs=3, axis=-1)
+            q2 = self.g.op("Reshape", [q2, self.g.const([0, 0, cfg.num_heads, 2 * cfg.head_dim])])
+            q, gate = self.g.op("Split", [q2, self.g.const([cfg.head_dim, cfg.head_dim])], outputs=2, axis=-1)
+            q = self.g.op("Reshape", [q, self.g.const([0, 0, nq])])
+            gate = self.g.op("Reshape", [gate, self.g.const([0, 0, nq])])  # [B, S, N * D]
+            q = self.head_norm(q, cfg.num_heads, p + "q_norm.weight")
+            k = self.head_norm(k, cfg.num_kv_heads, p + "k_norm.weight")
+        elif cfg.qk_norm:
             q, k, v = self.g.op("Split", [qkv, self.g.const([nq, nkv, nkv])], outputs=3, axis=-1)
             q = self.head_norm(q, cfg.num_heads, p + "q_norm.weight")
             k = self.head_norm(k, cfg.num_kv_heads, p + "k_norm.weight")
@@ -215,6 +228,8 @@ class _TargetBuilder:
         )[0]
         if rows is not None:
             out = rows.cut(self.g, out, f"layers.{i}.attn")
+        if gate is not None:
+            out = self.g.op("Mul", [out, self.g.op("Sigmoid", [gate])])
         return self.linear(out, [p + "o_proj"], f"layers.{i}.o_proj")
 
     def mlp(self, i: int, h: str) -> str:
@@ -255,9 +270,12 @@ class _TargetBuilder:
         self.add_step_inputs()
         if cfg.active_sliding_window:
             g.add_input("sliding_attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
-        for i in range(cfg.num_layers):
+        for i in cfg.attention_layers:
             g.add_input(io["past_key"][i], self.elem, kv_shape)
             g.add_input(io["past_value"][i], self.elem, kv_shape)
+        states = state_layout(cfg)
+        if states is not None:
+            add_state_io(self, states)
         seqlens_k, total_len = self.attention_lengths()
         if self.opts.attention_rows_input:
             biases = ["attention_bias"] + (["sliding_attention_bias"] if cfg.active_sliding_window else [])
@@ -274,7 +292,10 @@ class _TargetBuilder:
             h, x = self.norm_with_skip(pending, x, p + "input_layernorm.weight")
             if tap_next:
                 taps.append(x)
-            attn = self.attention(i, h, io, seqlens_k, total_len)
+            if cfg.is_linear(i):
+                attn = linear_attention(self, i, h)
+            else:
+                attn = self.attention(i, h, io, seqlens_k, total_len)
             if cfg.family == "gemma3":
                 attn = self.norm(attn, p + "post_attention_layernorm.weight")
                 h, x = self.norm_with_skip(attn, x, p + "pre_feedforward_layernorm.weight")
@@ -292,9 +313,11 @@ class _TargetBuilder:
             logits = g.op("Cast", [logits], to=TensorProto.FLOAT)
         g.op("Identity", [logits], outputs=["logits"])
         g.add_output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", cfg.vocab_size])
-        for i in range(cfg.num_layers):
+        for i in cfg.attention_layers:
             g.add_output(io["present_key"][i], self.elem, kv_shape)
             g.add_output(io["present_value"][i], self.elem, kv_shape)
+        if states is not None:
+            add_state_outputs(self, states)
         if taps:
             g.op("Concat", taps, outputs=["hidden_states"], axis=-1)
             width = len(taps) * cfg.hidden_size

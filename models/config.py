@@ -23,11 +23,15 @@ ARCHITECTURES = {
     "qwen3": "llama",
     "gemma3": "gemma3",
     "gemma3_text": "gemma3",
+    "qwen3_5": "qwen3_5",  # Gated DeltaNet + gated attention hybrid (models/gated_deltanet.py)
+    "qwen3_5_text": "qwen3_5",
 }
 
 # HF model_type -> the transformers class of a causal LM of that type (what an HF folder's config.json names)
 HF_CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-            "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+            "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM"}
+
+LINEAR_ATTENTION, FULL_ATTENTION = "linear_attention", "full_attention"
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,15 @@ class ModelConfig:
     local_rope: RopeConfig | None = None  # Gemma 3: rope of the sliding-window layers
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    # Qwen3.5 hybrids: per layer "linear_attention" (Gated DeltaNet) or "full_attention" (empty: all full attention)
+    layer_types: tuple[str, ...] = ()
+    attn_output_gate: bool = False  # q_proj emits a sigmoid gate beside each query head (Qwen3.5)
+    partial_rotary: float = 1.0  # share of head_dim that rotary embeddings turn (Qwen3.5: 0.25)
+    linear_key_heads: int = 0  # Gated DeltaNet: query/key heads, value heads, their sizes, the conv kernel
+    linear_value_heads: int = 0
+    linear_key_dim: int = 0
+    linear_value_dim: int = 0
+    linear_conv_kernel: int = 0
 
     @property
     def scale(self) -> float:
@@ -103,6 +116,30 @@ class ModelConfig:
     def active_sliding_window(self) -> int:
         """The sliding window when any layer uses one, else 0."""
         return self.sliding_window if any(self.is_sliding(i) for i in range(self.num_layers)) else 0
+
+    @property
+    def rotary_dim(self) -> int:
+        """Channels of each head that rotary embeddings turn (the first rotary_dim; the rest pass through)."""
+        return int(self.head_dim * self.partial_rotary)
+
+    def is_linear(self, layer: int) -> bool:
+        """The layer is Gated DeltaNet linear attention (a recurrent and a conv state, no KV cache)."""
+        return bool(self.layer_types) and self.layer_types[layer] == LINEAR_ATTENTION
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """The layers with a KV cache, in order."""
+        return tuple(i for i in range(self.num_layers) if not self.is_linear(i))
+
+    @property
+    def linear_layers(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.num_layers) if self.is_linear(i))
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels of a linear layer's causal conv (query, key and value): its conv state is [conv_channels,
+        kernel - 1]."""
+        return 2 * self.linear_key_heads * self.linear_key_dim + self.linear_value_heads * self.linear_value_dim
 
     def rope_for(self, layer: int) -> RopeConfig:
         return self.local_rope if (self.local_rope and self.is_sliding(layer)) else self.rope
@@ -117,6 +154,7 @@ class ModelConfig:
         d["local_rope"] = RopeConfig(**d["local_rope"]) if d.get("local_rope") else None
         d["sliding_layers"] = tuple(d.get("sliding_layers", ()))
         d["eos_token_ids"] = tuple(d.get("eos_token_ids", ()))
+        d["layer_types"] = tuple(d.get("layer_types", ()))
         return ModelConfig(**d)
 
 
@@ -172,6 +210,49 @@ def check_ranges(cfg: ModelConfig) -> ModelConfig:
     return cfg
 
 
+def _qwen3_5_config(hf: dict, model_type: str, hidden: int, heads: int, layers: int, head_dim: int) -> ModelConfig:
+    """Qwen3.5 / 3.6 dense (text part): 3 Gated DeltaNet layers per gated full-attention layer, (1 + w) norms,
+    partial rotary (multimodal rope sections, which are equal for text)."""
+    params = hf.get("rope_parameters") or {}
+    rope = _rope_from_hf(hf, params if "rope_theta" in params else None)
+    interval = int(hf.get("full_attention_interval", 4))
+    layer_types = hf.get("layer_types") or [
+        LINEAR_ATTENTION if (i + 1) % interval else FULL_ATTENTION for i in range(layers)]
+    if not isinstance(layer_types, list) or len(layer_types) != layers:
+        raise SourceError(f"config: layer_types must list {layers} layers (num_hidden_layers)")
+    bad = [t for t in layer_types if t not in (LINEAR_ATTENTION, FULL_ATTENTION)]
+    if bad:
+        raise SourceError(f"config: layer_types has {bad[0]!r} (expected linear_attention or full_attention)")
+    act = hf.get("hidden_act") or "silu"
+    if act != "silu":
+        raise SourceError(f"unsupported activation {act!r} for qwen3_5 (supported: silu)")
+    partial = float(params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 0.25)))
+    if not 0 < partial <= 1:
+        raise SourceError(f"config: partial_rotary_factor = {partial} must be in (0, 1]")
+    cfg = ModelConfig(
+        model_type=model_type, family="qwen3_5", vocab_size=int(hf["vocab_size"]), hidden_size=hidden,
+        intermediate_size=int(hf["intermediate_size"]), num_layers=layers, num_heads=heads,
+        num_kv_heads=heads if hf.get("num_key_value_heads") is None else int(hf["num_key_value_heads"]),
+        head_dim=head_dim, rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        max_position=int(hf.get("max_position_embeddings", 32768)), rope=rope,
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        qkv_bias=bool(hf.get("attention_bias", False)), qk_norm=True, norm_offset=1.0, hidden_act="silu",
+        bos_token_id=hf.get("bos_token_id"), eos_token_ids=_eos_ids(hf.get("eos_token_id")),
+        layer_types=tuple(layer_types), attn_output_gate=True, partial_rotary=partial,
+        linear_key_heads=int(hf.get("linear_num_key_heads", 16)), linear_value_heads=int(hf.get("linear_num_value_heads", 32)),
+        linear_key_dim=int(hf.get("linear_key_head_dim", 128)), linear_value_dim=int(hf.get("linear_value_head_dim", 128)),
+        linear_conv_kernel=int(hf.get("linear_conv_kernel_dim", 4)))
+    for name in ("linear_key_heads", "linear_value_heads", "linear_key_dim", "linear_value_dim", "linear_conv_kernel"):
+        if not 1 <= getattr(cfg, name) <= 1 << 16:
+            raise SourceError(f"config: {name} = {getattr(cfg, name)} is out of range (1..65536)")
+    if cfg.linear_value_heads % cfg.linear_key_heads:
+        raise SourceError(f"config: linear_num_value_heads {cfg.linear_value_heads} is not a multiple of "
+                          f"linear_num_key_heads {cfg.linear_key_heads}")
+    if cfg.rotary_dim % 2 or cfg.rotary_dim < 2:
+        raise SourceError(f"config: head_dim {head_dim} x partial_rotary_factor {partial} gives an odd rotary size")
+    return cfg
+
+
 def config_from_hf(hf: dict) -> ModelConfig:
     """ModelConfig from an HF config.json dict; SourceError for unsupported architectures, missing or
     malformed fields and values out of range (check_ranges)."""
@@ -185,6 +266,13 @@ def config_from_hf(hf: dict) -> ModelConfig:
     if model_type == "gemma3" and "text_config" in hf:
         hf = {**hf["text_config"], "model_type": "gemma3_text"}
         model_type = "gemma3_text"
+    if model_type == "qwen3_5":  # the published multimodal layout: the language model's config is text_config
+        text = hf.get("text_config")
+        if not isinstance(text, dict):
+            raise SourceError("config: a qwen3_5 config needs a text_config object")
+        tie = text.get("tie_word_embeddings", hf.get("tie_word_embeddings", False))
+        hf = {**text, "model_type": "qwen3_5_text", "tie_word_embeddings": tie}
+        model_type = "qwen3_5_text"
     family = ARCHITECTURES.get(model_type)
     if family is None:
         raise SourceError(
@@ -199,6 +287,9 @@ def config_from_hf(hf: dict) -> ModelConfig:
         head_dim = int(hf.get("head_dim") or hidden // heads)
         rope_params = hf.get("rope_parameters")
         is_gemma = family == "gemma3"
+        is_hybrid = family == "qwen3_5"
+        if is_hybrid:
+            return check_ranges(_qwen3_5_config(hf, model_type, hidden, heads, layers, head_dim))
         if is_gemma:
             per_type = rope_params if rope_params and "full_attention" in rope_params else None
             rope = _rope_from_hf(hf, per_type["full_attention"] if per_type else None)

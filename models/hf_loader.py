@@ -54,10 +54,16 @@ def safetensors_files(folder: Path) -> list[Path]:
 
 
 def hf_name(name: str) -> str:
-    """The HF name a checkpoint's tensor name stands for ("model." prefix normalized)."""
+    """The HF name a checkpoint's tensor name stands for ("model." prefix normalized; a multimodal checkpoint's
+    language model, model.language_model.*, read as the model)."""
+    if name.startswith("model.language_model."):
+        return "model." + name[len("model.language_model."):]
     if name.startswith("language_model."):
         return name[len("language_model."):]
     return name if name.startswith(("model.", "lm_head.")) else f"model.{name}"
+
+
+VISION_PREFIXES = ("model.visual.", "visual.")  # skipped: specrt converts the language model (said in the log)
 
 
 def load_hf_weights(folder: Path) -> LazyWeights:
@@ -70,8 +76,10 @@ def load_hf_weights(folder: Path) -> LazyWeights:
     found: dict[str, str] = {}
     for f in safetensors_files(folder):
         for t in read_header(f, error=SourceError):
-            refs[hf_name(t.name)] = TensorRef(t.name, f, t.offset, t.nbytes, t.shape, _decoder(t.dtype))
             found[t.name] = f.name
+            if t.name.startswith(VISION_PREFIXES):  # the vision tower of a multimodal checkpoint: text only here
+                continue
+            refs[hf_name(t.name)] = TensorRef(t.name, f, t.offset, t.nbytes, t.shape, _decoder(t.dtype))
     for name, shard in (weight_map or {}).items():
         if found.get(name) != shard:
             raise SourceError(f"{folder / shard}: lacks tensor {name}, which model.safetensors.index.json puts there")

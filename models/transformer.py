@@ -45,7 +45,8 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg, self.layer = cfg, layer
         h, d = cfg.hidden_size, cfg.head_dim
-        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=cfg.qkv_bias)
+        # with an output gate (Qwen3.5) each head's query is followed by its gate: [.., heads, 2 * D]
+        self.q_proj = nn.Linear(h, cfg.num_heads * d * (2 if cfg.attn_output_gate else 1), bias=cfg.qkv_bias)
         self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
@@ -55,23 +56,31 @@ class Attention(nn.Module):
         self.register_buffer("inv_freq", self.rotary_frequencies(), persistent=False)
 
     def rotary_frequencies(self) -> torch.Tensor:
-        """[D/2] float64; also recomputed by models built on the meta device (their buffers start empty)."""
-        return torch.tensor(self.cfg.rope_for(self.layer).inv_freq(self.cfg.head_dim), dtype=torch.float64)
+        """[R/2] float64 (R = the rotary size); also recomputed by models built on the meta device (their buffers
+        start empty)."""
+        return torch.tensor(self.cfg.rope_for(self.layer).inv_freq(self.cfg.rotary_dim), dtype=torch.float64)
 
     def forward(self, x, position_ids, past_k, past_v, mask):
         # x [B, S, H]; position_ids [B, S]; past_k/v [B, KV, P, D]; mask [B, 1, S, P + S] additive
         cfg = self.cfg
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, cfg.num_heads, cfg.head_dim)
+        q = self.q_proj(x)
+        gate = None
+        if cfg.attn_output_gate:  # [B, S, N, 2D] -> query [B, S, N, D] and gate [B, S, N * D]
+            q, gate = q.view(b, s, cfg.num_heads, 2 * cfg.head_dim).chunk(2, dim=-1)
+            gate = gate.reshape(b, s, cfg.num_heads * cfg.head_dim)
+        q = q.reshape(b, s, cfg.num_heads, cfg.head_dim)
         k = self.k_proj(x).view(b, s, cfg.num_kv_heads, cfg.head_dim)
         v = self.v_proj(x).view(b, s, cfg.num_kv_heads, cfg.head_dim)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        angles = position_ids.to(torch.float64)[..., None] * self.inv_freq  # [B, S, D/2]
-        angles = torch.cat((angles, angles), dim=-1)[:, None]  # [B, 1, S, D]
+        angles = position_ids.to(torch.float64)[..., None] * self.inv_freq  # [B, S, R/2]
+        angles = torch.cat((angles, angles), dim=-1)[:, None]  # [B, 1, S, R]
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        r = cfg.rotary_dim  # partial rotary: the first r channels turn, the rest pass through
+        q = torch.cat((rotate(q[..., :r], cos, sin), q[..., r:]), dim=-1)
+        k = torch.cat((rotate(k[..., :r], cos, sin), k[..., r:]), dim=-1)
         k_all = torch.cat((past_k, k), dim=2)  # [B, KV, P + S, D]
         v_all = torch.cat((past_v, v), dim=2)
         groups = cfg.num_heads // cfg.num_kv_heads
@@ -80,6 +89,8 @@ class Attention(nn.Module):
         scores = (q.float() @ kr.float().transpose(-1, -2)) * cfg.scale + mask  # [B, N, S, P + S]
         probs = torch.softmax(scores, dim=-1).to(x.dtype)
         out = (probs @ vr).transpose(1, 2).reshape(b, s, cfg.num_heads * cfg.head_dim)
+        if gate is not None:
+            out = out * torch.sigmoid(gate)
         return self.o_proj(out), k, v
 
 
@@ -133,7 +144,13 @@ class Gemma3Block(nn.Module):
         return x + self.post_feedforward_layernorm(m), k, v
 
 
-BLOCKS = {"llama": LlamaBlock, "gemma3": Gemma3Block}
+def _hybrid_block(cfg: ModelConfig, layer: int) -> nn.Module:
+    from specrt.models.gated_deltanet import HybridBlock  # Qwen3.5: Gated DeltaNet or gated attention per layer
+
+    return HybridBlock(cfg, layer)
+
+
+BLOCKS = {"llama": LlamaBlock, "gemma3": Gemma3Block, "qwen3_5": _hybrid_block}
 
 
 class Backbone(nn.Module):
@@ -174,6 +191,8 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def empty_cache(self, batch: int = 1, dtype=torch.float32):
+        """Per layer (key, value) [B, KV, 0, D]; a linear-attention layer's pair is its (conv, recurrent) state,
+        empty here too (the block starts from zeros)."""
         shape = (batch, self.cfg.num_kv_heads, 0, self.cfg.head_dim)
         dev = self.lm_head.weight.device
         return [(torch.zeros(shape, dtype=dtype, device=dev), torch.zeros(shape, dtype=dtype, device=dev))
@@ -187,7 +206,7 @@ class CausalLM(nn.Module):
         """
         b, s = input_ids.shape
         past = past if past is not None else self.empty_cache(b)
-        past_len = past[0][0].shape[2]
+        past_len = past[self.cfg.attention_layers[0]][0].shape[2] if self.cfg.attention_layers else 0
         if position_ids is None:
             position_ids = (torch.arange(s, device=input_ids.device) + past_len).expand(b, s)
         x = self.model.embed_tokens(input_ids)
@@ -199,7 +218,10 @@ class CausalLM(nn.Module):
             if attention_bias is not None:
                 mask = mask + attention_bias
             x, k, v = layer(x, position_ids, past[i][0], past[i][1], mask)
-            present.append((torch.cat((past[i][0], k), 2), torch.cat((past[i][1], v), 2)))
+            if self.cfg.is_linear(i):  # the block returns its new (conv, recurrent) state
+                present.append((k, v))
+            else:
+                present.append((torch.cat((past[i][0], k), 2), torch.cat((past[i][1], v), 2)))
             if i in hidden_layers:
                 taps.append(x)
         logits = self.lm_head(self.model.norm(x))

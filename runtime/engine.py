@@ -84,7 +84,8 @@ class Engine:
         spec = TargetSpec(manifest.kv.layers, manifest.kv.kv_heads, manifest.kv.head_dim, manifest.kv.max_context,
                           manifest.vocab_size, kv_dtype=manifest.kv.dtype,
                           hidden_output="hidden_states" in manifest.target.outputs, sliding_window=window,
-                          hidden_width=len(manifest.target.hidden_layers) * manifest.target.hidden_size)
+                          hidden_width=len(manifest.target.hidden_layers) * manifest.target.hidden_size,
+                          kv_layers=manifest.kv.layer_ids, states=manifest.states)
         self.target = TargetSession(self.bundle_dir / manifest.target.file, spec, providers, threads=threads)
         self.batch_invariant = batch_invariant
         # verify with the Triton kernel on the logits where they are (GPU providers, with torch + triton)
@@ -153,10 +154,18 @@ class Engine:
         """Bring the cache to hold ids; returns (logits of the last id [V], reused tokens)."""
         reused = common_prefix(self._cached, ids)
         reused = min(reused, len(ids) - 1)  # the last prompt token is always fed: its logits are needed
-        self.target.rollback(min(reused, self.target.length))
+        # a recurrent target restores only some lengths (the last call's prefixes, the last prompt's end, 0)
+        reused = self.target.reachable(reused)
+        self.target.rollback(reused)
         self._cached = self._cached[:reused]
-        for lo in range(reused, len(ids), PREFILL_CHUNK):
-            logits = self.feed(ids[lo:lo + PREFILL_CHUNK])
+        # a recurrent target keeps a snapshot of its state before the prompt's last token: the next chat turn (or the
+        # same prompt again) starts from there
+        end = len(ids) - 1 if self.target.recurrent else len(ids)
+        for lo in range(reused, end, PREFILL_CHUNK):
+            logits = self.feed(ids[lo:min(lo + PREFILL_CHUNK, end)])
+        if end < len(ids):
+            self.target.snapshot()
+            logits = self.feed(ids[end:])
         return logits[-1], reused
 
     # -- what steppers use ----------------------------------------------------------------------

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from specrt.bundle import ATTENTION_ROWS_INPUT
+from specrt.bundle import ATTENTION_ROWS_INPUT, RecurrentStates
 from specrt.errors import BundleError, SpecrtError
 from specrt.kernels.kv_compact import kv_compact_ref
+from specrt.runtime.recurrent_state import Capture, StateBuffers
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,12 @@ class TargetSpec:
     sliding_window: int = 0  # > 0: the graph has a sliding_attention_bias input
     extra_outputs: tuple[str, ...] = ()  # further outputs returned after the logits (EAGLE-3: hidden_out)
     hidden_width: int = 0  # width of the hidden_states output the manifest implies (layers x hidden size)
+    kv_layers: tuple[int, ...] = ()  # the layers with a KV cache (empty: all of them)
+    states: RecurrentStates | None = None  # hybrids: the linear-attention layers' states
+
+    @property
+    def cached_layers(self) -> tuple[int, ...]:
+        return self.kv_layers or tuple(range(self.num_layers))
 
 
 class ContextOverflowError(SpecrtError):
@@ -50,7 +57,7 @@ def make_session_options(threads: int = 0) -> ort.SessionOptions:
     return opts
 
 
-def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider",), kv_layers: int | None = None,
+def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider",), kv_layers=None,
                  kv_shape: tuple[int, int] | None = None, widths: dict[str, int] | None = None):
     """An ONNX Runtime session for a bundle's graph; a graph ONNX Runtime cannot load (corrupt, truncated, not
     ONNX) or whose KV inputs disagree with the manifest's layer count is a one-line BundleError naming it."""
@@ -59,13 +66,15 @@ def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider"
     except Exception as exc:  # InvalidProtobuf, Fail, RuntimeError...: ORT's own messages span lines
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BundleError(f"{model_path}: ONNX Runtime cannot load this graph ({first[:200]})") from None
-    if kv_layers is not None:
+    if kv_layers is not None:  # a layer count, or the layer ids that have a KV cache
+        layers = range(kv_layers) if isinstance(kv_layers, int) else kv_layers
         names = {i.name for i in session.get_inputs()}
         have = sum(1 for n in names if n.startswith("past_key_values.") and n.endswith(".key"))
-        if have != kv_layers or any(f"past_key_values.{i}.key" not in names for i in range(kv_layers)):
-            raise BundleError(f"{model_path}: the graph has {have} layers of KV inputs, the manifest says {kv_layers}")
+        if have != len(layers) or any(f"past_key_values.{i}.key" not in names for i in layers):
+            raise BundleError(f"{model_path}: the graph has {have} layers of KV inputs, the manifest says {len(layers)}")
     if kv_shape is not None:
-        shape = next((i.shape for i in session.get_inputs() if i.name == "past_key_values.0.key"), None)
+        first = f"past_key_values.{(range(kv_layers) if isinstance(kv_layers, int) else kv_layers or [0])[0]}.key"
+        shape = next((i.shape for i in session.get_inputs() if i.name == first), None)
         if shape is not None and len(shape) == 4 and [shape[1], shape[3]] != list(kv_shape):
             raise BundleError(f"{model_path}: the graph's KV heads x head size are {shape[1]} x {shape[3]}, the "
                               f"manifest says {kv_shape[0]} x {kv_shape[1]}")
@@ -98,7 +107,8 @@ class TargetSession:
         shape = (batch, spec.num_kv_heads, spec.max_context + 1, spec.head_dim)
         # the cache lives where the model runs: device memory under CUDA, host memory otherwise
         self.device = "cuda" if list(providers)[0] == "CUDAExecutionProvider" else "cpu"
-        need, free = 2 * spec.num_layers * int(np.prod(shape)) * np.dtype(self.np_dtype).itemsize, available_memory()
+        layers = spec.cached_layers
+        need, free = 2 * len(layers) * int(np.prod(shape)) * np.dtype(self.np_dtype).itemsize, available_memory()
         if self.device == "cpu" and free is not None and need > free:
             raise BundleError(f"{model_path}: its KV cache ({spec.num_layers} layers x {spec.max_context} tokens) needs "
                               f"{need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB this machine has free "
@@ -106,11 +116,17 @@ class TargetSession:
         widths = {"logits": spec.vocab_size}
         if spec.hidden_width:
             widths["hidden_states"] = spec.hidden_width
-        self.session = open_session(model_path, threads, providers, spec.num_layers,
+        self.session = open_session(model_path, threads, providers, layers if spec.kv_layers else spec.num_layers,
                                     (spec.num_kv_heads, spec.head_dim), widths)
+        if spec.states is not None:
+            missing = [i for i in spec.states.layers if f"past_recurrent.{i}" not in
+                       {x.name for x in self.session.get_inputs()}]
+            if missing:
+                raise BundleError(f"{model_path}: the graph lacks the recurrent state of layer {missing[0]}, which the "
+                                  "manifest lists")
         self.host_arrays: list[np.ndarray] = []
-        self.keys = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
-        self.values = [self._kv_buffer(shape) for _ in range(spec.num_layers)]
+        self.keys = [self._kv_buffer(shape) for _ in layers]
+        self.values = [self._kv_buffer(shape) for _ in layers]
         self.length = 0  # tokens committed to the cache; slot j holds position j (trees are compacted)
         # 2 = batch-invariant numerics: int4 MatMulNBits rounds a one-row call differently from a call of
         # several rows (whose results agree with each other bit for bit, docs/perf.md), so a one-token call
@@ -124,12 +140,41 @@ class TargetSession:
         # a multi-token call does, exact without padding the whole call; convert/attention_rows.py)
         self.has_attention_rows = ATTENTION_ROWS_INPUT in {i.name for i in self.session.get_inputs()}
         self.attention_min_rows = 1
-        self.binding = self.session.io_binding()
-        for i in range(spec.num_layers):
-            self.binding.bind_ortvalue_input(f"past_key_values.{i}.key", self.keys[i])
-            self.binding.bind_ortvalue_input(f"past_key_values.{i}.value", self.values[i])
-            self.binding.bind_ortvalue_output(f"present.{i}.key", self.keys[i])
-            self.binding.bind_ortvalue_output(f"present.{i}.value", self.values[i])
+        # hybrids: the linear layers' states in ping-pong buffers (runtime/recurrent_state.py), one binding per
+        # direction; the outputs before the logits are the caches, then the states and their captures
+        self.states = StateBuffers(spec.states, batch, self.np_dtype) if spec.states is not None else None
+        self.bindings = [self._bind(direction) for direction in ((0, 1), (1, 0))[:2 if self.states else 1]]
+        self.binding = self.bindings[0]
+        self.first_output = 2 * len(layers) + (4 * len(spec.states.layers) if spec.states else 0)
+
+    def _bind(self, direction: tuple[int, int]):
+        """An IOBinding with the KV cache bound in place and, for hybrids, the states read from buffer direction[0]
+        and written to buffer direction[1]."""
+        binding = self.session.io_binding()
+        for j, i in enumerate(self.spec.cached_layers):
+            binding.bind_ortvalue_input(f"past_key_values.{i}.key", self.keys[j])
+            binding.bind_ortvalue_input(f"past_key_values.{i}.value", self.values[j])
+            binding.bind_ortvalue_output(f"present.{i}.key", self.keys[j])
+            binding.bind_ortvalue_output(f"present.{i}.value", self.values[j])
+        if self.states is not None:
+            src, dst = direction
+            for kind, buffers in (("conv", self.states.conv), ("recurrent", self.states.recurrent)):
+                for i in self.spec.states.layers:
+                    binding.bind_ortvalue_input(f"past_{kind}.{i}", ort.OrtValue.ortvalue_from_numpy(buffers[src][i]))
+                    binding.bind_ortvalue_output(f"present_{kind}.{i}", ort.OrtValue.ortvalue_from_numpy(buffers[dst][i]))
+            self._bind_captures(binding)
+        return binding
+
+    def _bind_captures(self, binding) -> None:
+        """The capture outputs, unallocated (their length follows the call's): bound again before every call."""
+        for i in self.spec.states.layers:
+            binding.bind_output(f"capture_conv.{i}", "cpu")
+            binding.bind_output(f"capture_recurrent.{i}", "cpu")
+
+    @property
+    def recurrent(self) -> bool:
+        """The target carries a recurrent state: rolled back by replaying the last call, or to a snapshot."""
+        return self.states is not None
 
     def _kv_buffer(self, shape) -> ort.OrtValue:
         if self.device == "cpu":
@@ -143,6 +188,8 @@ class TargetSession:
         """Move the KV of `src_slots` (an accepted tree path) to slots dst, dst + 1, ... (one gather per buffer)."""
         if not src_slots or list(src_slots) == list(range(dst, dst + len(src_slots))):
             return
+        if self.states is not None:
+            raise SpecrtError("a tree's accepted path cannot be kept on a recurrent target (its state follows one chain)")
         if self.device != "cpu" or self.kernel_compaction:
             import torch
 
@@ -157,11 +204,26 @@ class TargetSession:
 
     def reset(self) -> None:
         self.length = 0
+        if self.states is not None:
+            self.states.clear()
+
+    def reachable(self, length: int) -> int:
+        """The longest length <= `length` the cache can be rolled back to: any, for a KV cache; for a recurrent
+        state, one inside the last call, the snapshot's, or 0."""
+        length = min(length, self.length)
+        return length if self.states is None else self.states.reachable(length, self.length)
 
     def rollback(self, length: int) -> None:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot roll back to {length} (cache holds {self.length})")
+        if self.states is not None:
+            self.states.restore(length, self.length)
         self.length = length
+
+    def snapshot(self) -> None:
+        """Remember the recurrent state at the current length (a later prompt sharing this prefix restores it)."""
+        if self.states is not None:
+            self.states.take_snapshot(self.length)
 
     def _sliding_bias(self, position_ids: np.ndarray, attention_bias: np.ndarray) -> np.ndarray:
         """attention_bias plus -inf where a key lies `sliding_window` or more positions behind the query."""
@@ -195,7 +257,7 @@ class TargetSession:
                 and self.length + rows <= self.spec.max_context:
             pad = np.repeat(input_ids[:, -1:], rows - s, axis=1)
             out = self.forward(np.concatenate([input_ids, pad], axis=1), device_logits=device_logits)
-            self.length -= rows - s  # the pad's slots are rolled back
+            self.rollback(self.length - (rows - s))  # the pad's slots (and state transitions) are rolled back
             return tuple(o[:, :s] for o in out) if isinstance(out, tuple) else out[:, :s]
         total = self.length + s
         if total > self.spec.max_context:
@@ -204,7 +266,9 @@ class TargetSession:
             position_ids = np.broadcast_to(np.arange(self.length, total, dtype=np.int64), (b, s))
         if attention_bias is None:
             attention_bias = np.zeros((b, 1, s, total), dtype=self.np_dtype)
-        bind = self.binding
+        bind = self.bindings[self.states.current] if self.states is not None else self.binding
+        if self.states is not None:
+            self._bind_captures(bind)
         bind.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
         bind.bind_cpu_input("position_ids", np.ascontiguousarray(position_ids, dtype=np.int64))
         bind.bind_cpu_input("attention_mask", np.ones((b, total), dtype=np.int64))
@@ -222,9 +286,14 @@ class TargetSession:
         for name in self.spec.extra_outputs:
             bind.bind_output(name, "cpu")
         self.session.run_with_iobinding(bind)
-        outs = bind.get_outputs()  # in binding order: the 2 * layers cache values, logits, hidden_states
+        outs = bind.get_outputs()  # in binding order: the caches, states and captures, logits, hidden_states
+        first = self.first_output
+        if self.states is not None:
+            layers, n = self.spec.states.layers, len(self.spec.states.layers)
+            base = first - 2 * n
+            self.states.after_call(Capture(self.length, s, {i: outs[base + 2 * j].numpy() for j, i in enumerate(layers)},
+                                           {i: outs[base + 2 * j + 1].numpy() for j, i in enumerate(layers)}))
         self.length = total
-        first = 2 * self.spec.num_layers
         if device_logits:
             import torch
 

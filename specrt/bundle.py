@@ -31,6 +31,41 @@ class KVLayout:
     dtype: str  # float32 | float16
     layout: str = "batch,kv_heads,max_context,head_dim"
     shared_buffer: bool = True  # past and present bind to one preallocated buffer
+    layer_ids: tuple[int, ...] = ()  # the layers that have a KV cache (empty: every layer; hybrids: attention ones)
+
+    def cached_layers(self) -> tuple[int, ...]:
+        return self.layer_ids or tuple(range(self.layers))
+
+
+# Transitions per call that a recurrent layer captures, so that the state after any accepted prefix is replayed
+# without running the target again (ONNX Runtime's GatedDeltaNet state_update_capacity: at most 8)
+CAPTURE_CAPACITY = 8
+
+
+@dataclass(frozen=True)
+class RecurrentStates:
+    """The state of linear-attention (Gated DeltaNet) layers: per layer a conv state [B, K - 1, C] (the last
+    conv inputs) and a recurrent state [B, Hv, Dv, Dk], graph inputs past_conv.{i} / past_recurrent.{i} and
+    outputs present_conv.{i} / present_recurrent.{i}. Each call also outputs what replays any prefix of it:
+    capture_conv.{i} [B, S, C] (its conv inputs) and capture_recurrent.{i} [B, capacity * (Hv + Hk * Dk + Hv *
+    Dv)] (per token: decay [Hv], key [Hk, Dk], delta [Hv, Dv], ONNX Runtime's compact state update)."""
+
+    layers: tuple[int, ...]
+    conv_kernel: int
+    conv_channels: int
+    value_heads: int
+    value_dim: int
+    key_heads: int
+    key_dim: int
+    capacity: int = CAPTURE_CAPACITY
+
+    @property
+    def conv_shape(self) -> tuple[int, int]:
+        return (self.conv_kernel - 1, self.conv_channels)
+
+    @property
+    def recurrent_shape(self) -> tuple[int, int, int]:
+        return (self.value_heads, self.value_dim, self.key_dim)
 
 
 @dataclass(frozen=True)
@@ -72,6 +107,12 @@ class Manifest:
     provenance: dict
     drafters: tuple[DrafterEntry, ...] = ()  # convert may pass the entries as dicts: they are checked and typed
     schema_version: int = SCHEMA_VERSION
+    states: RecurrentStates | None = None  # hybrid models' linear-attention layers
+
+    @property
+    def recurrent(self) -> bool:
+        """The target carries a recurrent state (rolled back by replaying captured transitions, not by length)."""
+        return self.states is not None
 
     def __post_init__(self):
         if any(not isinstance(d, DrafterEntry) for d in self.drafters):
@@ -103,7 +144,9 @@ class Manifest:
             d["target"] = TargetGraph(**{**d["target"], "inputs": tuple(d["target"]["inputs"]),
                                          "outputs": tuple(d["target"]["outputs"]),
                                          "hidden_layers": tuple(d["target"].get("hidden_layers", ()))})
-            d["kv"] = KVLayout(**d["kv"])
+            d["kv"] = KVLayout(**{**d["kv"], "layer_ids": tuple(d["kv"].get("layer_ids", ()))})
+            if d.get("states") is not None:
+                d["states"] = RecurrentStates(**{**d["states"], "layers": tuple(d["states"]["layers"])})
             d["files"] = {k: FileEntry(**v) for k, v in d["files"].items()}
             for key in ("stop_token_ids", "tokenizer_files", "execution_providers"):
                 d[key] = tuple(d.get(key, ()))
@@ -168,6 +211,17 @@ def check_manifest(m: Manifest) -> None:
             bad(f"kv.{name}", getattr(kv, name), f"an integer in 1..{high}")
     if kv.dtype not in ("float32", "float16"):
         bad("kv.dtype", kv.dtype, "float32 | float16")
+    if not all(_int(i, 0, kv.layers - 1) for i in kv.layer_ids):
+        bad("kv.layer_ids", list(kv.layer_ids), f"layer indices below {kv.layers}")
+    if m.states is not None:
+        st = m.states
+        if not st.layers or not all(_int(i, 0, kv.layers - 1) for i in st.layers) or set(st.layers) & set(kv.layer_ids):
+            bad("states.layers", list(st.layers), "the layers without a KV cache")
+        for name in ("conv_kernel", "conv_channels", "value_heads", "value_dim", "key_heads", "key_dim"):
+            if not _int(getattr(st, name), 1 if name != "conv_kernel" else 2, 1 << 17):
+                bad(f"states.{name}", getattr(st, name), "a positive integer")
+        if not _int(st.capacity, 1, CAPTURE_CAPACITY):
+            bad("states.capacity", st.capacity, f"an integer in 1..{CAPTURE_CAPACITY}")
     if not isinstance(m.model_config, dict):
         bad("model_config", m.model_config, "an object")
     for name, want in (("num_layers", kv.layers), ("num_kv_heads", kv.kv_heads), ("head_dim", kv.head_dim)):

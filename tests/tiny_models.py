@@ -20,6 +20,11 @@ COMMON = dict(
 )
 
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+# Qwen3.5 hybrids: 3 Gated DeltaNet layers + 1 gated attention layer; head_dim 64 so that the partial rotary size
+# (16) is what GroupQueryAttention takes; the published multimodal layout ("qwen3_5") and the text-only one
+QWEN3_5_TEXT = dict(COMMON, num_hidden_layers=4, head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4,
+                    linear_key_head_dim=16, linear_value_head_dim=16, tie_word_embeddings=False)
+HYBRID_ARCHS = ("qwen3_5_text", "qwen3_5")
 
 
 def hf_config(arch: str):
@@ -31,6 +36,12 @@ def hf_config(arch: str):
         return tf.Qwen2Config(**COMMON, tie_word_embeddings=True, rope_theta=100000.0)
     if arch == "qwen3":
         return tf.Qwen3Config(**COMMON, tie_word_embeddings=False)
+    if arch == "qwen3_5_text":
+        return tf.Qwen3_5TextConfig(**QWEN3_5_TEXT)
+    if arch == "qwen3_5":
+        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=4,
+                      temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16)
+        return tf.Qwen3_5Config(text_config=dict(QWEN3_5_TEXT), vision_config=vision, tie_word_embeddings=False)
     if arch == "gemma3":
         c = dict(COMMON, num_hidden_layers=4)
         return tf.Gemma3TextConfig(
@@ -48,7 +59,10 @@ def hf_model(arch: str, seed: int = 0):
 
     torch.manual_seed(seed)
     cfg = hf_config(arch)
-    model = tf.AutoModelForCausalLM.from_config(cfg).eval()
+    if arch == "qwen3_5":  # the published class: language model under model.language_model, a vision tower
+        model = tf.Qwen3_5ForConditionalGeneration(cfg).eval()
+    else:
+        model = tf.AutoModelForCausalLM.from_config(cfg).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name or name.endswith(".bias"):

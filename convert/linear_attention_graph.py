@@ -1,0 +1,97 @@
+"""A Gated DeltaNet layer (models/gated_deltanet.py) in the target graph, with ONNX Runtime's fused CPU/CUDA ops.
+
+Per layer: one fused MatMul for in_proj_qkv | in_proj_z | in_proj_b | in_proj_a; CausalConvWithState (SiLU,
+channels last) over the qkv rows with the conv state; query/key L2-normalized (with HF's epsilon, outside the op);
+GatedDeltaNet (decay -exp(A_log) * softplus(a + dt_bias), update rate sigmoid(b), inside the op) over the recurrent state; an
+RMSNorm per value head times silu(z); out_proj. Names as specrt/bundle.RecurrentStates lists them:
+
+inputs   past_conv.{i} [B, K - 1, C], past_recurrent.{i} [B, Hv, Dv, Dk]
+outputs  present_conv.{i}, present_recurrent.{i} (the state after the call's last token),
+         capture_conv.{i} [B, S, C] (the call's conv inputs) and capture_recurrent.{i} [B, capacity * (Hv + Hk *
+         Dk + Hv * Dv)] (GatedDeltaNet's compact state update of the first `capacity` tokens): with the state
+         before the call they give the state after any prefix of it (runtime/recurrent_state.py), so a
+         speculative step keeps the accepted prefix's state without running the target again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from specrt.bundle import CAPTURE_CAPACITY, RecurrentStates
+from specrt.convert.onnx_graph import MS_DOMAIN
+from specrt.models.config import ModelConfig
+
+
+def state_layout(cfg: ModelConfig) -> RecurrentStates | None:
+    """The manifest's description of a hybrid model's states (None for a model without linear layers)."""
+    if not cfg.linear_layers:
+        return None
+    return RecurrentStates(layers=cfg.linear_layers, conv_kernel=cfg.linear_conv_kernel,
+                           conv_channels=cfg.conv_channels, value_heads=cfg.linear_value_heads,
+                           value_dim=cfg.linear_value_dim, key_heads=cfg.linear_key_heads, key_dim=cfg.linear_key_dim)
+
+
+def capture_width(st: RecurrentStates) -> int:
+    """Floats per request in capture_recurrent: capacity x (decay [Hv] + key [Hk, Dk] + delta [Hv, Dv])."""
+    return st.capacity * (st.value_heads + st.key_heads * st.key_dim + st.value_heads * st.value_dim)
+
+
+def add_state_io(builder, st: RecurrentStates) -> None:
+    """The state inputs (call before the layers) and outputs (call after them) of every linear layer."""
+    g, elem = builder.g, TensorProto.FLOAT
+    for i in st.layers:
+        g.add_input(f"past_conv.{i}", builder.elem, ["batch_size", st.conv_kernel - 1, st.conv_channels])
+        g.add_input(f"past_recurrent.{i}", elem, ["batch_size", *st.recurrent_shape])
+
+
+def add_state_outputs(builder, st: RecurrentStates) -> None:
+    g = builder.g
+    for i in st.layers:
+        g.add_output(f"present_conv.{i}", builder.elem, ["batch_size", st.conv_kernel - 1, st.conv_channels])
+        g.add_output(f"present_recurrent.{i}", TensorProto.FLOAT, ["batch_size", *st.recurrent_shape])
+        g.add_output(f"capture_conv.{i}", builder.elem, ["batch_size", "sequence_length", st.conv_channels])
+        g.add_output(f"capture_recurrent.{i}", TensorProto.FLOAT, ["batch_size", capture_width(st)])
+
+
+L2_EPS = 1e-6  # inside the square root, as HF's Qwen3.5 and FLA normalize (the op's own qk_l2_norm uses none)
+
+
+def _l2_normalize(g, x: str) -> str:
+    """x * rsqrt(sum(x^2) + 1e-6) over the last axis."""
+    squares = g.op("ReduceSumSquare", [x, g.const([-1])], keepdims=1)
+    return g.op("Mul", [x, g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [squares, g.const(L2_EPS, np.float32)])])])])
+
+
+def linear_attention(builder, i: int, h: str) -> str:
+    """Layer i's Gated DeltaNet on the normed hidden states h [B, S, H]; returns its output [B, S, H]."""
+    cfg, g, p = builder.cfg, builder.g, f"model.layers.{i}.linear_attn."
+    hk, hv, dk, dv = cfg.linear_key_heads, cfg.linear_value_heads, cfg.linear_key_dim, cfg.linear_value_dim
+    channels, value_dim = cfg.conv_channels, hv * dv
+    names = [p + "in_proj_qkv", p + "in_proj_z", p + "in_proj_b", p + "in_proj_a"]
+    mixed = builder.linear(h, names, f"layers.{i}.in_proj")  # [B, S, C + Hv * Dv + 2 * Hv]
+    qkv, z, b, a = g.op("Split", [mixed, g.const([channels, value_dim, hv, hv])], outputs=4, axis=-1)
+    g.op("Identity", [qkv], outputs=[f"capture_conv.{i}"])
+    weight = builder.tensor(p + "conv1d.weight").astype(np.float32).reshape(channels, 1, cfg.linear_conv_kernel)
+    conv, _ = g.op("CausalConvWithState", [qkv, g.weight(p + "conv1d.weight", weight.astype(builder.dtype)), "",
+                                           f"past_conv.{i}"],
+                   outputs=[f"layers.{i}.conv", f"present_conv.{i}"], domain=MS_DOMAIN, activation="silu",
+                   channels_last=1)
+    q, k, v = g.op("Split", [conv, g.const([hk * dk, hk * dk, value_dim])], outputs=3, axis=-1)
+    q = _l2_normalize(g, g.op("Reshape", [q, g.const([0, 0, hk, dk])]))  # [B, S, Hk, Dk]
+    k = _l2_normalize(g, g.op("Reshape", [k, g.const([0, 0, hk, dk])]))
+    v = g.op("Reshape", [v, g.const([0, 0, hv, dv])])  # [B, S, Hv, Dv]
+    capture = g.op("Expand", [g.const([CAPTURE_CAPACITY], dtype=np.int32),
+                              g.op("Slice", [g.op("Shape", ["input_ids"]), g.const([0]), g.const([1])])])  # [B]
+    a_log = g.weight(p + "A_log", builder.tensor(p + "A_log").astype(np.float32))
+    dt_bias = g.weight(p + "dt_bias", builder.tensor(p + "dt_bias").astype(np.float32))
+    core = g.op("GatedDeltaNet", [q, k, v, "", a, b, f"past_recurrent.{i}", a_log, dt_bias, capture],
+                outputs=[f"layers.{i}.delta_rule", f"present_recurrent.{i}", f"capture_recurrent.{i}"],
+                domain=MS_DOMAIN, gate_activation="softplus", beta_activation="sigmoid", qk_l2_norm=0,
+                state_update_capacity=CAPTURE_CAPACITY)[0]  # [B, S, Hv, Dv]
+    normed = g.op("SimplifiedLayerNormalization", [core, builder.param(p + "norm.weight")], axis=-1,
+                  epsilon=cfg.rms_norm_eps, stash_type=1)
+    z = g.op("Reshape", [z, g.const([0, 0, hv, dv])])
+    gated = g.op("Mul", [normed, g.op("Mul", [z, g.op("Sigmoid", [z])])])
+    return builder.linear(g.op("Reshape", [gated, g.const([0, 0, value_dim])]), [p + "out_proj"],
+                          f"layers.{i}.out_proj")
