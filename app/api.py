@@ -53,6 +53,10 @@ def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads
         return MixedDrafter([make_drafter(m, bundle, manifest, providers, threads)
                              for m in drafter_kinds.members(name)])
     base, _, mode = name.partition(":")
+    if mode == "tree" and manifest.recurrent:
+        raise SpecrtError(f"{name}: tree drafts need a target whose cache keeps any branch; this {manifest.architecture} "
+                          f"target's linear-attention layers carry one recurrent state along one chain; use {base} "
+                          f"(a chain)")
     if mode == "tree" and weight_bits(manifest.target.precision):
         raise SpecrtError(f"{name}: tree drafts on an {manifest.target.precision} graph are not exact (tree attention "
                           f"sums in another order, "

@@ -13,10 +13,12 @@ position 0 (as vLLM does).
 Layouts (names after the loader's "model." normalization; N = the target's num_hidden_layers):
 - deepseek (DeepSeek-V3, GLM-4.5): model.layers.{N}.{enorm, hnorm, eh_proj, shared_head.norm,
   shared_head.head (optional), embed_tokens (optional, the target's is used), the block's own names}
-- qwen3_next: mtp.{pre_fc_norm_embedding, pre_fc_norm_hidden, fc, norm, layers.0.<block>}
+- qwen3_next: mtp.{pre_fc_norm_embedding, pre_fc_norm_hidden, fc, norm, layers.0.<block>} (Qwen3-Next, and
+  Qwen3.5 / 3.6, whose block is a gated full-attention block with (1 + w) norms)
 - mimo: model.mtp_layers.0.{token_layernorm, hidden_layernorm, input_proj, final_layernorm, <block>}
 Only the first module is used; several draft steps chain it. The block is the target's (llama family: dense
-attention + MLP), so MoE or MLA blocks (DeepSeek-V3 itself) are refused by the target loader before this.
+attention + MLP; Qwen3.5: gated full attention), so MoE or MLA blocks (DeepSeek-V3 itself) are refused by the
+target loader before this.
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ LAYOUTS = (
             "input_proj.weight": "proj.weight", "final_layernorm.weight": "norm.weight"},
            "", hidden_first=True, mask_first_position=True, feed_normed=True),
 )
+
+
+def block_config(target: ModelConfig) -> ModelConfig:
+    """The target's config cut to the MTP module's one block: a full-attention block (a hybrid's MTP layer is
+    gated full attention, whatever its target's layers are)."""
+    return dataclasses.replace(target, num_layers=1, layer_types=("full_attention",) if target.layer_types else ())
 
 
 def layout_prefix(layout: Layout, num_layers: int) -> str:
@@ -146,14 +154,15 @@ def find_layout(weights: dict, target: ModelConfig) -> Layout:
 def load_mtp_from_target(target: ModelConfig, weights: dict[str, np.ndarray]) -> tuple[MtpConfig, dict[str, np.ndarray]]:
     """The target's first MTP module: config and canonical tensors (enorm, hnorm, proj, norm, block.*, head,
     target_norm, embed). SourceError names a missing, unexpected or misshaped tensor."""
-    if target.family != "llama":
-        raise SourceError(f"MTP modules are supported for llama-family blocks; this target is {target.family}")
+    if target.family not in ("llama", "qwen3_5"):
+        raise SourceError(f"MTP modules are supported for llama-family and Qwen3.5 targets; this target is "
+                          f"{target.family}")
     layout = find_layout(weights, target)
     prefix = layout_prefix(layout, target.num_layers)
     found = {k[len(prefix):]: weights[k] for k in weights if k.startswith(prefix)}  # reads only these
     if layout.name == "qwen3_next":  # only module 0; a later module's tensors are not this one's extras
         found = {k: v for k, v in found.items() if not k.startswith("layers.") or k.startswith("layers.0.")}
-    layer = dataclasses.replace(target, num_layers=1)
+    layer = block_config(target)
     cfg = MtpConfig(layer, layout, own_head=layout.name == "deepseek" and "shared_head.head.weight" in found,
                     target_layers=target.num_layers)
     tensors: dict[str, np.ndarray] = {}
@@ -234,5 +243,5 @@ def mtp_tensor_names(layout: Layout, target: ModelConfig) -> dict[str, str]:
     """Canonical name -> checkpoint name for every tensor of a module in this layout (used to write test
     checkpoints and to name tensors in errors)."""
     prefix = layout_prefix(layout, target.num_layers)
-    cfg = MtpConfig(dataclasses.replace(target, num_layers=1), layout, own_head=False)
+    cfg = MtpConfig(block_config(target), layout, own_head=False)
     return {name: prefix + _layout_name(layout, name) for name in expected_shapes(cfg)}

@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 from specrt.errors import SourceError
 from specrt.models.config import config_from_hf
 from specrt.models.hf_loader import load_hf_weights
-from specrt.models.mtp import LAYOUTS, MtpConfig, MtpModule, load_mtp_from_target, mtp_tensor_names
+from specrt.models.mtp import LAYOUTS, MtpConfig, MtpModule, block_config, load_mtp_from_target, mtp_tensor_names
 from tests.tiny_models import read_config, save_tiny_bundle_source
 
 # layout -> (the target architecture it ships with here, model_type written into config.json)
@@ -30,7 +30,7 @@ def random_mtp_tensors(layout_name: str, target_cfg, seed: int = 0, own_head: bo
     import dataclasses
 
     torch.manual_seed(seed)
-    cfg = MtpConfig(dataclasses.replace(target_cfg, num_layers=1), _layout(layout_name), own_head)
+    cfg = MtpConfig(block_config(target_cfg), _layout(layout_name), own_head)
     module = MtpModule(cfg)
     with torch.no_grad():
         for name, p in module.named_parameters():
