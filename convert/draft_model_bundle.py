@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from specrt.bundle import MANIFEST, KVLayout, load_bundle
+from specrt.convert.linear_attention_graph import state_layout
 from specrt.errors import SourceError, SpecrtError
 
 DRAFT_STEM = "draft"
@@ -116,19 +117,24 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     cfg = draft_loaded.config
     graph, validation = build_graph(tmp, DRAFT_STEM, draft_loaded, draft_precision, max_context, (), providers, stages)
     kv = KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, max_context=max_context,
-                  dtype="float16" if draft_precision == "fp16" else "float32")
+                  dtype="float16" if draft_precision == "fp16" else "float32",
+                  layer_ids=cfg.attention_layers if cfg.linear_layers else ())
+    states = state_layout(cfg)
     entry = {
         "kind": kind, "name": kind, "spec": spec,
         "source": str(draft_loaded.source.path), "source_sha256": draft_loaded.sha256,
         "model_config": cfg.to_dict(), "graph": dataclasses.asdict(graph), "kv": dataclasses.asdict(kv),
         "vocab_size": cfg.vocab_size, "validation": validation,
     }
+    if states is not None:  # a hybrid draft model (a smaller Qwen3.5 drafting for a larger one)
+        entry["states"] = dataclasses.asdict(states)
     if draft_vocab:
-        entry.update(_cut_vocab(tmp, graph.file, kv, cfg.vocab_size, draft_vocab, providers, stages))
+        entry.update(_cut_vocab(tmp, graph.file, kv, cfg.vocab_size, draft_vocab, providers, stages, states))
     return entry
 
 
-def _cut_vocab(tmp: Path, graph_file: str, kv: KVLayout, vocab: int, size: int, providers, stages) -> dict:
+def _cut_vocab(tmp: Path, graph_file: str, kv: KVLayout, vocab: int, size: int, providers, stages,
+               states=None) -> dict:
     """Cut the draft graph's head to the `size` most frequent tokens of ShareGPT, check it against the whole head
     on a few tokens, write the d2t map; the entry fields that change."""
     import numpy as np
@@ -144,7 +150,8 @@ def _cut_vocab(tmp: Path, graph_file: str, kv: KVLayout, vocab: int, size: int, 
     probe = np.array([keep[: min(8, len(keep))]], dtype=np.int64)
 
     def logits(v: int) -> np.ndarray:
-        spec = TargetSpec(kv.layers, kv.kv_heads, kv.head_dim, 64, v, kv_dtype=kv.dtype)
+        spec = TargetSpec(kv.layers, kv.kv_heads, kv.head_dim, 64, v, kv_dtype=kv.dtype, kv_layers=kv.layer_ids,
+                          states=states)
         return TargetSession(tmp / graph_file, spec, providers).forward(probe)[0]
 
     whole = logits(vocab)[:, keep]

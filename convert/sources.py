@@ -80,7 +80,7 @@ def _check_layer_types(cfg: ModelConfig, weights: LazyWeights, resolved: Resolve
     for i in range(cfg.num_layers):
         other = "self_attn.q_proj.weight" if cfg.is_linear(i) else "linear_attn.in_proj_qkv.weight"
         if f"model.layers.{i}.{other}" in weights:
-            said = cfg.layer_types[i]
+            said = cfg.layer_types[i] if cfg.layer_types else "full_attention"
             raise SourceError(f"{resolved.path}: layer {i} has tensor model.layers.{i}.{other}, but config.json's "
                               f"layer_types says {said}")
 
@@ -100,7 +100,7 @@ def _check_weights(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSou
         need[p + "self_attn.k_proj.weight"] = (cfg.num_kv_heads * cfg.head_dim, cfg.hidden_size)
         need[p + "self_attn.v_proj.weight"] = (cfg.num_kv_heads * cfg.head_dim, cfg.hidden_size)
         need[p + "self_attn.o_proj.weight"] = (cfg.hidden_size, cfg.num_heads * cfg.head_dim)
-    if cfg.linear_layers:
+    if cfg.family == "qwen3_5":
         _check_layer_types(cfg, weights, resolved)
     if cfg.rotary_dim < cfg.head_dim and (cfg.rotary_dim // 2) % 8:
         raise SourceError(f"config: a partial rotary size of {cfg.rotary_dim} (head_dim x partial_rotary_factor) is "

@@ -68,6 +68,18 @@ class RecurrentStates:
         return (self.value_heads, self.value_dim, self.key_dim)
 
 
+def parse_states(raw) -> RecurrentStates | None:
+    """A manifest's (or a draft model entry's) `states` object as RecurrentStates (None where it has none)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise BundleError(f"specrt.json: states must be an object, not {raw!r:.60}")
+    try:
+        return RecurrentStates(**{**raw, "layers": tuple(raw["layers"])})
+    except (KeyError, TypeError) as exc:
+        raise BundleError(f"specrt.json: states is malformed ({type(exc).__name__}: {exc})") from None
+
+
 @dataclass(frozen=True)
 class TargetGraph:
     file: str
@@ -145,8 +157,7 @@ class Manifest:
                                          "outputs": tuple(d["target"]["outputs"]),
                                          "hidden_layers": tuple(d["target"].get("hidden_layers", ()))})
             d["kv"] = KVLayout(**{**d["kv"], "layer_ids": tuple(d["kv"].get("layer_ids", ()))})
-            if d.get("states") is not None:
-                d["states"] = RecurrentStates(**{**d["states"], "layers": tuple(d["states"]["layers"])})
+            d["states"] = parse_states(d.get("states"))
             d["files"] = {k: FileEntry(**v) for k, v in d["files"].items()}
             for key in ("stop_token_ids", "tokenizer_files", "execution_providers"):
                 d[key] = tuple(d.get(key, ()))

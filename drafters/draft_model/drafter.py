@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specrt.bundle import parse_states
 from specrt.drafter_entry import DrafterEntry
 from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
 from specrt.runtime.drafter import Draft, Drafter, common_prefix
@@ -30,8 +31,10 @@ class DraftModelDrafter(Drafter):
     def __init__(self, bundle_dir: Path, entry: DrafterEntry, target_vocab: int, providers, threads: int = 0):
         kv = entry.kv
         window = entry.model_config.get("sliding_window") or 0
+        layer_ids = tuple(entry.raw["kv"].get("layer_ids", ()))  # a hybrid draft model: its attention layers
         spec = TargetSpec(kv.layers, kv.kv_heads, kv.head_dim, kv.max_context, entry.vocab_size, kv_dtype=kv.dtype,
-                          sliding_window=window if "sliding_attention_bias" in entry.graph.inputs else 0)
+                          sliding_window=window if "sliding_attention_bias" in entry.graph.inputs else 0,
+                          kv_layers=layer_ids, states=parse_states(entry.raw.get("states")))
         self.session = TargetSession(Path(bundle_dir) / entry.graph.file, spec, providers, threads=threads)
         self.target_vocab = target_vocab
         # [V_draft] target id of each output of a head cut to a draft vocabulary (None: the whole vocabulary)
@@ -67,6 +70,7 @@ class DraftModelDrafter(Drafter):
         """Roll the draft cache back to its longest common prefix with context (keeping at least one token
         of context to feed); returns how many tokens it keeps."""
         keep = min(common_prefix(self.cached, context), len(context) - 1)
+        keep = self.session.reachable(keep)  # a recurrent draft model: its snapshot of the verified context
         self.session.rollback(keep)
         del self.cached[keep:]
         return keep
@@ -90,6 +94,8 @@ class DraftModelDrafter(Drafter):
         keep = self._rewind(context)
         t0 = time.perf_counter()
         logits = self._feed(context[keep:])
+        if self.session.recurrent:  # the context is all verified: the next propose (whose context extends this
+            self.session.snapshot()  # one) restarts at most from here, whatever the target rejects
         # steady state feeds 1-2 tokens (pending, maybe the bonus); more is catching up after a prompt or a
         # stretch of plain decoding, which the adaptive controller must not count as the cost of drafting
         self.catchup_seconds = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0

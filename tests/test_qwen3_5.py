@@ -1,0 +1,282 @@
+"""Qwen3.5 / 3.6 hybrid targets (Gated DeltaNet + gated attention, built-in MTP) on tiny random checkpoints built
+from transformers' own classes, in the published multimodal layout and the text-only one: plain decoding equals
+transformers, the state of an accepted prefix is replayed exactly, and every drafter speculates losslessly."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import save_file
+
+from specrt.cli import main
+from specrt.models.config import config_from_hf
+from specrt.runtime.drafter import Draft, Drafter
+from specrt.runtime.sampling import SamplingParams
+from tests.test_mtp import random_mtp_tensors
+from tests.tiny_models import hf_model, read_config, save_tiny_bundle_source
+
+PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
+GREEDY = SamplingParams(max_new_tokens=64, stop_token_ids=())
+
+
+def add_mtp(src, seed: int = 1):
+    """Random MTP weights in the published names (mtp.fc, mtp.layers.0.*, ...), in a shard of their own."""
+    tensors = random_mtp_tensors("qwen3_next", config_from_hf(read_config(src)), seed)
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(src / "mtp.safetensors"))
+    return src
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    from tests.test_dflash import random_draft, write_reference_checkpoint
+
+    root = tmp_path_factory.mktemp("qwen3_5")
+    out = {arch: add_mtp(save_tiny_bundle_source(arch, root / arch)) for arch in ("qwen3_5", "qwen3_5_text")}
+    out["sibling"] = save_tiny_bundle_source("qwen3_5_text", root / "sibling", seed=5)  # same tokenizer
+    write_reference_checkpoint(root / "dflash", random_draft(3))  # z-lab's layout, reading target layers 0 and 2
+    out["dflash"] = root / "dflash"
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundles(sources, tmp_path_factory):
+    root = tmp_path_factory.mktemp("qwen3_5_bundles")
+    out = {"qwen3_5": root / "multimodal", "qwen3_5_text": root / "text"}
+    assert main(["convert", str(sources["qwen3_5"]), "-o", str(out["qwen3_5"]), "--max-context", "128",
+                 "--drafter", "mtp"]) == 0
+    assert main(["convert", str(sources["qwen3_5_text"]), "-o", str(out["qwen3_5_text"]), "--max-context", "128",
+                 "--drafter", "mtp", "--drafter", f"draft-model:{sources['sibling']}",
+                 "--drafter", f"dflash:{sources['dflash']}"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("arch", ["qwen3_5", "qwen3_5_text"])
+def test_plain_greedy_equals_transformers(bundles, arch):
+    """64 greedy tokens per prompt, each transformers' own argmax after the same prefix (one full forward of
+    transformers' class over prompt + output: its cached generate() rounds its chunked and recurrent kernels
+    differently, which flips near-tied tokens of a random model)."""
+    import specrt
+    from specrt.bundle import load_bundle
+
+    manifest = load_bundle(bundles[arch])
+    assert manifest.recurrent and manifest.kv.layer_ids == (3,) and manifest.states.layers == (0, 1, 2)
+    engine = specrt.load(str(bundles[arch]), device="cpu")
+    model = hf_model(arch)
+    for prompt in PROMPTS:
+        ids = engine.prompt_ids(prompt)
+        engine.reset()
+        out = engine.generate(prompt, GREEDY, drafter=None).wait().token_ids
+        assert len(out) == 64
+        with torch.no_grad():
+            logits = model(torch.tensor([ids + out])).logits[0, len(ids) - 1:-1]
+        assert logits.argmax(-1).tolist() == out, prompt
+
+
+class PartlyRightDrafter(Drafter):
+    """Proposes plain decoding's next `right` tokens, then wrong ones: every verification keeps a strict prefix
+    of its call, so the state of that prefix is replayed from the captured transitions."""
+
+    name = "partly-right"
+
+    def __init__(self, prompt_len: int, greedy: list[int], vocab: int, right: int):
+        self.prompt_len, self.greedy, self.vocab, self.right = prompt_len, greedy, vocab, right
+
+    def reset(self, params=None, rng=None) -> None:
+        pass
+
+    def propose(self, context, max_tokens):
+        truth = self.greedy[len(context) - self.prompt_len:][:max_tokens]
+        if not truth:
+            return None
+        return Draft.chain([t if i < self.right else (t + 1) % self.vocab for i, t in enumerate(truth)])
+
+
+def test_speculation_over_the_recurrent_state_is_lossless(bundles):
+    import specrt
+    from specrt.app.api import make_drafter
+
+    bundle = bundles["qwen3_5_text"]
+    engine = specrt.load(str(bundle), device="cpu")
+    engine.adaptive = False
+    names = ("mtp", "ngram", "draft-model", "dflash")
+    drafters = {n: make_drafter(n, bundle, engine.manifest, ["CPUExecutionProvider"]) for n in names}
+    accepted, drafted = {}, {}
+    for prompt in PROMPTS:
+        engine.reset()
+        plain = engine.generate(prompt, GREEDY, drafter=None).wait().token_ids
+        n = len(engine.prompt_ids(prompt))
+        runs = [(f"{name}-k{k}", drafters[name], k) for name in names for k in ((1, 2, 3) if name == "mtp" else (3,))]
+        runs += [(f"partly-right-{r}", PartlyRightDrafter(n, plain, engine.manifest.vocab_size, r), 4) for r in (0, 2)]
+        for label, drafter, k in runs:
+            engine.draft_length = k
+            engine.reset()
+            spec = engine.generate(prompt, GREEDY, drafter=drafter).wait()
+            assert spec.token_ids == plain, (label, prompt)
+            accepted[label] = accepted.get(label, 0) + sum(spec.stats.accepted_by_position)
+            drafted[label] = drafted.get(label, 0) + sum(spec.stats.drafted_by_position)
+    assert all(drafted.values()), drafted  # every drafter drafted
+    assert accepted["partly-right-2"] > 0 and accepted["partly-right-0"] == 0  # prefixes kept, and none
+
+
+def test_sampled_mtp_output_follows_the_targets_distribution(bundles):
+    """Temperature 0.7, MTP drafting 2 tokens a step, 3000 samples: the first and the second output token (the
+    second verified with a draft) each follow the target's own distribution (chi-square on each marginal)."""
+    import specrt
+    from specrt.runtime.sampling import target_probs
+    from tests.test_verify import _chi_square_p
+
+    engine = specrt.load(str(bundles["qwen3_5_text"]), device="cpu", drafter="mtp")
+    engine.adaptive, engine.draft_length = False, 2
+    params = SamplingParams(temperature=0.7, max_new_tokens=2, stop_token_ids=())
+    prompt = PROMPTS[0]
+    ids = engine.prompt_ids(prompt)
+    target, v = engine.target, engine.manifest.vocab_size
+    engine.reset()
+
+    def last_logits(tokens):  # the graph also outputs the MTP module's hidden-state tap
+        return target.forward(np.array([tokens]))[0][0, -1].astype(np.float64)
+
+    l1 = last_logits(ids)
+    base = target.length
+    rows = []
+    for x in range(v):  # the target's logits after each possible first token
+        target.rollback(target.reachable(base))
+        if target.length < base:
+            last_logits(ids[target.length:])
+        rows.append(last_logits([x]))
+    engine.reset()
+    p1 = target_probs(l1, params)
+    p2 = (p1[:, None] * np.stack([target_probs(r, params) for r in rows])).sum(0)
+    counts = np.zeros((2, v))
+    drafted = 0
+    for seed in range(3000):
+        out = engine.generate(prompt, SamplingParams(temperature=0.7, max_new_tokens=3, stop_token_ids=(),
+                                                     seed=seed)).wait()
+        counts[0, out.token_ids[0]] += 1
+        counts[1, out.token_ids[1]] += 1
+        drafted += sum(out.stats.drafted_by_position)
+    assert drafted > 0
+    assert _chi_square_p(counts[0], p1) > 0.01
+    assert _chi_square_p(counts[1], p2) > 0.01
+
+
+def test_chat_turns_reuse_the_prompt_state(bundles):
+    """The second turn restores the recurrent state at the first prompt's end (a snapshot: a recurrent state
+    cannot be rolled back by a length) and answers as a fresh engine does."""
+    import specrt
+
+    engine = specrt.load(str(bundles["qwen3_5_text"]), device="cpu", drafter="mtp")
+    params = SamplingParams(max_new_tokens=12, stop_token_ids=())
+    chat = engine.chat()
+    first = chat.send("the cat and the dog", params).wait()
+    second = chat.send("a man in the house", params).wait()
+    assert second.stats.reused_tokens >= second.stats.prompt_tokens // 2
+    messages = list(chat.messages[:-1])
+    fresh = specrt.load(str(bundles["qwen3_5_text"]), device="cpu")
+    assert fresh.generate(messages, params, drafter=None).wait().token_ids == second.token_ids
+    assert first.token_ids
+
+
+def test_replay_equals_feeding_the_prefix(bundles):
+    """The state after keeping 0..5 of a 6-token call, replayed, equals the state of a call of those tokens."""
+    import specrt
+
+    engine = specrt.load(str(bundles["qwen3_5_text"]), device="cpu")
+    target, states = engine.target, engine.target.states
+    tokens = np.array([[5, 17, 30, 2, 44, 8, 61, 9]])
+    for kept in range(6):
+        target.reset()
+        target.forward(tokens[:, :2])
+        target.forward(tokens[:, 2:8])
+        target.rollback(2 + kept)
+        replayed = {i: (states.conv[states.current][i].copy(), states.recurrent[states.current][i].copy())
+                    for i in states.layout.layers}
+        target.reset()
+        target.forward(tokens[:, :2])
+        if kept:
+            target.forward(tokens[:, 2:2 + kept])
+        for i, (conv, rec) in replayed.items():
+            np.testing.assert_array_equal(conv, states.conv[states.current][i])
+            np.testing.assert_allclose(rec, states.recurrent[states.current][i], atol=1e-5)
+
+
+def test_tree_drafts_are_refused_in_one_line(bundles):
+    import specrt
+    from specrt.errors import SpecrtError
+
+    with pytest.raises(SpecrtError, match="one recurrent state along one chain; use mtp"):
+        specrt.load(str(bundles["qwen3_5_text"]), device="cpu", drafter="mtp:tree")
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_quantized_hybrid_is_validated_and_drafts(sources, tmp_path, precision):
+    """int8 / int4 graphs (Gated DeltaNet projections as MatMulNBits too) validated against torch on the same
+    quantized weights; in batch-invariant mode greedy MTP speculation equals plain decoding."""
+    import specrt
+    from specrt.bundle import load_bundle
+
+    out = tmp_path / precision
+    assert main(["convert", str(sources["qwen3_5_text"]), "-o", str(out), "--precision", precision,
+                 "--max-context", "128", "--drafter", "mtp"]) == 0
+    validation = load_bundle(out).provenance["validation"]
+    assert validation["quantized_reference"]["max_abs_diff"] < 1e-3
+    engine = specrt.load(str(out), device="cpu", drafter="mtp", batch_invariant=True)
+    params = SamplingParams(max_new_tokens=32, stop_token_ids=())
+    for prompt in PROMPTS[:2]:
+        plain = engine.generate(prompt, params, drafter=None).wait()
+        assert engine.generate(prompt, params).wait().token_ids == plain.token_ids
+
+
+def _edit_config(src, **changes):
+    hf = read_config(src)
+    text = hf.get("text_config", hf)
+    text.update(changes)
+    (src / "config.json").write_text(json.dumps(hf))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: _edit_config(s, layer_types=["full_attention"] * 4),
+     "layer 0 has tensor model.layers.0.linear_attn.in_proj_qkv.weight, but config.json's layer_types says "
+     "full_attention"),
+    (lambda s: _edit_config(s, linear_num_value_heads=3), "linear_num_value_heads 3 is not a multiple"),
+    (lambda s: _edit_config(s, layer_types=["linear_attention"] * 3), "layer_types must list 4 layers"),
+    (lambda s: _drop_tensor(s, "model.language_model.layers.1.linear_attn.A_log"),
+     "missing tensor model.layers.1.linear_attn.A_log"),
+    (lambda s: _reshape_tensor(s, "model.language_model.layers.2.linear_attn.conv1d.weight"),
+     r"tensor model.layers.2.linear_attn.conv1d.weight has shape \(128, 1, 3\), expected \(128, 1, 4\)"),
+    (lambda s: _drop_tensor(s, "mtp.fc.weight", "mtp.safetensors", also="mtp.layers.0.mlp.up_proj.weight"),
+     "MTP module .* lacks tensor model.mtp.layers.0.mlp.up_proj.weight"),
+])
+def test_bad_hybrid_sources_are_named(sources, tmp_path, capsys, edit, message):
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(sources["qwen3_5"], src)
+    edit(src)
+    out = tmp_path / "out"
+    code = main(["convert", str(src), "-o", str(out), "--drafter", "mtp"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert code == 2 and len(errors) == 1
+    import re
+
+    assert re.search(message, errors[0]), errors[0]
+    assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
+
+
+def _rewrite(src, shard: str, change):
+    from safetensors.numpy import load_file
+
+    tensors = load_file(str(src / shard))
+    save_file(change(tensors), str(src / shard))
+
+
+def _drop_tensor(src, name: str, shard: str = "model.safetensors", also: str | None = None):
+    drop = {name} if shard == "model.safetensors" else {also}
+    _rewrite(src, shard, lambda t: {k: v for k, v in t.items() if k not in drop})
+
+
+def _reshape_tensor(src, name: str):
+    _rewrite(src, "model.safetensors", lambda t: {**t, name: np.ascontiguousarray(t[name][:, :, :3])})
