@@ -172,7 +172,7 @@ DEFAULT_BATCH_INVARIANT = False
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
          threads: int = 0, stages=None, batch_invariant: bool | None = None,
-         draft_length: int | None = None) -> Engine:
+         draft_length: int | None = None, thinking: bool | None = None) -> Engine:
     """drafter: a name (a kind of specrt/drafter_kinds.py; eagle3/mtp also as NAME:tree), None or "none" for plain
     decoding, or "auto" (every drafter the bundle has, mixed with ngram: the adaptive loop picks one per step by
     measured speed, or none); "A+B" mixes drafters.
@@ -181,7 +181,9 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
     thing); plain steps then cost more (docs/perf.md). None: off (each emitted token is still the target's own
     verified choice).
     draft_length: draft exactly this many tokens per target call (adaptive length and the confidence cut off), as
-    vLLM and SGLang draft a fixed num_speculative_tokens; None: the adaptive controller chooses."""
+    vLLM and SGLang draft a fixed num_speculative_tokens; None: the adaptive controller chooses.
+    thinking: reasoning models' thinking on (True) or off (False) through the chat template's enable_thinking
+    (Qwen3, Qwen3.5); None: the template's default."""
     if drafter is not None:
         check_drafter_name(drafter)
     providers = providers_for(device)
@@ -191,8 +193,10 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
     check_draft_length(draft_length, drafter_obj)
     if batch_invariant is None:
         batch_invariant = DEFAULT_BATCH_INVARIANT
-    return Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj, batch_invariant=batch_invariant,
-                  draft_length=draft_length)
+    engine = Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj, batch_invariant=batch_invariant,
+                    draft_length=draft_length)
+    engine.thinking = thinking
+    return engine
 
 
 def check_draft_length(draft_length: int | None, drafter) -> None:

@@ -39,6 +39,55 @@ def _read_line(interactive: bool) -> str | None:
         return None
 
 
+class ReasoningView:
+    """Shows a reasoning model's thinking apart from its answer: the text between <think> and </think> (or from the
+    start, where the chat template opened the block) dimmed on a terminal, between [thinking] and [answer] lines
+    otherwise; the markers themselves are not shown. Holds back text that may be the start of a marker."""
+
+    OPEN, CLOSE = "<think>", "</think>"
+
+    def __init__(self, inside: bool, terminal: bool):
+        self.inside, self.terminal = inside, terminal
+        self.pending = ""
+        self.started = False  # whether the reasoning's opening was shown
+
+    def _enter(self) -> str:
+        self.started = True
+        return "\x1b[2m" if self.terminal else "[thinking]\n"
+
+    def _leave(self) -> str:
+        return "\x1b[0m\n" if self.terminal else "\n[answer]\n"
+
+    def feed(self, chunk: str) -> str:
+        self.pending += chunk
+        out = []
+        while True:
+            marker = self.CLOSE if self.inside else self.OPEN
+            cut = self.pending.find(marker)
+            if cut < 0:
+                break
+            text, self.pending = self.pending[:cut], self.pending[cut + len(marker):]
+            if self.inside:
+                out += [self._enter() if not self.started else "", text, self._leave()]
+                self.inside = False
+            else:
+                out += [text, self._enter()]
+                self.inside = True
+        keep = max((k for k in range(1, min(len(self.CLOSE), len(self.pending) + 1)) if self.CLOSE.startswith(self.pending[-k:]) or
+                    self.OPEN.startswith(self.pending[-k:])), default=0)
+        text, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
+        if text and self.inside and not self.started:
+            out.append(self._enter())
+        out.append(text)
+        return "".join(out)
+
+    def finish(self) -> str:
+        text, self.pending = self.pending, ""
+        if self.inside and (self.started or text):
+            return (self._enter() if not self.started else "") + text + ("\x1b[0m" if self.terminal else "")
+        return text
+
+
 def _status(result) -> str:
     s = result.stats
     line = f"[{s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, prefill {s.prefill_seconds * 1000:.0f} ms"
@@ -94,10 +143,13 @@ def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
             continue
         gen = None
         try:
+            view = ReasoningView(engine.reasoning_open(session.messages + [{"role": "user", "content": text}]),
+                                 interactive)
             gen = session.send(text, params)
             for chunk in gen:
-                out.write(chunk)
+                out.write(view.feed(chunk))
                 out.flush()
+            out.write(view.finish())
         except KeyboardInterrupt:
             if gen is not None:
                 gen.close()

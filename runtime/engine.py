@@ -104,10 +104,13 @@ class Engine:
         # draft a fixed k do; None: the adaptive controller chooses
         self.draft_length = draft_length
         self.pays = PaysMemory()  # calibrated call costs and the drafters' records across requests
+        # reasoning models (Qwen3, Qwen3.5): True / False sets the template's enable_thinking; None: its default
+        self.thinking: bool | None = None
 
     # -- prompts -------------------------------------------------------------------------------
-    def prompt_ids(self, prompt, system: str | None = None, raw: bool = False) -> list[int]:
-        """Token ids of a prompt: a string (through the chat template unless raw) or a message list."""
+    def prompt_ids(self, prompt, system: str | None = None, raw: bool = False, thinking: bool | None = None) -> list[int]:
+        """Token ids of a prompt: a string (through the chat template unless raw) or a message list. thinking:
+        this prompt's enable_thinking (None: the engine's `thinking`)."""
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise PromptError("empty prompt")
@@ -116,7 +119,19 @@ class Engine:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         else:
             messages = list(prompt)
-        return self._encode(self.tokenizer.render(messages, add_generation_prompt=True))
+        thinking = self.thinking if thinking is None else thinking
+        variables = {} if thinking is None else {"enable_thinking": thinking}
+        return self._encode(self.tokenizer.render(messages, add_generation_prompt=True, variables=variables))
+
+    def reasoning_open(self, messages: list[dict]) -> bool:
+        """The chat template leaves a reasoning block open for the answer (Qwen3.5 with thinking on ends the prompt
+        with <think>): the answer starts with the model's reasoning."""
+        variables = {} if self.thinking is None else {"enable_thinking": self.thinking}
+        try:
+            text = self.tokenizer.render(list(messages), add_generation_prompt=True, variables=variables)
+        except SpecrtError:
+            return False
+        return text.rfind("<think>") > text.rfind("</think>")
 
     def _encode(self, text: str) -> list[int]:
         """Token ids of text; a text too long to fit the context whatever its tokens (more characters than the

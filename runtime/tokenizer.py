@@ -104,7 +104,9 @@ class BundleTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
 
-    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict], add_generation_prompt: bool = True, variables: dict | None = None) -> str:
+        """The conversation through the chat template; `variables` are further template variables (Qwen3 and
+        Qwen3.5's enable_thinking)."""
         if not isinstance(messages, list) or not messages:
             raise PromptError("messages must be a non-empty list of {'role', 'content'} dicts")
         for m in messages:
@@ -115,7 +117,8 @@ class BundleTokenizer:
         self._items, out, size, t0 = 0, [], 0, time.perf_counter()
         limit = RENDER_CHARS + 2 * sum(len(m["content"]) for m in messages)  # the messages, plus room to wrap them
         try:
-            for chunk in self.template.generate(messages=messages, add_generation_prompt=add_generation_prompt,
+            for chunk in self.template.generate(**(variables or {}), messages=messages,
+                                                add_generation_prompt=add_generation_prompt,
                                                 bos_token=self.bos_token or "", eos_token=self.eos_token or ""):
                 out.append(chunk)
                 size += len(chunk)

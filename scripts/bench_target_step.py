@@ -41,6 +41,14 @@ class GraphRunner:
             buf = ort.OrtValue.ortvalue_from_numpy(np.zeros((1, heads, max_len, dim), np.float32))
             self.binding.bind_ortvalue_input(inp.name, buf)
             self.binding.bind_ortvalue_output(inp.name.replace("past_key_values", "present"), buf)
+        self.captures = []
+        for inp in self.sess.get_inputs():  # hybrids (Qwen3.5): conv and recurrent states, read and written apart
+            if inp.name.startswith(("past_conv.", "past_recurrent.")):
+                shape = [1, *inp.shape[1:]]
+                self.binding.bind_ortvalue_input(inp.name, ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32)))
+                self.binding.bind_ortvalue_output(inp.name.replace("past_", "present_"),
+                                                  ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32)))
+        self.captures = [o.name for o in self.sess.get_outputs() if o.name.startswith("capture_")]
         self.binding.bind_output("logits")
 
     def step(self, past: int, new: int) -> float:
@@ -56,9 +64,13 @@ class GraphRunner:
             if name in self.inputs:
                 self.binding.bind_cpu_input(name, value)
         self.binding.bind_output("logits")  # unallocated again: its shape changes with `new`
+        for name in self.captures:
+            self.binding.bind_output(name)
         t = time.perf_counter()
         self.sess.run_with_iobinding(self.binding)
-        self.binding.get_outputs()[-1].numpy()  # logits reach the host, as a decode loop needs them
+        outs = self.binding.get_outputs()  # logits (and a hybrid's captures) reach the host, as a decode loop needs
+        for value in outs[-1 - len(self.captures):]:
+            value.numpy()
         return (time.perf_counter() - t) * 1000
 
 

@@ -4,6 +4,7 @@ holds more than one chunk of one tensor, so writing an 8B model needs a few hund
     python scripts/synthetic_model.py llama-3.1-8b OUT    # OUT/target (bf16, 4 shards + index) + OUT/eagle3
     python scripts/synthetic_model.py qwen3-8b OUT        # OUT/target (bf16, 5 shards + index) + OUT/dflash
     python scripts/synthetic_model.py llama-3.2-1b OUT    # OUT/target (bf16, one shard + index) + OUT/eagle3
+    python scripts/synthetic_model.py qwen3.5-9b OUT      # OUT/target (bf16, multimodal layout, MTP) + OUT/dflash
     options: --layers N (fewer target layers, same widths), --tiny (every width divided: a test-size twin)
 
 The configs are the published ones (random weights: acceptance means nothing; memory, time, speed and
@@ -33,6 +34,19 @@ losslessness do):
   tensors fc.weight [4096, 5 * 4096], hidden_norm.weight, norm.weight, layers.{i}.{input_layernorm,
   post_attention_layernorm}.weight, layers.{i}.self_attn.{q,k,v,o}_proj.weight, layers.{i}.self_attn.{q,k}_norm
   .weight, layers.{i}.mlp.{gate,up,down}_proj.weight; no embedding or lm_head (the target's are shared).
+
+- Qwen/Qwen3.5-9B, config.json: Qwen3_5ForConditionalGeneration, model_type qwen3_5; text_config (transformers'
+  Qwen3_5TextConfig defaults, which are this model's): hidden 4096, 32 layers (layer_types: 3 linear_attention then
+  1 full_attention, repeated), intermediate 12288, 16 heads / 4 KV heads, head_dim 256, vocab 248320, Gated
+  DeltaNet 16 key heads / 32 value heads of 128, conv kernel 4, rope_parameters {rope_theta 10000000,
+  partial_rotary_factor 0.25, mrope_section [11, 11, 10], mrope_interleaved}, rms_norm_eps 1e-6, untied,
+  mtp_num_hidden_layers 1, eos 248044 (<|im_end|> 248046 ends a chat turn); vision_config depth 27, hidden 1152.
+  Tensors: model.language_model.* (the text model), model.visual.* (its vision tower, listed from transformers'
+  own class), lm_head.weight, mtp.{fc, pre_fc_norm_embedding, pre_fc_norm_hidden, norm, layers.0.*} (one gated
+  full-attention block). Norms and A_log / dt_bias are drawn as norms (A = exp(A_log) in [2.7, 7.4]).
+- z-lab/Qwen3.5-9B-DFlash (its model card): DFlashDraftModel, 5 Qwen3 layers (hidden 4096, 32 heads; taken here
+  as 8 KV heads of 128 and intermediate 12288, the Qwen3-8B drafter's), block_size 16, dflash_config
+  {mask_token_id 248070, target_layer_ids [1, 8, 15, 22, 29]}, bf16, tensors as the Qwen3-8B drafter's.
 
 Random values: every matrix entry is +-(1 + m / 128) * 2^-6 (m a random 7-bit mantissa, random sign), every
 norm weight 1 + m / 128: small enough that activations stay finite through every layer, cheap to draw.
@@ -193,6 +207,110 @@ def qwen3_8b(tiny: bool) -> dict:
     return c
 
 
+def qwen35_9b(tiny: bool) -> dict:
+    """The published multimodal config; its text part is also what scripts read as the target's widths."""
+    text = {"model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 4096, "intermediate_size": 12288,
+            "num_hidden_layers": 32, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256,
+            "hidden_act": "silu", "max_position_embeddings": 262144, "rms_norm_eps": 1e-06,
+            "tie_word_embeddings": False, "attention_bias": False, "attn_output_gate": True,
+            "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+            "linear_num_key_heads": 16, "linear_num_value_heads": 32, "full_attention_interval": 4,
+            "mtp_num_hidden_layers": 1, "bos_token_id": None, "eos_token_id": 248044, "dtype": "bfloat16",
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                                "mrope_section": [11, 11, 10], "mrope_interleaved": True}}
+    vision = {"model_type": "qwen3_5", "depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+              "num_heads": 16, "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2,
+              "temporal_patch_size": 2, "out_hidden_size": 4096, "num_position_embeddings": 2304,
+              "hidden_act": "gelu_pytorch_tanh"}
+    if tiny:
+        text.update(hidden_size=256, intermediate_size=768, num_attention_heads=2, num_key_value_heads=1,
+                    head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
+                    linear_value_head_dim=32, vocab_size=4096, eos_token_id=3)
+        vision.update(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=256)
+    return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "text_config": text,
+            "vision_config": vision, "image_token_id": 248056, "video_token_id": 248057,
+            "vision_start_token_id": 248053, "vision_end_token_id": 248054, "tie_word_embeddings": False}
+
+
+def qwen35_tensors(c: dict, qk_norm: bool = True) -> list[Tensor]:
+    """model.language_model.* (Gated DeltaNet and gated attention layers), model.visual.*, lm_head, mtp.*."""
+    t = c["text_config"]
+    h, v = t["hidden_size"], t["vocab_size"]
+    hk, hv, dk, dv = (t["linear_num_key_heads"], t["linear_num_value_heads"], t["linear_key_head_dim"],
+                      t["linear_value_head_dim"])
+    channels = 2 * hk * dk + hv * dv
+    gated = {**t, "num_attention_heads": 2 * t["num_attention_heads"]}  # q_proj emits query and gate per head
+
+    def attention_block(prefix: str) -> list[Tensor]:
+        block = decoder_tensors(prefix, gated, qk_norm=True)
+        d = t["head_dim"]
+        return [Tensor(x.name, (h, t["num_attention_heads"] * d), x.kind) if x.name.endswith("o_proj.weight")
+                else x for x in block]
+
+    out = [Tensor("model.language_model.embed_tokens.weight", (v, h), "matrix")]
+    for i in range(t["num_hidden_layers"]):
+        p = f"model.language_model.layers.{i}."
+        if (i + 1) % t["full_attention_interval"]:
+            la = p + "linear_attn."
+            out += [Tensor(p + "input_layernorm.weight", (h,), "norm"),
+                    Tensor(la + "in_proj_qkv.weight", (channels, h), "matrix"),
+                    Tensor(la + "in_proj_z.weight", (hv * dv, h), "matrix"),
+                    Tensor(la + "in_proj_b.weight", (hv, h), "matrix"),
+                    Tensor(la + "in_proj_a.weight", (hv, h), "matrix"),
+                    Tensor(la + "conv1d.weight", (channels, 1, t["linear_conv_kernel_dim"]), "matrix"),
+                    Tensor(la + "A_log", (hv,), "norm"), Tensor(la + "dt_bias", (hv,), "norm"),
+                    Tensor(la + "norm.weight", (dv,), "norm"),
+                    Tensor(la + "out_proj.weight", (h, hv * dv), "matrix"),
+                    *decoder_tensors(p, t, qk_norm=False)[5:]]  # post-attention norm and MLP
+        else:
+            out += attention_block(p)
+    out += [Tensor("model.language_model.norm.weight", (h,), "norm"), Tensor("lm_head.weight", (v, h), "matrix")]
+    out += vision_tensors(c)
+    out += [Tensor("mtp.fc.weight", (h, 2 * h), "matrix"), Tensor("mtp.pre_fc_norm_embedding.weight", (h,), "norm"),
+            Tensor("mtp.pre_fc_norm_hidden.weight", (h,), "norm"), *attention_block("mtp.layers.0."),
+            Tensor("mtp.norm.weight", (h,), "norm")]
+    return out
+
+
+def vision_tensors(c: dict) -> list[Tensor]:
+    """The vision tower's tensors as transformers' own class names and shapes them (built on the meta device)."""
+    import torch
+    import transformers as tf
+
+    vision = {k: v for k, v in c["vision_config"].items() if k != "model_type"}
+    with torch.device("meta"):
+        tower = tf.models.qwen3_5.modeling_qwen3_5.Qwen3_5VisionModel(tf.Qwen3_5VisionConfig(**vision))
+    return [Tensor("model.visual." + name, tuple(p.shape), "norm" if "norm" in name or name.endswith("bias")
+                   else "matrix") for name, p in tower.state_dict().items()]
+
+
+def write_qwen35_dflash(folder: Path, target: dict, rng) -> None:
+    t = target["text_config"]
+    tiny = t["hidden_size"] < 4096
+    drafter = {"attention_bias": False, "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": t["eos_token_id"],
+               "head_dim": 128 if not tiny else 64, "hidden_act": "silu", "hidden_size": t["hidden_size"],
+               "initializer_range": 0.02, "intermediate_size": t["intermediate_size"],
+               "max_position_embeddings": 262144, "num_attention_heads": 32 if not tiny else 4,
+               "num_key_value_heads": 8 if not tiny else 2, "rms_norm_eps": 1e-06, "rope_scaling": None,
+               "rope_theta": 10000000, "tie_word_embeddings": False, "vocab_size": t["vocab_size"]}
+    layers = 5
+    layer_ids = [1, 8, 15, 22, 29] if t["num_hidden_layers"] == 32 else [
+        int(round(1 + i * (t["num_hidden_layers"] - 4) / (layers - 1))) for i in range(layers)]
+    mask_token = 248070 if t["vocab_size"] > 248070 else t["vocab_size"] - 1
+    c = {"architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+         "block_size": 16, "dflash_config": {"mask_token_id": mask_token, "target_layer_ids": layer_ids},
+         **drafter, "model_type": "qwen3", "num_hidden_layers": layers,
+         "num_target_layers": t["num_hidden_layers"], "torch_dtype": "bfloat16"}
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    h = t["hidden_size"]
+    tensors = [Tensor("fc.weight", (h, layers * h), "matrix"), Tensor("hidden_norm.weight", (h,), "norm")]
+    for i in range(layers):
+        tensors += decoder_tensors(f"layers.{i}.", c, qk_norm=True)
+    tensors += [Tensor("norm.weight", (h,), "norm")]
+    write_safetensors(folder / "model.safetensors", tensors, rng)
+
+
 def write_eagle3(folder: Path, target: dict, rng) -> None:
     h, v = target["hidden_size"], target["vocab_size"]
     draft_vocab = 32000 if v > 32000 else v // 4
@@ -258,6 +376,8 @@ def write_tokenizer(folder: Path, cfg: dict, preset: str) -> None:
     placeholder tokens for the rest. Every text encodes (one token per byte), every id decodes."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
+    if "text_config" in cfg:  # Qwen3.5: the text config holds the vocabulary
+        return _write_qwen35_tokenizer(folder, cfg)
     v = cfg["vocab_size"]
     llama = preset.startswith("llama")
     if llama:
@@ -293,9 +413,39 @@ def write_tokenizer(folder: Path, cfg: dict, preset: str) -> None:
         {"bos_token": bos, "eos_token": eos, "chat_template": template}, indent=2))
 
 
+QWEN35_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}"
+    "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}")
+
+
+def _write_qwen35_tokenizer(folder: Path, cfg: dict) -> None:
+    """Byte-level placeholder tokenizer at the Qwen3.5 vocabulary size, its special tokens at their published ids
+    (<|endoftext|> 248044, <|im_start|> 248045, <|im_end|> 248046, <think> 248068, </think> 248069)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    v = cfg["text_config"]["vocab_size"]
+    names = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+    ids = [248044, 248045, 248046, 248068, 248069] if v > 248069 else [1, 2, 3, 4, 5]
+    vocab = dict(zip(names, ids))
+    free = (i for i in range(v) if i not in set(ids))
+    for symbol in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[symbol] = next(free)
+    for i in free:
+        vocab[f"<|placeholder_{i}|>"] = i
+    tok = Tokenizer(models.BPE(vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(names)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": None, "eos_token": "<|im_end|>", "chat_template": QWEN35_TEMPLATE}, indent=2))
+
+
 PRESETS = {"llama-3.1-8b": (llama_31_8b, False, write_eagle3, "eagle3"),
            "llama-3.2-1b": (llama_32_1b, False, write_eagle3, "eagle3"),
-           "qwen3-8b": (qwen3_8b, True, write_dflash, "dflash")}
+           "qwen3-8b": (qwen3_8b, True, write_dflash, "dflash"),
+           "qwen3.5-9b": (qwen35_9b, True, write_qwen35_dflash, "dflash")}
 
 
 def main(argv=None) -> None:
@@ -309,14 +459,14 @@ def main(argv=None) -> None:
     config_of, qk_norm, write_drafter, drafter = PRESETS[args.preset]
     cfg = config_of(args.tiny)
     if args.layers:
-        cfg["num_hidden_layers"] = args.layers
+        (cfg.get("text_config") or cfg)["num_hidden_layers"] = args.layers
         if "max_window_layers" in cfg:
             cfg["max_window_layers"] = args.layers
     rng = np.random.default_rng(args.seed)
     target = args.out / "target"
     target.mkdir(parents=True)
     (target / "config.json").write_text(json.dumps(cfg, indent=2))
-    tensors = target_tensors(cfg, qk_norm)
+    tensors = qwen35_tensors(cfg) if "text_config" in cfg else target_tensors(cfg, qk_norm)
     print(f"{args.preset}: {sum(int(np.prod(t.shape)) for t in tensors) / 1e9:.2f}B parameters -> {target}",
           file=sys.stderr)
     write_sharded(target, tensors, rng)

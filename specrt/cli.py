@@ -189,13 +189,13 @@ def _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop=()):
                           seed=seed, stop=tuple(stop))
 
 
-def _load_engine(model, device, drafter, precision, batch_invariant=None, draft_length=None):
+def _load_engine(model, device, drafter, precision, batch_invariant=None, draft_length=None, thinking=None):
     import specrt
 
     stages = TqdmStages()
     try:
         return specrt.load(model, device=device, drafter=drafter, precision=precision, stages=stages,
-                           batch_invariant=batch_invariant, draft_length=draft_length)
+                           batch_invariant=batch_invariant, draft_length=draft_length, thinking=thinking)
     finally:
         stages.close()
 
@@ -220,6 +220,9 @@ sampling_options = [
     click.option("--draft-length", type=int, default=None, metavar="K",
                  help="draft exactly K tokens per target call (adaptive length off), as vLLM and SGLang draft a "
                       "fixed num_speculative_tokens [default: adaptive]"),
+    click.option("--think/--no-think", "thinking", default=None,
+                 help="reasoning models (Qwen3, Qwen3.5): thinking on or off through the chat template's "
+                      "enable_thinking [default: the template's own]"),
 ]
 
 
@@ -238,12 +241,12 @@ def with_sampling(f):
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of streaming text")
 @with_sampling
 def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperature, top_p, top_k, seed, drafter, device,
-             precision, batch_invariant, draft_length):
+             precision, batch_invariant, draft_length, thinking):
     """Generate a continuation of --prompt with MODEL (bundle folder or catalog name)."""
     import json as jsonlib
 
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop)
-    engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length)
+    engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length, thinking)
     gen = engine.generate(prompt, params, system=system, raw=raw)
     for chunk in gen:
         if not as_json:
@@ -269,12 +272,12 @@ def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperat
 @click.option("--system", default=None, help="system message")
 @with_sampling
 def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision, batch_invariant,
-         draft_length):
+         draft_length, thinking):
     """Chat with MODEL (default: smollm2-135m-instruct). /reset, /stats, /exit; Ctrl-C stops an answer."""
     from specrt.app.chat_cli import run_chat
 
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed)
-    engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length)
+    engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length, thinking)
     run_chat(engine, params, system)
 
 

@@ -280,3 +280,43 @@ def _drop_tensor(src, name: str, shard: str = "model.safetensors", also: str | N
 
 def _reshape_tensor(src, name: str):
     _rewrite(src, "model.safetensors", lambda t: {**t, name: np.ascontiguousarray(t[name][:, :, :3])})
+
+
+QWEN35_LIKE_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant {% if enable_thinking is defined and not enable_thinking %}"
+    "<think> </think> {% else %}<think> {% endif %}{% endif %}")
+
+
+def test_thinking_on_and_off_and_the_reasoning_shown_apart(bundles):
+    """--think / --no-think set the template's enable_thinking (Qwen3.5's template opens a <think> block for the
+    answer, or writes an empty one); the chat shows the reasoning apart from the answer."""
+    import specrt
+    from specrt.app.chat_cli import ReasoningView
+    from specrt.runtime.tokenizer import BundleTokenizer
+
+    engine = specrt.load(str(bundles["qwen3_5_text"]), device="cpu")
+    engine.tokenizer = BundleTokenizer(engine.bundle_dir, QWEN35_LIKE_TEMPLATE)
+    messages = [{"role": "user", "content": "the cat"}]
+    assert engine.reasoning_open(messages)  # the template's default: thinking on
+    on = engine.prompt_ids(messages)
+    engine.thinking = False
+    assert not engine.reasoning_open(messages) and engine.prompt_ids(messages) != on
+    assert engine.prompt_ids(messages, thinking=True) == on  # a request's own choice (the server's)
+    view = ReasoningView(inside=True, terminal=False)
+    shown = "".join(view.feed(c) for c in ["the dog is", " big</th", "ink>the answer"]) + view.finish()
+    assert shown == "[thinking]\nthe dog is big\n[answer]\nthe answer"
+    view = ReasoningView(inside=False, terminal=True)
+    shown = "".join(view.feed(c) for c in ["<thi", "nk>hmm</think>", "ok <b>"]) + view.finish()
+    assert shown == "\x1b[2mhmm\x1b[0m\nok <b>"
+
+
+def test_server_takes_enable_thinking_and_refuses_other_template_variables():
+    from specrt.app.serve.requests import RequestError, parse
+
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    assert parse({**body, "chat_template_kwargs": {"enable_thinking": False}}, True, "m", 64).thinking is False
+    assert parse(body, True, "m", 64).thinking is None
+    for bad in ({"enable_thinking": "no"}, {"tools": []}, "x"):
+        with pytest.raises(RequestError, match="chat_template_kwargs"):
+            parse({**body, "chat_template_kwargs": bad}, True, "m", 64)

@@ -151,7 +151,7 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         from specrt.errors import SpecrtError
 
         try:
-            ids = engine.prompt_ids(job.prompt, raw=job.raw)
+            ids = engine.prompt_ids(job.prompt, raw=job.raw, thinking=job.thinking)
         except SpecrtError as exc:
             raise _generation_error(exc) from None
         if len(ids) >= engine.max_context:

@@ -2,7 +2,8 @@
 
 Accepted: model, messages (chat) or prompt (completions), max_tokens / max_completion_tokens, temperature,
 top_p, seed, stop (a string or up to 4), stream, stream_options.include_usage, n = 1, `ignore_eos` (vLLM's
-extension: generate max_tokens even past the end-of-text token), and the parameters that
+extension: generate max_tokens even past the end-of-text token), `chat_template_kwargs` {"enable_thinking": bool}
+(vLLM's: a reasoning model's thinking on or off), and the parameters that
 change nothing here at their neutral values (presence/frequency penalty 0, logprobs false, user). Anything
 else that would change the output is refused (400), not silently ignored.
 """
@@ -27,7 +28,7 @@ NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "n"
            "response_format": {"type": "text"}, "tool_choice": "none", "parallel_tool_calls": None}
 IGNORED = {"user", "metadata", "store", "service_tier", "stream_options"}
 KNOWN = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
-         "stop", "stream", "ignore_eos", *NEUTRAL, *IGNORED}
+         "stop", "stream", "ignore_eos", "chat_template_kwargs", *NEUTRAL, *IGNORED}
 
 
 class RequestError(Exception):
@@ -50,6 +51,7 @@ class Job:
     stream: bool
     include_usage: bool
     ids: list[int] | None = None  # the prompt's token ids, once the server has checked its length
+    thinking: bool | None = None  # chat_template_kwargs.enable_thinking (None: the template's default)
 
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string literal, escapes included
@@ -189,4 +191,19 @@ def parse(body, chat: bool, model_id: str, max_context: int) -> Job:
         raise RequestError(400, "'stream' must be a boolean", "stream", "invalid_type")
     options = body.get("stream_options") or {}
     include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-    return Job(prompt, raw, params, stream, include_usage)
+    return Job(prompt, raw, params, stream, include_usage, thinking=_thinking(body))
+
+
+def _thinking(body: dict) -> bool | None:
+    """chat_template_kwargs: only enable_thinking (a boolean) is taken; other template variables are refused."""
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is None:
+        return None
+    if not isinstance(kwargs, dict) or set(kwargs) - {"enable_thinking"}:
+        raise RequestError(400, "'chat_template_kwargs' takes only {\"enable_thinking\": true|false}",
+                           "chat_template_kwargs", "unsupported_value")
+    value = kwargs.get("enable_thinking")
+    if value is not None and not isinstance(value, bool):
+        raise RequestError(400, "'chat_template_kwargs.enable_thinking' must be a boolean",
+                           "chat_template_kwargs.enable_thinking", "invalid_type")
+    return value

@@ -1,0 +1,138 @@
+"""Measure a Qwen3.5 hybrid bundle (issue 34): runtime memory, plain decoding, MTP and the replay drafter at stated
+acceptances, `auto`, the cost of keeping an accepted prefix's recurrent state, and greedy speculative == plain.
+
+    python scripts/bench_qwen35.py BUNDLE [--tokens 48] [--prompts 2] [--acceptance 0.74,0.88] [--json OUT]
+
+Every configuration decodes the same prompts greedily from a reset cache, in one run (compare only within it).
+The replay drafter (scripts/replay_drafter.py) runs the bundle's MTP module for every draft, paying its real
+cost, and then proposes plain decoding's own tokens, each right with the stated probability: the runtime's real
+speed at that acceptance on random weights, where the module itself accepts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # scripts.replay_drafter
+
+PROMPTS = ("Explain how a bicycle stays upright while moving.",
+           "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+           "List five ways to save energy at home and explain each one.")
+
+
+def rss_gib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 2**20
+    return 0.0
+
+
+def replay_cost(engine, kept_values=(0, 1, 2, 3), reps: int = 5) -> dict[int, float]:
+    """Milliseconds to restore the recurrent state after keeping `kept` of a 4-token call (the replay of
+    runtime/recurrent_state.py), median of reps."""
+    target = engine.target
+    engine.reset()
+    target.forward(np.array([[11, 12, 13, 14, 15, 16]]))
+    base = target.length
+    target.snapshot()  # each round restarts from here
+    out = {}
+    for kept in kept_values:
+        times = []
+        for _ in range(reps):
+            target.forward(np.array([[21, 22, 23, 24]]))
+            t = time.perf_counter()
+            target.rollback(base + kept)
+            times.append((time.perf_counter() - t) * 1000)
+            target.rollback(target.reachable(base))
+        out[kept] = statistics.median(times)
+    engine.reset()
+    return out
+
+
+def main() -> None:
+    import specrt
+    from scripts.replay_drafter import ReplayDrafter
+    from specrt.app.api import make_drafter
+    from specrt.runtime.sampling import SamplingParams
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bundle")
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--acceptance", default="0.74,0.88")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    bundle = Path(args.bundle)
+    rss0 = rss_gib()
+    t0 = time.perf_counter()
+    engine = specrt.load(str(bundle), device="cpu")
+    load_s = time.perf_counter() - t0
+    rss_loaded = rss_gib()
+    providers = ["CPUExecutionProvider"]
+    params = SamplingParams(max_new_tokens=args.tokens, stop_token_ids=())
+    prompts = PROMPTS[:args.prompts]
+    results: dict[str, dict] = {}
+
+    def run(label: str, drafter_for, k: int | None = None, adaptive: bool = True) -> None:
+        engine.draft_length, engine.adaptive = k, adaptive
+        rates, equal, calls, draft_s, verify_s = [], [], [], 0.0, 0.0
+        for prompt in prompts:
+            engine.reset()
+            out = engine.generate(prompt, params, drafter=drafter_for(prompt)).wait()
+            rates.append(out.stats.tokens_per_second)
+            equal.append(out.token_ids == plain[prompt] if plain else True)
+            calls.append(out.stats.target_calls)
+            draft_s += out.stats.draft_seconds
+            verify_s += out.stats.verify_seconds
+        steps = max(sum(calls) - len(prompts), 1)
+        results[label] = {"tok_s": statistics.mean(rates), "equal_plain": all(equal), "target_calls": sum(calls),
+                          "draft_ms_per_step": 1000 * draft_s / steps, "verify_ms_per_step": 1000 * verify_s / steps}
+        base = results.get("plain", results[label])["tok_s"]
+        print(f"{label:28s} {results[label]['tok_s']:6.2f} tok/s  {results[label]['tok_s'] / base:5.2f}x plain  "
+              f"calls {sum(calls):4d}  draft {results[label]['draft_ms_per_step']:7.1f} ms/step  verify "
+              f"{results[label]['verify_ms_per_step']:7.1f} ms/step  equal to plain: {all(equal)}", flush=True)
+
+    plain: dict[str, list[int]] = {}
+    run("plain", lambda p: None)
+    for prompt in prompts:
+        engine.reset()
+        plain[prompt] = engine.generate(prompt, params, drafter=None).wait().token_ids
+    rss_decoding = rss_gib()
+    mtp = make_drafter("mtp", bundle, engine.manifest, providers)
+    for k in (1, 2, 3):
+        run(f"mtp k={k} (random weights)", lambda p: mtp, k=k, adaptive=False)
+    for acceptance in [float(a) for a in args.acceptance.split(",")]:
+        for k in (1, 2, 3):
+            run(f"replay {acceptance:.0%} k={k}",
+                lambda p: ReplayDrafter(len(engine.prompt_ids(p)), plain[p], engine.manifest.vocab_size, acceptance,
+                                        inner=mtp), k=k, adaptive=False)
+        run(f"replay {acceptance:.0%} adaptive",
+            lambda p: ReplayDrafter(len(engine.prompt_ids(p)), plain[p], engine.manifest.vocab_size, acceptance,
+                                    inner=mtp))
+    auto = make_drafter("auto", bundle, engine.manifest, providers)
+    run("auto (mtp+dflash+ngram)", lambda p: auto)
+    replay = replay_cost(engine)
+    print("state restore after keeping k of a 4-token call (ms): " +
+          ", ".join(f"k={k}: {v:.2f}" for k, v in replay.items()))
+    states = engine.target.states
+    state_mib = states.nbytes() / 2**20 if states else 0
+    print(f"runtime RSS: {rss0:.2f} GiB before load, {rss_loaded:.2f} GiB loaded ({load_s:.1f} s), "
+          f"{rss_decoding:.2f} GiB decoding, peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB; "
+          f"recurrent + conv state buffers (two of each) {state_mib:.1f} MiB")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results, "replay_ms": replay, "rss_loaded_gib": rss_loaded,
+                                               "rss_decoding_gib": rss_decoding, "load_s": load_s,
+                                               "state_buffers_mib": state_mib}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
