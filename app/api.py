@@ -190,7 +190,7 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
     bundle = resolve_bundle(model, precision, stages, drafter)
     manifest = load_bundle(bundle, check_hashes=False)  # sizes on every load; `specrt info` checks sha256
     drafter_obj = make_drafter(drafter or "none", bundle, manifest, providers, threads)
-    check_draft_length(draft_length, drafter_obj)
+    check_draft_length(draft_length, drafter_obj, manifest)
     if batch_invariant is None:
         batch_invariant = DEFAULT_BATCH_INVARIANT
     engine = Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj, batch_invariant=batch_invariant,
@@ -199,12 +199,18 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
     return engine
 
 
-def check_draft_length(draft_length: int | None, drafter) -> None:
-    """A fixed draft length must be positive, needs a drafter, and fits a block drafter's block."""
+def check_draft_length(draft_length: int | None, drafter, manifest: Manifest | None = None) -> None:
+    """A fixed draft length must be positive, needs a drafter, fits a block drafter's block and what a recurrent
+    target can replay of one call."""
     if draft_length is None:
         return
     if draft_length < 1:
         raise SpecrtError(f"--draft-length must be at least 1 (got {draft_length})")
+    if manifest is not None and manifest.states is not None and draft_length > manifest.states.capacity - 1:
+        raise SpecrtError(f"--draft-length {draft_length}: this {manifest.architecture} target keeps the recurrent "
+                          f"state of at most {manifest.states.capacity} tokens of a call (its linear-attention layers "
+                          f"capture that many transitions), so it verifies at most {manifest.states.capacity - 1} "
+                          f"draft tokens")
     if drafter is None:
         raise SpecrtError("--draft-length fixes how many tokens a drafter drafts, but no drafter is used "
                           "(--drafter none, or the bundle has none)")

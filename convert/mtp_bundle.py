@@ -43,7 +43,8 @@ def _weights(loaded, folder: str) -> Mapping:
     from specrt.models.tensor_source import Subset
 
     if not folder:
-        if loaded.source.kind != "hf":
+        # a qwen35 GGUF carries its MTP module as its last block (nextn), read as model.mtp.*
+        if loaded.source.kind != "hf" and loaded.config.family != "qwen3_5":
             raise SourceError(f"--drafter mtp reads the MTP module from an HF safetensors folder; "
                               f"{loaded.source.path} is a {loaded.source.kind} source (or give mtp:FOLDER)")
         return loaded.weights

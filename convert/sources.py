@@ -81,8 +81,8 @@ def _check_layer_types(cfg: ModelConfig, weights: LazyWeights, resolved: Resolve
         other = "self_attn.q_proj.weight" if cfg.is_linear(i) else "linear_attn.in_proj_qkv.weight"
         if f"model.layers.{i}.{other}" in weights:
             said = cfg.layer_types[i] if cfg.layer_types else "full_attention"
-            raise SourceError(f"{resolved.path}: layer {i} has tensor model.layers.{i}.{other}, but config.json's "
-                              f"layer_types says {said}")
+            where = "config.json's layer_types" if resolved.kind == "hf" else "its qwen35.attention.recurrent_layers"
+            raise SourceError(f"{resolved.path}: layer {i} has tensor model.layers.{i}.{other}, but {where} says {said}")
 
 
 def _check_weights(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSource) -> None:

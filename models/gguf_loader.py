@@ -15,12 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from specrt.errors import SourceError
+from specrt.models import gguf_qwen35
 from specrt.models.tensor_source import LazyWeights, TensorRef, check_inside, file_size
 
 SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K")
 
 # GGUF architecture -> HF model_type
-GGUF_ARCHS = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text"}
+GGUF_ARCHS = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text",
+              "qwen35": "qwen3_5_text"}  # qwen35: models/gguf_qwen35.py
 
 # metadata key (after the "<arch>." prefix) -> HF config key
 META_KEYS = {
@@ -196,17 +198,27 @@ def gguf_hf_config(reader) -> dict:
     arch = field_value(reader, "general.architecture")
     if arch not in GGUF_ARCHS:
         raise SourceError(f"unsupported GGUF architecture {arch!r} (supported: {', '.join(GGUF_ARCHS)})")
+    if arch == gguf_qwen35.ARCH:
+        return _with_common(reader, gguf_qwen35.hf_config(reader, field_value), arch, extra_blocks=True)
     hf = {"model_type": GGUF_ARCHS[arch]}
     for key, hf_key in META_KEYS.items():
         value = field_value(reader, f"{arch}.{key}")
         if value is not None:
             hf[hf_key] = value
+    return _with_common(reader, hf, arch)
+
+
+def _with_common(reader, hf: dict, arch: str, extra_blocks: bool = False) -> dict:
+    """The fields every architecture takes from the file itself (vocabulary, tied head, special ids), after the
+    block count is checked against the tensors (extra_blocks: the MTP module's block follows the layers)."""
     names = {t.name for t in reader.tensors}
     embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     if embd is None:
         raise SourceError(f"the GGUF file has no token_embd.weight tensor ({len(names)} tensors)")
     blocks = {int(n.split(".")[1]) for n in names if n.startswith("blk.") and n.split(".")[1].isdigit()}
     declared = hf.get("num_hidden_layers")
+    if extra_blocks and declared is not None:
+        declared += hf.get("mtp_num_hidden_layers", 0)
     if declared is not None and (not isinstance(declared, int) or declared != len(blocks)
                                  or blocks != set(range(len(blocks)))):
         raise SourceError(f"GGUF metadata {arch}.block_count = {declared!r}, but the file holds tensors for "
@@ -287,6 +299,20 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
     block_map = GEMMA_BLOCK_TENSORS if arch == "gemma3" else LLAMA_BLOCK_TENSORS
     refs: dict[str, TensorRef] = {}
     for t in reader.tensors:
+        if arch == gguf_qwen35.ARCH:
+            found = gguf_qwen35.hf_tensor(t.name, hf)
+            if found is None:
+                continue
+            name, after = found
+            if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
+                raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
+                                  f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
+            shape = tuple(int(x) for x in reversed(t.shape))
+            if name.endswith("conv1d.weight") and len(shape) == 2:
+                shape = (shape[0], 1, shape[1])  # stored squeezed [C, K]; HF's depthwise conv weight is [C, 1, K]
+            refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
+                                   _decoder(t.tensor_type, after), rows_apart=after is None)
+            continue
         name = _hf_name(t.name, block_map)
         if name is None:
             continue  # rope_freqs and other tensors the HF layout recomputes
@@ -309,7 +335,8 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
             after = _minus_one
         refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
                                _decoder(t.tensor_type, after), rows_apart=after is None or after is _minus_one)
-    _check_shapes(hf, refs)
+    if arch != gguf_qwen35.ARCH:  # a qwen35 file's tensors are checked against its config by the converter
+        _check_shapes(hf, refs)
     return hf, LazyWeights(refs), reader
 
 

@@ -215,13 +215,20 @@ class Engine:
                               "(convert the model with the drafter)")
         return TargetView(self.taps)
 
+    @property
+    def draft_limit(self) -> int | None:
+        """The most draft tokens one verification may take: a recurrent target replays at most its capture
+        capacity of a call's tokens (the pending token and capacity - 1 drafts); None: no limit."""
+        return self.manifest.states.capacity - 1 if self.manifest.states is not None else None
+
     def _stepper(self, params: SamplingParams, drafter: Drafter | None):
         if drafter is None:
             return PlainStepper(self, params)
+        limit = self.draft_limit or 1 << 30
         if self.draft_length is not None:
-            return SpeculativeStepper(self, params, drafter, max_draft=self.draft_length, adaptive=False)
+            return SpeculativeStepper(self, params, drafter, max_draft=min(self.draft_length, limit), adaptive=False)
         max_draft = drafter.max_draft or self.max_draft  # a tree drafter asks for more nodes
-        return SpeculativeStepper(self, params, drafter, max_draft=max_draft, adaptive=self.adaptive)
+        return SpeculativeStepper(self, params, drafter, max_draft=min(max_draft, limit), adaptive=self.adaptive)
 
     def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None):
         t0 = time.perf_counter()

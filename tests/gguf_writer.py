@@ -72,3 +72,33 @@ def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], en
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def write_qwen35_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int,
+                      mtp_layers: int = 0, encode=None, names_from: dict | None = None) -> None:
+    """A Qwen3.5 model (HF names, mtp.* included) as llama.cpp's converter writes it (models/gguf_qwen35.py: its
+    names, value transforms and qwen35 metadata); F32 tensors unless encode(gguf_name, array) -> (data, raw_dtype)
+    picks another storage; a gpt2-style token list (its last two tokens become "Ġ" and "ĠĠ", for the one merge
+    a BPE tokenizer needs). names_from: the config the tensors are laid out by, where `hf` (the metadata) is made
+    to disagree with them."""
+    import gguf
+
+    from specrt.models import gguf_qwen35
+
+    writer = gguf.GGUFWriter(str(path), gguf_qwen35.ARCH)
+    gguf_qwen35.write_metadata(writer, hf, mtp_layers)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen35")
+    tokens = list(tokens[:-2]) + ["\u0120", "\u0120\u0120"]
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
+    writer.add_token_merges(["\u0120 \u0120"])
+    writer.add_eos_token_id(eos)
+    for name, w in weights.items():
+        gname, data = gguf_qwen35.gguf_tensor(name, w, names_from or hf)
+        stored, raw_dtype = encode(gname, data) if encode else (data, None)
+        writer.add_tensor(gname, stored, raw_dtype=raw_dtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

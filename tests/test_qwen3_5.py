@@ -320,3 +320,64 @@ def test_server_takes_enable_thinking_and_refuses_other_template_variables():
     for bad in ({"enable_thinking": "no"}, {"tools": []}, "x"):
         with pytest.raises(RequestError, match="chat_template_kwargs"):
             parse({**body, "chat_template_kwargs": bad}, True, "m", 64)
+
+
+def _write_gguf(path, edit_metadata=None, mtp: bool = True):
+    """The tiny text model (+ MTP) as a qwen35 GGUF in llama.cpp's layout (models/gguf_qwen35.py, checked against
+    llama.cpp's own converter's output); edit_metadata(hf) changes the config the metadata is written from."""
+    from tests.gguf_writer import write_qwen35_gguf
+    from tests.tiny_models import WORDS
+
+    model = hf_model("qwen3_5_text")
+    hf = model.config.to_dict()
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    if mtp:
+        weights.update(random_mtp_tensors("qwen3_next", config_from_hf(hf), 1))
+    written = dict(hf)
+    if edit_metadata:
+        edit_metadata(written)
+    write_qwen35_gguf(path, written, weights, ["<|endoftext|>"] + list(WORDS[1:97]), eos=4, mtp_layers=int(mtp),
+                      names_from=hf)
+    return model, weights
+
+
+def test_gguf_in_llama_cpps_qwen35_layout_converts_and_drafts_with_its_mtp_block(tmp_path):
+    """Names, -exp(A_log), 1 + w norms, tiled value heads and the MTP block (nextn) undone exactly; the bundle
+    decodes as transformers does and its MTP module (read from the GGUF's last block) drafts losslessly."""
+    import specrt
+    from specrt.models.gguf_loader import load_gguf
+
+    model, weights = _write_gguf(tmp_path / "m.gguf")
+    hf, loaded, _ = load_gguf(tmp_path / "m.gguf")
+    assert hf["layer_types"] == list(model.config.layer_types) and hf["linear_num_value_heads"] == 4
+    for name, w in weights.items():
+        np.testing.assert_allclose(loaded["model." + name if name.startswith("mtp.") else name], w, rtol=1e-5,
+                                   atol=1e-6)
+    out = tmp_path / "bundle"
+    assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(out), "--max-context", "128", "--drafter", "mtp"]) == 0
+    engine = specrt.load(str(out), device="cpu", drafter="mtp")
+    params = SamplingParams(max_new_tokens=32, stop_token_ids=())
+    ids = [5, 9, 30, 41, 7, 60]
+    plain = engine.generate("", params, ids=ids, drafter=None).wait().token_ids
+    with torch.no_grad():
+        logits = model(torch.tensor([ids + plain])).logits[0, len(ids) - 1:-1]
+    assert logits.argmax(-1).tolist() == plain
+    engine.reset()
+    spec = engine.generate("", params, ids=ids).wait()
+    assert spec.token_ids == plain and sum(spec.stats.drafted_by_position) > 0
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda hf: hf.update(linear_num_key_heads=1), "tensor model.layers.0.linear_attn.in_proj_qkv.weight has shape"),
+    (lambda hf: hf.update(num_hidden_layers=5, layer_types=hf["layer_types"] + ["full_attention"]),
+     "block_count = 6, but the file holds tensors for 5 blocks"),
+    (lambda hf: hf.update(layer_types=["linear_attention"] * 4),
+     "layer 3 has tensor model.layers.3.self_attn.q_proj.weight, but its qwen35.attention.recurrent_layers says "
+     "linear_attention"),
+])
+def test_inconsistent_qwen35_gguf_metadata_is_named(tmp_path, capsys, edit, message):
+    _write_gguf(tmp_path / "m.gguf", edit)
+    code = main(["convert", str(tmp_path / "m.gguf"), "-o", str(tmp_path / "out")])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert code == 2 and len(errors) == 1 and message in errors[0], errors
+    assert not (tmp_path / "out").exists()
