@@ -127,14 +127,36 @@ def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, prov
     with torch.no_grad():
         for name in written.quant_rows:  # the torch head runs the very quantized weights the graph holds
             if name == EMBED:  # the quantized embedding table, which the comparison looks tokens up in
-                embed = dequantize(written.quantized(name))
+                embed = _QuantizedRows(written, name)
+            elif params[rename(name)].numel() == 0:  # a shared tensor left in the source (models/mtp.SourceTensor)
+                params[rename(name)].data = torch.from_numpy(dequantize(written.quantized(name)))
             else:
                 params[rename(name)].copy_(torch.from_numpy(dequantize(written.quantized(name))))
+        for name, param in params.items():  # a float graph: the shared tensor as the source holds it
+            if param.numel() == 0:
+                source = next(v for k, v in builder.w.items() if rename(k) == name)
+                param.data = torch.from_numpy(source.read() if hasattr(source, "read") else np.asarray(source))
     validation, session = validate_graph(tmp / f"{stem}.onnx", bool(written.quant_rows), providers,
                                          lambda session: compare_with_torch(session, module, embed), label,
                                          builder.opts.precision)
     stages.done()
     return tuple(i.name for i in session.get_inputs() if not i.name.startswith("past_")), validation
+
+
+class _QuantizedRows:
+    """Rows of a graph's quantized embedding table, dequantized when looked up (the whole table is never made)."""
+
+    def __init__(self, written, name: str):
+        self.written, self.name = written, name
+        r = written.quant_rows[name]
+        self.shape = (r.hi - r.lo, r.k)
+
+    def __getitem__(self, ids) -> np.ndarray:
+        from specrt.convert.quantize import dequantize
+
+        ids = np.asarray(ids)
+        unique, where = np.unique(ids, return_inverse=True)
+        return dequantize(self.written.quantized(self.name, unique))[where.reshape(ids.shape)]
 
 
 def head_precision(target_precision: str) -> str:

@@ -66,7 +66,9 @@ def add(spec: str, folder: str, tmp: Path, loaded, precision: str, max_context: 
     from specrt.convert.target_graph import GraphOptions
     from specrt.models.mtp import load_mtp_from_target, model_from_tensors
 
-    cfg, tensors = load_mtp_from_target(loaded.config, _weights(loaded, folder))
+    # the target's embedding table and lm_head stay in the source until the graph builder reads them (memory: a
+    # 248k-token vocabulary makes each 4 GB in float32)
+    cfg, tensors = load_mtp_from_target(loaded.config, _weights(loaded, folder), lazy_shared=True)
     opts = GraphOptions(precision=head_precision(precision), max_context=max_context)
     torch_module, embed = model_from_tensors(cfg, tensors)
     inputs, validation = export_head(_MtpBuilder(cfg, _graph_weights(tensors), opts), torch_module, embed, _torch_name, tmp,

@@ -13,12 +13,22 @@ import onnx
 
 from specrt.convert.head_graph import add_head_inputs, add_head_outputs
 from specrt.convert.target_graph import GraphOptions, _TargetBuilder
-from specrt.models.mtp import MtpConfig
+from specrt.models.mtp import MtpConfig, SourceTensor
+
+
+class _ReadWhenUsed(dict):
+    """A dict whose SourceTensor values (the target's embedding table and lm_head) are read from the source each
+    time the builder asks for them, and dropped after use."""
+
+    def __getitem__(self, name):
+        value = super().__getitem__(name)
+        return value.read() if isinstance(value, SourceTensor) else value
 
 
 def _graph_weights(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Canonical MTP names -> the target builder's names for layer 0."""
-    out = {("model.layers.0." + k[len("block."):] if k.startswith("block.") else k): v for k, v in tensors.items()}
+    out = _ReadWhenUsed(("model.layers.0." + k[len("block."):] if k.startswith("block.") else k, v)
+                        for k, v in tensors.items())
     out["model.embed_tokens.weight"] = tensors["embed.weight"]
     out["model.norm.weight"] = tensors["norm.weight"]
     out["lm_head.weight"] = tensors["head.weight"]

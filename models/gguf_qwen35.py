@@ -166,34 +166,33 @@ def hf_tensor(gguf_name: str, hf: dict):
     return (f"{full}.{suffix}" if suffix and kind != "ssm_dt" else full), transform  # ssm_dt.bias is HF's dt_bias
 
 
-def gguf_tensor(hf_name: str, w: np.ndarray, hf: dict) -> tuple[str, np.ndarray]:
-    """(GGUF name, array as llama.cpp's converter stores it) of an HF tensor (the writer's direction)."""
-    nk, nv = hf["linear_num_key_heads"], hf["linear_num_value_heads"]
-    qk = 2 * nk * hf["linear_key_head_dim"]
-    tile = functools.partial(_grouped_to_tiled, key_heads=nk, value_heads=nv)
+def gguf_name(hf_name: str, hf: dict) -> tuple[str, str]:
+    """(GGUF name, tensor kind) of an HF tensor name (mtp.* or model.mtp.* for the MTP module)."""
     layers = hf["num_hidden_layers"]
     if hf_name.startswith(("mtp.", "model.mtp.")):
         rest = hf_name.split("mtp.", 1)[1]
         base, _, suffix = rest.rpartition(".")
         nextn = {v: k for k, v in NEXTN.items()}
-        if base in nextn:
-            kind = nextn[base]
-        else:
-            kind = {v: k for k, v in SHARED.items()}[base[len("layers.0."):]]
-        name = f"blk.{layers}.{kind}.{suffix}"
-    else:
-        base, _, suffix = hf_name.rpartition(".")
-        top = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
-        if base in top:
-            kind, name = top[base], f"{top[base]}.{suffix}"
-        elif hf_name.endswith(("A_log", "dt_bias")):
-            _, _, idx, rest = hf_name.split(".", 3)
-            kind = "ssm_a" if rest.endswith("A_log") else "ssm_dt"
-            name = f"blk.{idx}.ssm_a" if kind == "ssm_a" else f"blk.{idx}.ssm_dt.bias"
-        else:
-            _, _, idx, rest = base.split(".", 3)
-            kind = {**{v: k for k, v in SHARED.items()}, **{v: k for k, v in LINEAR.items()}}[rest]
-            name = f"blk.{idx}.{kind}.{suffix}"
+        kind = nextn[base] if base in nextn else {v: k for k, v in SHARED.items()}[base[len("layers.0."):]]
+        return f"blk.{layers}.{kind}.{suffix}", kind
+    base, _, suffix = hf_name.rpartition(".")
+    top = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+    if base in top:
+        return f"{top[base]}.{suffix}", top[base]
+    if hf_name.endswith(("A_log", "dt_bias")):
+        idx = hf_name.split(".")[2]
+        return (f"blk.{idx}.ssm_a", "ssm_a") if hf_name.endswith("A_log") else (f"blk.{idx}.ssm_dt.bias", "ssm_dt")
+    _, _, idx, rest = base.split(".", 3)
+    kind = {**{v: k for k, v in SHARED.items()}, **{v: k for k, v in LINEAR.items()}}[rest]
+    return f"blk.{idx}.{kind}.{suffix}", kind
+
+
+def gguf_tensor(hf_name: str, w: np.ndarray, hf: dict) -> tuple[str, np.ndarray]:
+    """(GGUF name, array as llama.cpp's converter stores it) of an HF tensor (the writer's direction)."""
+    nk, nv = hf["linear_num_key_heads"], hf["linear_num_value_heads"]
+    qk = 2 * nk * hf["linear_key_head_dim"]
+    tile = functools.partial(_grouped_to_tiled, key_heads=nk, value_heads=nv)
+    name, kind = gguf_name(hf_name, hf)
     w = np.asarray(w, dtype=np.float32)
     if kind in PLUS_ONE or kind == "output_norm":
         w = w + 1.0

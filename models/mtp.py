@@ -151,9 +151,33 @@ def find_layout(weights: dict, target: ModelConfig) -> Layout:
         "(DeepSeek-V3/GLM-4.5), mtp.fc (Qwen3-Next) and model.mtp_layers.0.input_proj (MiMo))")
 
 
-def load_mtp_from_target(target: ModelConfig, weights: dict[str, np.ndarray]) -> tuple[MtpConfig, dict[str, np.ndarray]]:
+class SourceTensor:
+    """A large tensor the module shares with its target (its embedding table, its lm_head), left in the source
+    until used: `read()` the whole of it, `[ids]` only those rows (conversion need not hold a 248k x 4096 table
+    twice, or at all while it validates)."""
+
+    def __init__(self, weights, name: str):
+        from specrt.models.tensor_source import shape_of
+
+        self.weights, self.name = weights, name
+        self.shape = tuple(shape_of(weights, name))
+
+    def read(self) -> np.ndarray:
+        return np.asarray(self.weights[self.name], dtype=np.float32)
+
+    def __getitem__(self, ids) -> np.ndarray:
+        from specrt.models.tensor_source import rows_of
+
+        ids = np.asarray(ids)
+        rows = rows_of(self.weights, self.name, ids.reshape(-1))
+        return np.asarray(rows, dtype=np.float32).reshape(*ids.shape, self.shape[-1])
+
+
+def load_mtp_from_target(target: ModelConfig, weights: dict[str, np.ndarray],
+                         lazy_shared: bool = False) -> tuple[MtpConfig, dict[str, np.ndarray]]:
     """The target's first MTP module: config and canonical tensors (enorm, hnorm, proj, norm, block.*, head,
-    target_norm, embed). SourceError names a missing, unexpected or misshaped tensor."""
+    target_norm, embed). SourceError names a missing, unexpected or misshaped tensor. lazy_shared: the target's
+    embedding table and lm_head come as SourceTensors, read when used."""
     if target.family not in ("llama", "qwen3_5"):
         raise SourceError(f"MTP modules are supported for llama-family and Qwen3.5 targets; this target is "
                           f"{target.family}")
@@ -187,12 +211,14 @@ def load_mtp_from_target(target: ModelConfig, weights: dict[str, np.ndarray]) ->
             raise SourceError(f"MTP tensor {prefix}{_layout_name(layout, name)} has shape "
                               f"{tuple(tensors[name].shape)}, expected {shape}")
     if "head.weight" not in tensors:
-        tensors["head.weight"] = weights.get("lm_head.weight", weights["model.embed_tokens.weight"])
+        name = "lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"
+        tensors["head.weight"] = SourceTensor(weights, name) if lazy_shared else weights[name]
     if tuple(tensors["head.weight"].shape) != (target.vocab_size, target.hidden_size):
         raise SourceError(f"MTP head has shape {tuple(tensors['head.weight'].shape)}, expected "
                           f"{(target.vocab_size, target.hidden_size)}")
     tensors["target_norm.weight"] = weights["model.norm.weight"]
-    tensors["embed.weight"] = weights["model.embed_tokens.weight"]
+    embed = "model.embed_tokens.weight"
+    tensors["embed.weight"] = SourceTensor(weights, embed) if lazy_shared else weights[embed]
     return cfg, tensors
 
 
@@ -207,11 +233,18 @@ def _layout_name(layout: Layout, canonical: str) -> str:
 
 
 def model_from_tensors(cfg: MtpConfig, tensors: dict[str, np.ndarray]) -> tuple[MtpModule, np.ndarray]:
-    """The torch module (strictly loaded) and the target's embedding table [V, H]."""
+    """The torch module (strictly loaded) and the target's embedding table [V, H] (a SourceTensor stays one: rows
+    are read when looked up). A SourceTensor head is left empty ([0, H]) for the caller to fill."""
     model = MtpModule(cfg).eval()
-    state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in tensors.items() if k != "embed.weight"}
-    model.load_state_dict(state, strict=True)
-    return model, np.asarray(tensors["embed.weight"], dtype=np.float32)
+    state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in tensors.items()
+             if k != "embed.weight" and not isinstance(v, SourceTensor)}
+    lazy = [k for k, v in tensors.items() if k != "embed.weight" and isinstance(v, SourceTensor)]
+    for name in lazy:  # no V x H allocation now: the conversion fills it after the graph is written
+        module, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(module), attr, torch.nn.Parameter(torch.empty(0, cfg.layer.hidden_size)))
+    model.load_state_dict(state, strict=not lazy)
+    embed = tensors["embed.weight"]
+    return model, embed if isinstance(embed, SourceTensor) else np.asarray(embed, dtype=np.float32)
 
 
 def save_mtp_checkpoint(folder, cfg: MtpConfig, tensors: dict[str, np.ndarray], half: bool = False) -> None:

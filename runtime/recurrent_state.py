@@ -81,7 +81,8 @@ class StateBuffers:
         return 2 * sum(a.nbytes for a in (*self.conv[0].values(), *self.recurrent[0].values()))
 
     def clear(self) -> None:
-        """The zero state (an empty cache)."""
+        """The zero state (an empty cache); the snapshot goes with the cache's contents."""
+        self.snapshot_length = None
         for array in (*self.conv[self.current].values(), *self.recurrent[self.current].values()):
             array.fill(0)
         self.capture = None
@@ -103,7 +104,10 @@ class StateBuffers:
         return best
 
     def restore(self, length: int, now: int) -> None:
-        """Make buffer `current` hold the state at `length` (one of reachable's answers)."""
+        """Make buffer `current` hold the state at `length` (one of reachable's answers). A snapshot past `length`
+        is dropped: the tokens after `length` are about to be replaced, and it would describe the old ones."""
+        if self.snapshot_length is not None and length < self.snapshot_length:
+            self.snapshot_length = None
         if length == now:
             return
         cap = self.capture

@@ -184,13 +184,17 @@ class SpeculativeStepper(PlainStepper):
         self.stats.drafts_by_drafter[name] = self.stats.drafts_by_drafter.get(name, 0) + 1
         depth = int(depths.max())
         self._count(depth, len(verdict.accepted))
+        t3 = time.perf_counter()
+        self.engine.commit(base, verdict.accepted, draft)
+        # keeping the accepted path is part of the call's cost (a tree's KV gather; a recurrent target's replay)
+        committing = time.perf_counter() - t3
+        self.stats.verify_seconds += committing
         if self.controllers:
             controller = self.controllers[member]
-            controller.observe_call(len(tokens), t2 - t1)
+            controller.observe_call(len(tokens), t2 - t1 + committing)
             catchup = self.members[member].catchup_seconds
             controller.observe_catchup(behind, catchup)
             controller.observe_draft(depth, len(verdict.accepted), drafting - catchup, len(draft))
-        self.engine.commit(base, verdict.accepted, draft)
         self.pending = verdict.next_token
         return [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]
 

@@ -3,7 +3,10 @@ acceptances, `auto`, the cost of keeping an accepted prefix's recurrent state, a
 
     python scripts/bench_qwen35.py BUNDLE [--tokens 48] [--prompts 2] [--acceptance 0.74,0.88] [--json OUT]
 
-Every configuration decodes the same prompts greedily from a reset cache, in one run (compare only within it).
+Every configuration decodes the same prompts greedily from a reset cache, in one run (compare only within it), in
+batch-invariant mode (`--batch-invariant`: every call rounds alike, so greedy speculation must equal plain decoding
+token for token, and the replay drafter's tokens are the run's own); plain decoding in the default mode is timed
+beside it.
 The replay drafter (scripts/replay_drafter.py) runs the bundle's MTP module for every draft, paying its real
 cost, and then proposes plain decoding's own tokens, each right with the stated probability: the runtime's real
 speed at that acceptance on random weights, where the module itself accepts nothing.
@@ -74,7 +77,7 @@ def main() -> None:
     bundle = Path(args.bundle)
     rss0 = rss_gib()
     t0 = time.perf_counter()
-    engine = specrt.load(str(bundle), device="cpu")
+    engine = specrt.load(str(bundle), device="cpu", batch_invariant=True)
     load_s = time.perf_counter() - t0
     rss_loaded = rss_gib()
     providers = ["CPUExecutionProvider"]
@@ -103,6 +106,9 @@ def main() -> None:
 
     plain: dict[str, list[int]] = {}
     run("plain", lambda p: None)
+    engine.batch_invariant = False
+    run("plain, default mode", lambda p: None)
+    engine.batch_invariant = True
     for prompt in prompts:
         engine.reset()
         plain[prompt] = engine.generate(prompt, params, drafter=None).wait().token_ids

@@ -1,5 +1,6 @@
-"""Write an HF llama-family folder (e.g. scripts/synthetic_model.py's target) as a pure Q4_0 GGUF for llama.cpp,
-streaming: one tensor is read, quantized and written at a time.
+"""Write an HF llama-family or Qwen3.5 folder (e.g. scripts/synthetic_model.py's target) as a pure Q4_0 GGUF for
+llama.cpp, streaming: one tensor is read, quantized and written at a time. A Qwen3.5 folder becomes llama.cpp's
+qwen35 layout (models/gguf_qwen35.py; its MTP module and vision tower left out: plain decoding is compared).
 
     python scripts/synthetic_gguf.py FOLDER OUT.gguf
 
@@ -30,6 +31,18 @@ def main(folder: str, out: str) -> None:
     folder_path = Path(folder)
     loaded = sources.load(sources.resolve(folder))
     hf, cfg = loaded.hf_config, loaded.config
+    hybrid = cfg.family == "qwen3_5"
+    if hybrid:
+        from specrt.models import gguf_qwen35
+
+        text = hf.get("text_config", hf)
+        writer = gguf.GGUFWriter(out, gguf_qwen35.ARCH)
+        gguf_qwen35.write_metadata(writer, {**text, "model_type": "qwen3_5_text"}, mtp_layers=0)
+        _tokenizer(writer, folder_path, cfg, gguf)
+        _tensors(writer, loaded, gguf, lambda name: gguf_qwen35.gguf_name(name, text)[0],
+                 lambda name, w: gguf_qwen35.gguf_tensor(name, w, text)[1], skip=lambda name: name.startswith("model.mtp."))
+        print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
+        return
     arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[cfg.model_type]
     writer = gguf.GGUFWriter(out, arch)
     writer.add_block_count(cfg.num_layers)
@@ -89,6 +102,56 @@ def main(folder: str, out: str) -> None:
             print(f"{k}/{len(plan)} tensors", file=sys.stderr)
     writer.close()
     print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
+
+
+def _tokenizer(writer, folder_path: Path, cfg, gguf) -> None:
+    """The folder's tokenizer as a gpt2-style token list (prompts reach llama.cpp as ids: its tokenizer decides
+    nothing), with the one merge llama.cpp needs."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder_path / "tokenizer.json"))
+    by_id = sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])
+    special = {t.content for t in tok.get_added_tokens_decoder().values()}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    tokens = [t for t, _ in by_id]
+    spare = next(i for i, t in enumerate(tokens) if t.startswith("<|placeholder_"))
+    tokens[spare] = "\u0120\u0120"
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t, _ in by_id])
+    writer.add_token_merges(["\u0120 \u0120"])
+    writer.add_eos_token_id(cfg.eos_token_ids[0])
+
+
+def _tensors(writer, loaded, gguf, name_of, value_of, skip) -> None:
+    """Every weight under name_of(hf_name) with value_of(hf_name, array), matrices as Q4_0 (the conv weight and
+    1-D tensors F32), header first, then one tensor at a time."""
+    infos = []
+    for name in loaded.weights:
+        if skip(name):
+            continue
+        shape = tuple(loaded.weights.shape(name))
+        conv = name.endswith("conv1d.weight")
+        stored = (shape[0], shape[2]) if conv else shape  # the conv weight is stored squeezed
+        qtype = gguf.GGMLQuantizationType.Q4_0 if len(stored) == 2 and not conv else gguf.GGMLQuantizationType.F32
+        infos.append((name, name_of(name), stored, qtype))
+    for name, gname, stored, qtype in infos:
+        if qtype == gguf.GGMLQuantizationType.F32:
+            writer.add_tensor_info(gname, stored, np.dtype(np.float32), 4 * int(np.prod(stored)))
+        else:
+            byte_shape = gguf.quant_shape_to_byte_shape(stored, qtype)
+            writer.add_tensor_info(gname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for k, (name, gname, stored, qtype) in enumerate(infos, 1):
+        w = value_of(name, loaded.weights[name])
+        if qtype != gguf.GGMLQuantizationType.F32:
+            w = gguf.quants.quantize(w, qtype)
+        writer.write_tensor_data(w)
+        if k % 40 == 0 or k == len(infos):
+            print(f"{k}/{len(infos)} tensors", file=sys.stderr)
+    writer.close()
 
 
 if __name__ == "__main__":

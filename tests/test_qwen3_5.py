@@ -381,3 +381,33 @@ def test_inconsistent_qwen35_gguf_metadata_is_named(tmp_path, capsys, edit, mess
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert code == 2 and len(errors) == 1 and message in errors[0], errors
     assert not (tmp_path / "out").exists()
+
+
+def test_replay_in_closed_form_equals_the_sequential_recurrence_and_snapshots_expire():
+    """runtime/recurrent_state.replay_recurrent (all kept transitions in one pass) against S *= decay; S += key (x)
+    delta token by token (GatedDeltaNetStateReplay's definition), grouped value heads included; a snapshot past a
+    rollback is dropped (its tokens are being replaced)."""
+    from specrt.bundle import RecurrentStates
+    from specrt.runtime.recurrent_state import StateBuffers, replay_recurrent, split_capture
+
+    st = RecurrentStates(layers=(0,), conv_kernel=4, conv_channels=8, value_heads=4, value_dim=3, key_heads=2,
+                         key_dim=5)
+    rng = np.random.default_rng(0)
+    before = rng.standard_normal((1, 4, 3, 5)).astype(np.float32)
+    capture = rng.standard_normal((1, st.capacity * (4 + 2 * 5 + 4 * 3))).astype(np.float32)
+    capture[0, :st.capacity * 4] = rng.uniform(0.5, 1.0, st.capacity * 4)  # decays in (0, 1]
+    decay, key, delta = split_capture(capture[0], st)
+    for kept in range(st.capacity + 1):
+        want = before[0].astype(np.float64)
+        for t in range(kept):
+            want = want * decay[t][:, None, None] + delta[t][:, :, None] * key[t][np.arange(4) // 2][:, None, :]
+        got = np.empty_like(before)
+        replay_recurrent(before, capture, kept, st, got)
+        np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+    buffers = StateBuffers(st, 1, np.float32)
+    buffers.take_snapshot(5)
+    assert buffers.reachable(7, now=9) == 5
+    buffers.restore(5, now=9)
+    assert buffers.reachable(7, now=5) == 5
+    buffers.restore(0, now=5)
+    assert buffers.reachable(7, now=0) == 0 and buffers.snapshot_length is None
