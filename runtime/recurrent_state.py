@@ -6,11 +6,13 @@ the state before the call survives it. With the call's captured transitions (con
 the state after any prefix of the call is rebuilt from the state before it without running the target again:
 
   conv       the last K - 1 rows of concat(conv state before, the call's conv inputs[:kept])
-  recurrent  S_kept = prod_t decay_t * S_0 + sum_t (prod_{u > t} decay_u) key_t (x) delta_t   (t < kept)
+  recurrent  for each kept token t: S *= decay_t; S += key_t (x) delta_t
 
-which is ONNX Runtime's GatedDeltaNetStateReplay recurrence (S *= decay; S += key (x) delta), summed in closed
-form: one pass over the state whatever the number of kept tokens. A snapshot (a copy of the state at one length,
-taken at the end of each prompt) lets the next chat turn reuse the prompt's prefix.
+which is ONNX Runtime's GatedDeltaNetStateReplay recurrence, stepped as the op steps, so the replayed state equals
+the op's own state after those tokens bit for bit (a closed form, prod(decay) S_0 + sum of scaled updates, costs
+one pass instead of two per token but rounds differently, and on a random-weight 9B model that changed greedy
+tokens: docs/perf.md, issue 34). A snapshot (a copy of the state at one length, taken at the end of each prompt)
+lets the next chat turn reuse the prompt's prefix.
 """
 
 from __future__ import annotations
@@ -49,20 +51,17 @@ def split_capture(row: np.ndarray, st: RecurrentStates) -> tuple[np.ndarray, np.
 
 def replay_recurrent(before: np.ndarray, capture: np.ndarray, kept: int, st: RecurrentStates,
                      out: np.ndarray) -> None:
-    """before [B, Hv, Dv, Dk]; capture [B, capacity * (...)]; writes the state after `kept` transitions into out."""
+    """before [B, Hv, Dv, Dk]; capture [B, capacity * (...)]; writes the state after `kept` transitions into out,
+    token by token as the op itself steps (S *= decay; S += key (x) delta, in float32, in that order): the result
+    equals the op's own state after those tokens bit for bit, so speculation keeps greedy output exact."""
     groups = st.value_heads // st.key_heads  # value head h reads key head h // groups
     for b in range(before.shape[0]):
         decay, key, delta = split_capture(capture[b], st)
-        decay, key, delta = decay[:kept], np.repeat(key[:kept], groups, axis=1), delta[:kept]  # [n, Hv, *]
-        # later[t, h] = prod of the decays after transition t (the factor transition t's update is scaled by)
-        later = np.cumprod(decay[::-1], axis=0)[::-1]  # later[t] = prod_{u >= t}
-        later = np.concatenate([later[1:], np.ones_like(later[:1])], axis=0)  # prod_{u > t}
-        total = later[0] * decay[0] if kept else np.ones(st.value_heads, np.float32)
-        np.multiply(before[b], total[:, None, None], out=out[b])
-        if kept:
-            scaled = (delta * later[..., None]).transpose(1, 2, 0)  # [Hv, Dv, n]
-            out[b] += np.matmul(scaled, key.transpose(1, 0, 2))  # [Hv, Dv, n] @ [Hv, n, Dk]
-
+        out[b] = before[b]
+        for t in range(kept):
+            np.multiply(out[b], decay[t][:, None, None], out=out[b])
+            keys = np.repeat(key[t], groups, axis=0)  # [Hv, Dk]
+            out[b] += delta[t][:, :, None] * keys[:, None, :]  # [Hv, Dv, 1] x [Hv, 1, Dk]
 
 class StateBuffers:
     """Ping-pong conv and recurrent buffers per linear layer, the last call's capture and one snapshot."""

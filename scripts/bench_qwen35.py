@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--acceptance", default="0.74,0.88")
+    ap.add_argument("--lengths", default="1,2,3", help="fixed draft lengths to run")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     bundle = Path(args.bundle)
@@ -84,48 +85,56 @@ def main() -> None:
     params = SamplingParams(max_new_tokens=args.tokens, stop_token_ids=())
     prompts = PROMPTS[:args.prompts]
     results: dict[str, dict] = {}
-
-    def run(label: str, drafter_for, k: int | None = None, adaptive: bool = True) -> None:
-        engine.draft_length, engine.adaptive = k, adaptive
-        rates, equal, calls, draft_s, verify_s = [], [], [], 0.0, 0.0
-        for prompt in prompts:
-            engine.reset()
-            out = engine.generate(prompt, params, drafter=drafter_for(prompt)).wait()
-            rates.append(out.stats.tokens_per_second)
-            equal.append(out.token_ids == plain[prompt] if plain else True)
-            calls.append(out.stats.target_calls)
-            draft_s += out.stats.draft_seconds
-            verify_s += out.stats.verify_seconds
-        steps = max(sum(calls) - len(prompts), 1)
-        results[label] = {"tok_s": statistics.mean(rates), "equal_plain": all(equal), "target_calls": sum(calls),
-                          "draft_ms_per_step": 1000 * draft_s / steps, "verify_ms_per_step": 1000 * verify_s / steps}
-        base = results.get("plain", results[label])["tok_s"]
-        print(f"{label:28s} {results[label]['tok_s']:6.2f} tok/s  {results[label]['tok_s'] / base:5.2f}x plain  "
-              f"calls {sum(calls):4d}  draft {results[label]['draft_ms_per_step']:7.1f} ms/step  verify "
-              f"{results[label]['verify_ms_per_step']:7.1f} ms/step  equal to plain: {all(equal)}", flush=True)
-
+    mtp = make_drafter("mtp", bundle, engine.manifest, providers)
+    auto = make_drafter("auto", bundle, engine.manifest, providers)
+    lengths = [int(k) for k in args.lengths.split(",")]
     plain: dict[str, list[int]] = {}
-    run("plain", lambda p: None)
-    engine.batch_invariant = False
-    run("plain, default mode", lambda p: None)
-    engine.batch_invariant = True
+    engine.generate(prompts[0], params, drafter=None).wait()  # warm-up: weights paged in, kernels prepacked
     for prompt in prompts:
         engine.reset()
         plain[prompt] = engine.generate(prompt, params, drafter=None).wait().token_ids
     rss_decoding = rss_gib()
-    mtp = make_drafter("mtp", bundle, engine.manifest, providers)
-    for k in (1, 2, 3):
-        run(f"mtp k={k} (random weights)", lambda p: mtp, k=k, adaptive=False)
+
+    def replay(acceptance):
+        return lambda p: ReplayDrafter(len(engine.prompt_ids(p)), plain[p], engine.manifest.vocab_size, acceptance,
+                                       inner=mtp)
+
+    # label -> (drafter for a prompt, fixed draft length or None, batch-invariant)
+    configs = {"plain": (lambda p: None, None, True), "plain, default mode": (lambda p: None, None, False)}
+    configs.update({f"mtp k={k} (random weights)": (lambda p: mtp, k, True) for k in lengths})
     for acceptance in [float(a) for a in args.acceptance.split(",")]:
-        for k in (1, 2, 3):
-            run(f"replay {acceptance:.0%} k={k}",
-                lambda p: ReplayDrafter(len(engine.prompt_ids(p)), plain[p], engine.manifest.vocab_size, acceptance,
-                                        inner=mtp), k=k, adaptive=False)
-        run(f"replay {acceptance:.0%} adaptive",
-            lambda p: ReplayDrafter(len(engine.prompt_ids(p)), plain[p], engine.manifest.vocab_size, acceptance,
-                                    inner=mtp))
-    auto = make_drafter("auto", bundle, engine.manifest, providers)
-    run("auto (mtp+dflash+ngram)", lambda p: auto)
+        configs.update({f"replay {acceptance:.0%} k={k}": (replay(acceptance), k, True) for k in lengths})
+        configs[f"replay {acceptance:.0%} adaptive"] = (replay(acceptance), None, True)
+    configs["auto (mtp+dflash+ngram)"] = (lambda p: auto, None, True)
+    configs["auto, default mode"] = (lambda p: auto, None, False)
+    rows = {label: {"rates": [], "equal": [], "calls": 0, "draft_s": 0.0, "verify_s": 0.0} for label in configs}
+    labels = list(configs)
+    for n, prompt in enumerate(prompts):  # every configuration on each prompt, in a rotating order
+        for label in labels[n % len(labels):] + labels[:n % len(labels)]:
+            drafter_for, k, exact = configs[label]
+            engine.draft_length, engine.adaptive, engine.batch_invariant = k, k is None, exact
+            engine.reset()
+            out = engine.generate(prompt, params, drafter=drafter_for(prompt)).wait()
+            row = rows[label]
+            row["rates"].append(out.stats.tokens_per_second)
+            row["equal"].append(out.token_ids == plain[prompt])
+            row["calls"] += out.stats.target_calls
+            row["draft_s"] += out.stats.draft_seconds
+            row["verify_s"] += out.stats.verify_seconds
+    engine.batch_invariant = True
+    base = statistics.mean(rows["plain"]["rates"])
+    for label, row in rows.items():
+        steps = max(row["calls"] - len(prompts), 1)
+        rate = statistics.mean(row["rates"])
+        ratios = [r / p for r, p in zip(row["rates"], rows["plain"]["rates"])]
+        results[label] = {"tok_s": rate, "ratio_to_plain": statistics.mean(ratios), "worst_ratio": min(ratios),
+                          "equal_plain": all(row["equal"]), "target_calls": row["calls"],
+                          "draft_ms_per_step": 1000 * row["draft_s"] / steps,
+                          "verify_ms_per_step": 1000 * row["verify_s"] / steps}
+        print(f"{label:28s} {rate:6.2f} tok/s  {statistics.mean(ratios):5.2f}x plain (worst {min(ratios):.2f})  "
+              f"calls {row['calls']:4d}  draft {results[label]['draft_ms_per_step']:7.1f} ms/step  verify "
+              f"{results[label]['verify_ms_per_step']:7.1f} ms/step  equal to plain: {all(row['equal'])}", flush=True)
+    print(f"(plain in batch-invariant mode: {base:.2f} tok/s, the base of the ratios)")
     replay = replay_cost(engine)
     print("state restore after keeping k of a 4-token call (ms): " +
           ", ".join(f"k={k}: {v:.2f}" for k, v in replay.items()))

@@ -181,7 +181,8 @@ def test_chat_turns_reuse_the_prompt_state(bundles):
 
 
 def test_replay_equals_feeding_the_prefix(bundles):
-    """The state after keeping 0..5 of a 6-token call, replayed, equals the state of a call of those tokens."""
+    """The state after keeping 0..5 of a 6-token call, replayed, equals the state of a call of those tokens, bit for
+    bit (ONNX Runtime's GatedDeltaNet steps token by token, and so does the replay)."""
     import specrt
 
     engine = specrt.load(str(bundles["qwen3_5_text"]), device="cpu")
@@ -200,7 +201,7 @@ def test_replay_equals_feeding_the_prefix(bundles):
             target.forward(tokens[:, 2:2 + kept])
         for i, (conv, rec) in replayed.items():
             np.testing.assert_array_equal(conv, states.conv[states.current][i])
-            np.testing.assert_allclose(rec, states.recurrent[states.current][i], atol=1e-5)
+            np.testing.assert_array_equal(rec, states.recurrent[states.current][i])  # bit for bit
 
 
 def test_tree_drafts_are_refused_in_one_line(bundles):
@@ -383,10 +384,10 @@ def test_inconsistent_qwen35_gguf_metadata_is_named(tmp_path, capsys, edit, mess
     assert not (tmp_path / "out").exists()
 
 
-def test_replay_in_closed_form_equals_the_sequential_recurrence_and_snapshots_expire():
-    """runtime/recurrent_state.replay_recurrent (all kept transitions in one pass) against S *= decay; S += key (x)
-    delta token by token (GatedDeltaNetStateReplay's definition), grouped value heads included; a snapshot past a
-    rollback is dropped (its tokens are being replaced)."""
+def test_replay_follows_the_recurrence_and_snapshots_expire():
+    """runtime/recurrent_state.replay_recurrent against S *= decay; S += key (x) delta token by token
+    (GatedDeltaNetStateReplay's definition), grouped value heads included; a snapshot past a rollback is dropped
+    (its tokens are being replaced)."""
     from specrt.bundle import RecurrentStates
     from specrt.runtime.recurrent_state import StateBuffers, replay_recurrent, split_capture
 
