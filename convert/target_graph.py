@@ -102,7 +102,9 @@ class _TargetBuilder:
             return self.quantized[name]
         if self.alias.get(name) in self.quantized:  # a tied lm_head: the embedding's quantized rows
             return self.quantized[self.alias[name]]
-        return quantize_blocks(self.tensor(name).astype(np.float32), self.opts.int4_block_size, bits=self.opts.bits)
+        # asarray, not astype: a float32 tensor is not copied (a 248k-token embedding table is 4 GB)
+        weight = np.asarray(self.tensor(name), dtype=np.float32)
+        return quantize_blocks(weight, self.opts.int4_block_size, bits=self.opts.bits)
 
     # -- weights -------------------------------------------------------------------------------
     def param(self, name: str, offset: float = 0.0) -> str:
@@ -131,7 +133,7 @@ class _TargetBuilder:
                 "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=q.bits,
                 block_size=q.block_size, accuracy_level=self.opts.int4_accuracy_level,
             )
-        w = np.concatenate([self.tensor(n + ".weight") for n in names], axis=0).astype(np.float32)
+        w = np.concatenate([self.tensor(n + ".weight") for n in names], axis=0).astype(np.float32, copy=False)
         y = self.g.op("MatMul", [x, self.g.weight(out_name + ".weight_t", w.T.astype(self.dtype))], name=out_name)
         if bias is not None:
             y = self.g.op("Add", [y, self.g.weight(out_name + ".bias", bias)])

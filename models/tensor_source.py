@@ -35,7 +35,20 @@ class TensorRef:
     dtype: str = ""  # as stored, where the file says (safetensors' "F16", "I64", ...)
 
     def read(self) -> np.ndarray:
-        return self._decode(self._pread(self.offset, self.nbytes), self.shape)
+        """The whole tensor. A large matrix is read and decoded in row chunks into one output array, so that its
+        raw bytes are never all in memory beside it (a 248k x 4096 bf16 table: 2 GB saved)."""
+        if len(self.shape) != 2 or not self.rows_apart or self.nbytes <= READ_CHUNK or self.nbytes % self.shape[0]:
+            return self._decode(self._pread(self.offset, self.nbytes), self.shape)
+        rows, width = self.shape[0], self.nbytes // self.shape[0]
+        step = max(1, READ_CHUNK // width)
+        out = None
+        for lo in range(0, rows, step):
+            n = min(step, rows - lo)
+            part = self._decode(self._pread(self.offset + lo * width, n * width), (n, self.shape[1]))
+            if out is None:
+                out = np.empty(self.shape, dtype=part.dtype)
+            out[lo:lo + n] = part
+        return out
 
     def read_rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` of a matrix [rows, cols], reading only those rows' bytes (an embedding lookup)."""

@@ -73,6 +73,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--acceptance", default="0.74,0.88")
     ap.add_argument("--lengths", default="1,2,3", help="fixed draft lengths to run")
+    ap.add_argument("--only", default="", help="comma-separated label prefixes to run (plain is always run)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     bundle = Path(args.bundle)
@@ -107,6 +108,9 @@ def main() -> None:
         configs[f"replay {acceptance:.0%} adaptive"] = (replay(acceptance), None, True)
     configs["auto (mtp+dflash+ngram)"] = (lambda p: auto, None, True)
     configs["auto, default mode"] = (lambda p: auto, None, False)
+    if args.only:
+        keep = ["plain"] + args.only.split(",")
+        configs = {k: v for k, v in configs.items() if any(k.startswith(p) for p in keep)}
     rows = {label: {"rates": [], "equal": [], "calls": 0, "draft_s": 0.0, "verify_s": 0.0} for label in configs}
     labels = list(configs)
     for n, prompt in enumerate(prompts):  # every configuration on each prompt, in a rotating order
@@ -135,7 +139,7 @@ def main() -> None:
               f"calls {row['calls']:4d}  draft {results[label]['draft_ms_per_step']:7.1f} ms/step  verify "
               f"{results[label]['verify_ms_per_step']:7.1f} ms/step  equal to plain: {all(row['equal'])}", flush=True)
     print(f"(plain in batch-invariant mode: {base:.2f} tok/s, the base of the ratios)")
-    replay = replay_cost(engine)
+    replay = replay_cost(engine) if not args.only else {}
     print("state restore after keeping k of a 4-token call (ms): " +
           ", ".join(f"k={k}: {v:.2f}" for k, v in replay.items()))
     states = engine.target.states
