@@ -1,9 +1,9 @@
 """A Gated DeltaNet layer (models/gated_deltanet.py) in the target graph, with ONNX Runtime's fused CPU/CUDA ops.
 
 Per layer: one fused MatMul for in_proj_qkv | in_proj_z | in_proj_b | in_proj_a; CausalConvWithState (SiLU,
-channels last) over the qkv rows with the conv state; query/key L2-normalized (with HF's epsilon, outside the op);
-GatedDeltaNet (decay -exp(A_log) * softplus(a + dt_bias), update rate sigmoid(b), inside the op) over the recurrent state; an
-RMSNorm per value head times silu(z); out_proj. Names as specrt/bundle.RecurrentStates lists them:
+channels last) over the qkv rows with the conv state; query/key L2-normalized (with HF's epsilon, outside the
+op); GatedDeltaNet (decay -exp(A_log) * softplus(a + dt_bias), update rate sigmoid(b), inside the op) over the
+recurrent state; an RMSNorm per value head times silu(z); out_proj. Names as specrt/bundle.RecurrentStates lists them:
 
 inputs   past_conv.{i} [B, K - 1, C], past_recurrent.{i} [B, Hv, Dv, Dk]
 outputs  present_conv.{i}, present_recurrent.{i} (the state after the call's last token),

@@ -30,8 +30,8 @@ from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, draf
                                            hidden_layers_for, takes_draft_vocab)
 from specrt.convert.memory import GIB, StagePeaks, check_fits
 from specrt.convert.onnx_graph import float_activation_twin
-from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
 from specrt.convert.linear_attention_graph import state_layout
+from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
 from specrt.convert.target_graph import GraphOptions, QuantReadback, io_names, write_target_graph
 from specrt.convert.tokenizer import write_tokenizer
 from specrt.convert.validate import VALIDATION_TEXTS, VALIDATION_TOKENS, check, compare
@@ -135,7 +135,8 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
     if bad:
         raise SpecrtError(f"hidden layer {bad[0]} out of range (model has {cfg.num_layers} layers)")
     shapes = {name: loaded.weights.shape(name) for name in loaded.weights}
-    kv_bytes = 2 * len(cfg.attention_layers) * cfg.num_kv_heads * max_context * cfg.head_dim * (2 if opts.precision == "fp16" else 4)
+    kv_bytes = (2 * len(cfg.attention_layers) * cfg.num_kv_heads * max_context * cfg.head_dim
+                * (2 if opts.precision == "fp16" else 4))
     need = check_fits(resolved.name, shapes, cfg.num_layers, opts.precision, opts.int4_block_size,
                       cfg.tie_word_embeddings, kv_bytes)
     stages.log(f"estimated peak memory {need / GIB:.1f} GiB")
