@@ -22,7 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main(folder: str, out: str) -> None:
     import gguf
-    from tokenizers import Tokenizer
 
     sys.path.insert(0, str(ROOT))
     from specrt.convert import sources
@@ -40,7 +39,8 @@ def main(folder: str, out: str) -> None:
         gguf_qwen35.write_metadata(writer, {**text, "model_type": "qwen3_5_text"}, mtp_layers=0)
         _tokenizer(writer, folder_path, cfg, gguf)
         _tensors(writer, loaded, gguf, lambda name: gguf_qwen35.gguf_name(name, text)[0],
-                 lambda name, w: gguf_qwen35.gguf_tensor(name, w, text)[1], skip=lambda name: name.startswith("model.mtp."))
+                 lambda name, w: gguf_qwen35.gguf_tensor(name, w, text)[1],
+                 skip=lambda name: name.startswith("model.mtp."))
         print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
         return
     arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[cfg.model_type]
@@ -56,51 +56,17 @@ def main(folder: str, out: str) -> None:
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_rope_freq_base(float(hf.get("rope_theta", 10000.0)))
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    _tokenizer(writer, folder_path, cfg, gguf)
 
-    tok = Tokenizer.from_file(str(folder_path / "tokenizer.json"))
-    vocab = tok.get_vocab(with_added_tokens=True)
-    by_id = sorted(vocab.items(), key=lambda item: item[1])
-    special = {t.content for t in tok.get_added_tokens_decoder().values()}
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    tokens = [t for t, _ in by_id]
-    # llama.cpp needs at least one merge, whose result must be a token: the first placeholder becomes "ĠĠ"
-    # (prompts are given to llama.cpp as token ids, so its tokenizer never decides anything here)
-    spare = next(i for i, t in enumerate(tokens) if t.startswith("<|placeholder_"))
-    tokens[spare] = "\u0120\u0120"
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t, _ in by_id])
-    writer.add_token_merges(["\u0120 \u0120"])
-    if cfg.bos_token_id is not None:
-        writer.add_bos_token_id(cfg.bos_token_id)
-    writer.add_eos_token_id(cfg.eos_token_ids[0])
-
-    plan = []  # (gguf name, HF name, numpy shape, type)
-    for name in loaded.weights:
-        shape = loaded.weights.shape(name)
-        qtype = gguf.GGMLQuantizationType.Q4_0 if len(shape) == 2 else gguf.GGMLQuantizationType.F32
-        plan.append((gguf_name(name), name, shape, qtype))
-    for gname, _, shape, qtype in plan:
-        if qtype == gguf.GGMLQuantizationType.F32:
-            writer.add_tensor_info(gname, shape, np.dtype(np.float32), 4 * int(np.prod(shape)))
-        else:
-            byte_shape = gguf.quant_shape_to_byte_shape(shape, qtype)
-            writer.add_tensor_info(gname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for k, (gname, name, shape, qtype) in enumerate(plan, 1):
-        w = np.ascontiguousarray(loaded.weights[name], dtype=np.float32)
+    def value(name: str, w: np.ndarray) -> np.ndarray:  # llama.cpp's q/k row order (interleaved rotary pairs)
+        w = np.ascontiguousarray(w, dtype=np.float32)
         if name.endswith("q_proj.weight"):
-            w = llama_cpp_permute(w, cfg.num_heads)
-        elif name.endswith("k_proj.weight"):
-            w = llama_cpp_permute(w, cfg.num_kv_heads)
-        if qtype != gguf.GGMLQuantizationType.F32:
-            w = gguf.quants.quantize(w, qtype)
-        writer.write_tensor_data(w)
-        if k % 20 == 0 or k == len(plan):
-            print(f"{k}/{len(plan)} tensors", file=sys.stderr)
-    writer.close()
+            return llama_cpp_permute(w, cfg.num_heads)
+        if name.endswith("k_proj.weight"):
+            return llama_cpp_permute(w, cfg.num_kv_heads)
+        return w
+
+    _tensors(writer, loaded, gguf, gguf_name, value, skip=lambda name: False)
     print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
 
 
@@ -120,6 +86,8 @@ def _tokenizer(writer, folder_path: Path, cfg, gguf) -> None:
     writer.add_token_list(tokens)
     writer.add_token_types([gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t, _ in by_id])
     writer.add_token_merges(["\u0120 \u0120"])
+    if cfg.bos_token_id is not None:
+        writer.add_bos_token_id(cfg.bos_token_id)
     writer.add_eos_token_id(cfg.eos_token_ids[0])
 
 
