@@ -374,8 +374,6 @@ def write_tokenizer(folder: Path, cfg: dict, preset: str) -> None:
     """A byte-level tokenizer of the model's vocabulary size (the published tokenizers cannot be fetched here):
     the 256 byte symbols, the published special tokens at their published ids (or small ids in a --tiny twin),
     placeholder tokens for the rest. Every text encodes (one token per byte), every id decodes."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
     if "text_config" in cfg:  # Qwen3.5: the text config holds the vocabulary
         return _write_qwen35_tokenizer(folder, cfg)
     v = cfg["vocab_size"]
@@ -398,6 +396,16 @@ def write_tokenizer(folder: Path, cfg: dict, preset: str) -> None:
     if cfg_ids:  # the twin's config names its own special ids
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, **cfg_ids}, indent=2))
+    _byte_level_tokenizer(folder, v, names, ids, bos, eos, template)
+
+
+def _byte_level_tokenizer(folder: Path, v: int, names: list[str], ids: list[int], bos, eos: str, template: str,
+                          plain: tuple[str, ...] = ()) -> None:
+    """tokenizer.json + tokenizer_config.json: the special tokens `names` at `ids`, the 256 byte symbols, placeholder
+    tokens for the rest of the v ids; the tokens in `plain` (a reasoning model's <think>, </think>) are added but not
+    special, so that decoding shows them."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
     vocab = dict(zip(names, ids))
     free = (i for i in range(v) if i not in set(ids))
     for symbol in sorted(pre_tokenizers.ByteLevel.alphabet()):
@@ -407,7 +415,9 @@ def write_tokenizer(folder: Path, cfg: dict, preset: str) -> None:
     tok = Tokenizer(models.BPE(vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(names)
+    tok.add_special_tokens([n for n in names if n not in plain])
+    if plain:
+        tok.add_tokens(list(plain))
     tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps(
         {"bos_token": bos, "eos_token": eos, "chat_template": template}, indent=2))
@@ -422,24 +432,10 @@ QWEN35_TEMPLATE = (
 def _write_qwen35_tokenizer(folder: Path, cfg: dict) -> None:
     """Byte-level placeholder tokenizer at the Qwen3.5 vocabulary size, its special tokens at their published ids
     (<|endoftext|> 248044, <|im_start|> 248045, <|im_end|> 248046, <think> 248068, </think> 248069)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
     v = cfg["text_config"]["vocab_size"]
     names = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
     ids = [248044, 248045, 248046, 248068, 248069] if v > 248069 else [1, 2, 3, 4, 5]
-    vocab = dict(zip(names, ids))
-    free = (i for i in range(v) if i not in set(ids))
-    for symbol in sorted(pre_tokenizers.ByteLevel.alphabet()):
-        vocab[symbol] = next(free)
-    for i in free:
-        vocab[f"<|placeholder_{i}|>"] = i
-    tok = Tokenizer(models.BPE(vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(names)
-    tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"bos_token": None, "eos_token": "<|im_end|>", "chat_template": QWEN35_TEMPLATE}, indent=2))
+    _byte_level_tokenizer(folder, v, names, ids, None, "<|im_end|>", QWEN35_TEMPLATE, plain=("<think>", "</think>"))
 
 
 PRESETS = {"llama-3.1-8b": (llama_31_8b, False, write_eagle3, "eagle3"),
