@@ -30,8 +30,8 @@ HK, HV, D = 16, 32, 128
 CAPACITY = 8
 
 
-def _model(nodes, inputs, outputs):
-    graph = helper.make_graph(nodes, "g", inputs, outputs)
+def _session(graph):
+    """A CPU session over a one-graph model (opset 21 + com.microsoft)."""
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 10
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -51,10 +51,7 @@ def capture_graph(s: int):
                             ["out", "final", "capture"], domain="com.microsoft", state_update_capacity=CAPACITY)
     graph_inputs = _inputs(s)
     outputs = [helper.make_tensor_value_info(n, f, None) for n in ("out", "final", "capture")]
-    g = helper.make_graph([node], "g", graph_inputs, outputs, [count])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 10
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return _session(helper.make_graph([node], "g", graph_inputs, outputs, [count]))
 
 
 def per_position_graph(s: int):
@@ -71,10 +68,7 @@ def per_position_graph(s: int):
     for t in range(s):
         consts += [helper.make_tensor(f"lo{t}", TensorProto.INT64, [1], [t]),
                    helper.make_tensor(f"hi{t}", TensorProto.INT64, [1], [t + 1])]
-    g = helper.make_graph(nodes, "g", _inputs(s), outputs, consts)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 10
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return _session(helper.make_graph(nodes, "g", _inputs(s), outputs, consts))
 
 
 def main() -> None:

@@ -301,14 +301,7 @@ def write_qwen35_dflash(folder: Path, target: dict, rng) -> None:
          "block_size": 16, "dflash_config": {"mask_token_id": mask_token, "target_layer_ids": layer_ids},
          **drafter, "model_type": "qwen3", "num_hidden_layers": layers,
          "num_target_layers": t["num_hidden_layers"], "torch_dtype": "bfloat16"}
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(c, indent=2))
-    h = t["hidden_size"]
-    tensors = [Tensor("fc.weight", (h, layers * h), "matrix"), Tensor("hidden_norm.weight", (h,), "norm")]
-    for i in range(layers):
-        tensors += decoder_tensors(f"layers.{i}.", c, qk_norm=True)
-    tensors += [Tensor("norm.weight", (h,), "norm")]
-    write_safetensors(folder / "model.safetensors", tensors, rng)
+    _write_dflash_folder(folder, c, rng)
 
 
 def write_eagle3(folder: Path, target: dict, rng) -> None:
@@ -351,9 +344,15 @@ def write_dflash(folder: Path, target: dict, rng) -> None:
                                    "rms_norm_eps", "rope_scaling", "rope_theta", "tie_word_embeddings",
                                    "vocab_size")},
          "model_type": "qwen3", "num_hidden_layers": layers, "num_target_layers": n, "torch_dtype": "bfloat16"}
+    _write_dflash_folder(folder, c, rng)
+
+
+def _write_dflash_folder(folder: Path, c: dict, rng) -> None:
+    """A DFlash drafter in z-lab's layout from its config c: config.json, then fc [H, layers * H], hidden_norm, the
+    Qwen3 layers and the final norm (no embedding or lm_head: the target's are shared)."""
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(c, indent=2))
-    h = target["hidden_size"]
+    h, layers = c["hidden_size"], c["num_hidden_layers"]
     tensors = [Tensor("fc.weight", (h, layers * h), "matrix"), Tensor("hidden_norm.weight", (h,), "norm")]
     for i in range(layers):
         tensors += decoder_tensors(f"layers.{i}.", c, qk_norm=True)
