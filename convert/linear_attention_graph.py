@@ -23,6 +23,9 @@ from specrt.convert.onnx_graph import MS_DOMAIN
 from specrt.models.config import ModelConfig
 
 
+CAPTURE_COUNT = "capture_count"  # graph-internal [B] int32: tokens each request's GatedDeltaNet captures
+
+
 def state_layout(cfg: ModelConfig) -> RecurrentStates | None:
     """The manifest's description of a hybrid model's states (None for a model without linear layers)."""
     if not cfg.linear_layers:
@@ -38,11 +41,14 @@ def capture_width(st: RecurrentStates) -> int:
 
 
 def add_state_io(builder, st: RecurrentStates) -> None:
-    """The state inputs (call before the layers) and outputs (call after them) of every linear layer."""
+    """The state inputs of every linear layer (call before the layers; add_state_outputs after them), and the
+    tokens each request captures (CAPTURE_COUNT [B], made once for every layer to read)."""
     g, elem = builder.g, TensorProto.FLOAT
     for i in st.layers:
         g.add_input(f"past_conv.{i}", builder.elem, ["batch_size", st.conv_kernel - 1, st.conv_channels])
         g.add_input(f"past_recurrent.{i}", elem, ["batch_size", *st.recurrent_shape])
+    batch = g.op("Slice", [g.op("Shape", ["input_ids"]), g.const([0]), g.const([1])])  # [1]
+    g.op("Expand", [g.const([CAPTURE_CAPACITY], dtype=np.int32), batch], outputs=[CAPTURE_COUNT])
 
 
 def add_state_outputs(builder, st: RecurrentStates) -> None:
@@ -81,11 +87,9 @@ def linear_attention(builder, i: int, h: str) -> str:
     q = _l2_normalize(g, g.op("Reshape", [q, g.const([0, 0, hk, dk])]))  # [B, S, Hk, Dk]
     k = _l2_normalize(g, g.op("Reshape", [k, g.const([0, 0, hk, dk])]))
     v = g.op("Reshape", [v, g.const([0, 0, hv, dv])])  # [B, S, Hv, Dv]
-    capture = g.op("Expand", [g.const([CAPTURE_CAPACITY], dtype=np.int32),
-                              g.op("Slice", [g.op("Shape", ["input_ids"]), g.const([0]), g.const([1])])])  # [B]
     a_log = g.weight(p + "A_log", builder.tensor(p + "A_log").astype(np.float32))
     dt_bias = g.weight(p + "dt_bias", builder.tensor(p + "dt_bias").astype(np.float32))
-    core = g.op("GatedDeltaNet", [q, k, v, "", a, b, f"past_recurrent.{i}", a_log, dt_bias, capture],
+    core = g.op("GatedDeltaNet", [q, k, v, "", a, b, f"past_recurrent.{i}", a_log, dt_bias, CAPTURE_COUNT],
                 outputs=[f"layers.{i}.delta_rule", f"present_recurrent.{i}", f"capture_recurrent.{i}"],
                 domain=MS_DOMAIN, gate_activation="softplus", beta_activation="sigmoid", qk_l2_norm=0,
                 state_update_capacity=CAPTURE_CAPACITY)[0]  # [B, S, Hv, Dv]
