@@ -128,6 +128,9 @@ def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, prov
         for name in written.quant_rows:  # the torch head runs the very quantized weights the graph holds
             if name == EMBED:  # the quantized embedding table, which the comparison looks tokens up in
                 embed = _QuantizedRows(written, name)
+            elif name == "lm_head.weight" and _rows(written, name) > CHUNK_ROWS:  # dequantized a chunk at a time
+                _swap_linear(module, rename(name), _chunked_quantized_linear(written, name))
+                del params[rename(name)]
             elif params[rename(name)].numel() == 0:  # a shared tensor left in the source (models/mtp.SourceTensor)
                 params[rename(name)].data = torch.from_numpy(dequantize(written.quantized(name)))
             else:
@@ -141,6 +144,44 @@ def export_head(builder, module, embed: np.ndarray, rename, tmp, stem: str, prov
                                          builder.opts.precision)
     stages.done()
     return tuple(i.name for i in session.get_inputs() if not i.name.startswith("past_")), validation
+
+
+CHUNK_ROWS = 16384  # a quantized matrix of more rows (a 248k-token lm_head: 4 GB as float32) is never made whole
+
+
+def _rows(written, name: str) -> int:
+    r = written.quant_rows[name]
+    return r.hi - r.lo
+
+
+def _swap_linear(module, param_name: str, replacement) -> None:
+    """Put `replacement` where the bias-free nn.Linear owning `param_name` ("head.weight") sits in module."""
+    path = param_name.rsplit(".", 1)[0]
+    parent, _, attr = path.rpartition(".")
+    setattr(module.get_submodule(parent) if parent else module, attr, replacement)
+
+
+def _chunked_quantized_linear(written, name: str):
+    """x @ W.T for a graph's quantized W [N, K], dequantizing CHUNK_ROWS rows of W at a time (a stand-in for the
+    bias-free nn.Linear of an output head whose weight would be gigabytes as float32)."""
+    import torch
+
+    from specrt.convert.quantize import dequantize
+
+    class ChunkedQuantizedLinear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.written, self.name, self.rows = written, name, _rows(written, name)
+
+        def forward(self, x):  # x [..., K] -> [..., N]
+            out = torch.empty(*x.shape[:-1], self.rows, dtype=x.dtype)
+            for lo in range(0, self.rows, CHUNK_ROWS):
+                hi = min(lo + CHUNK_ROWS, self.rows)
+                w = torch.from_numpy(dequantize(self.written.quantized(self.name, np.arange(lo, hi))))  # [hi - lo, K]
+                out[..., lo:hi] = torch.nn.functional.linear(x, w)
+            return out
+
+    return ChunkedQuantizedLinear()
 
 
 class _QuantizedRows:

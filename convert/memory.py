@@ -8,6 +8,7 @@ plus the Python, torch and ONNX Runtime baseline.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
@@ -120,16 +121,21 @@ def graph_weight_bytes(shapes: Mapping, precision: str, block_size: int) -> int:
 def estimate_peak(shapes: Mapping, num_layers: int, precision: str, block_size: int, tied: bool,
                   kv_bytes: int = 0) -> int:
     """Bytes a conversion needs at its largest stage. The stages never overlap their big buffers: building holds
-    the largest tensor being converted (read, widened, quantized), the torch reference one layer's float32
+    the largest tensor being converted (read, widened, quantized; int4/int8 a chunk of a large one's rows), the
+    torch reference one layer's float32
     weights twice (the source's and the int4 read-back) or the embedding table / lm_head, validation ONNX
     Runtime's copy of the finished graph and the KV cache of its session (kv_bytes)."""
+    from specrt.convert.target_graph import QUANTIZE_READ_BYTES
+
     largest = layer = 0
     per_layer = [0] * num_layers
     for name, shape in shapes.items():
         count = 1
         for d in shape:
             count *= int(d)
-        largest = max(largest, 4 * count)
+        # int4/int8 read and quantize a large matrix a chunk of rows at a time (convert/target_graph.py)
+        chunked = weight_bits(precision) and len(shape) == 2 and 4 * count > QUANTIZE_READ_BYTES
+        largest = max(largest, QUANTIZE_READ_BYTES if chunked else 4 * count)
         if name.startswith("model.layers."):
             i = int(name.split(".")[2])
             if i < num_layers:
@@ -152,3 +158,12 @@ def check_fits(what: str, shapes: Mapping, num_layers: int, precision: str, bloc
         raise SpecrtError(f"converting {what} to {precision} needs about {need / GIB:.1f} GiB of memory; "
                           f"{free / GIB:.1f} GiB is available (close other programs, or choose --precision int4)")
     return need
+
+
+def release_freed_memory() -> None:
+    """Hand memory the process has freed back to the system (glibc keeps freed heap pages, so the resident size
+    would still count what a finished stage, such as the torch reference, used); elsewhere nothing to do."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -65,11 +65,16 @@ class ExternalData:
     def close(self) -> None:
         self._file.close()
 
-    def read(self, name: str) -> np.ndarray:
-        """An initializer, read back from the file (which must be closed or flushed) or kept inline."""
+    def read(self, name: str, rows: tuple[int, int, int] | None = None) -> np.ndarray:
+        """An initializer, read back from the file (which must be closed or flushed) or kept inline. rows (lo, hi,
+        n): the tensor holds n rows of equal size (whatever its dims); only rows lo..hi - 1 are read, returned flat."""
         if name in self.inline:
-            return self.inline[name]
+            whole = self.inline[name]
+            return whole if rows is None else whole.reshape(rows[2], -1)[rows[0]:rows[1]].reshape(-1)
         offset, length, data_type, dims = self.index[name]
+        if rows is not None:
+            width = length // rows[2]
+            offset, length, dims = offset + rows[0] * width, (rows[1] - rows[0]) * width, (-1,)
         with open(self.path, "rb") as f:
             f.seek(offset)
             raw = f.read(length)

@@ -28,13 +28,13 @@ from specrt.bundle import (ATTENTION_ROWS_INPUT, KVLayout, MANIFEST, PRECISIONS,
 from specrt.convert import sources
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
                                            hidden_layers_for, takes_draft_vocab)
-from specrt.convert.memory import GIB, StagePeaks, check_fits
+from specrt.convert.memory import GIB, StagePeaks, check_fits, release_freed_memory
 from specrt.convert.onnx_graph import float_activation_twin
 from specrt.convert.linear_attention_graph import state_layout
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
 from specrt.convert.target_graph import GraphOptions, QuantReadback, io_names, write_target_graph
 from specrt.convert.tokenizer import write_tokenizer
-from specrt.convert.validate import VALIDATION_TEXTS, VALIDATION_TOKENS, check, compare
+from specrt.convert.validate import VALIDATION_TEXTS, VALIDATION_TOKENS, SpilledOutputs, check, compare
 from specrt.errors import OutputPathError, SpecrtError
 from specrt.runtime.providers import providers_for
 from specrt.runtime.target_session import TargetSession, TargetSpec
@@ -264,10 +264,12 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     # one pass of the source model: calibration statistics (int4/int8) and the validation reference together
     source = run_layerwise(cfg, loaded.weights, calibration + prompts, graph_opts.hidden_layers,
                            observe=len(calibration), outputs_from=len(calibration))
-    source_outputs = list(zip(source.logits, source.taps))
+    spill = tmp / ".validation"  # the references wait on disk (removed below, before the bundle is kept)
+    source_outputs = SpilledOutputs(spill, "source", list(zip(source.logits, source.taps)))
     weights = loaded.weights
     if bits:
         weights = smooth_down_proj(weights, source.down_proj_max)
+    del source
     stages.done()
 
     stages.start(f"save {stem} graph")  # the weights are written as the graph is built
@@ -287,7 +289,9 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
         # model from its source are recorded as quality.
         untied = dataclasses.replace(cfg, tie_word_embeddings=False)
         quantized = run_layerwise(untied, QuantReadback(weights, written), prompts, graph_opts.hidden_layers)
-        quantized_outputs = list(zip(quantized.logits, quantized.taps))
+        quantized_outputs = SpilledOutputs(spill, "quantized", list(zip(quantized.logits, quantized.taps)))
+        del quantized
+        release_freed_memory()  # what the torch reference freed goes back before ONNX Runtime takes the model
         exact_path = float_activation_twin(tmp / f"{stem}.onnx")
         try:
             exact = compare(TargetSession(exact_path, spec, providers=providers), quantized_outputs, prompts)
@@ -298,11 +302,15 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
         stages.log(f"{stem} validation: max |diff| {exact.max_abs_diff:.2e}, top-1 agreement "
                    f"{exact.top1_agreement:.1%} over {exact.positions} positions (same {precision} weights, float "
                    "activations)")
+    release_freed_memory()
     session = TargetSession(tmp / f"{stem}.onnx", spec, providers=providers)
-    report = compare(session, source_outputs, prompts)
+    if bits:  # one run of the shipped graph, held to both references
+        report, shipped = compare(session, source_outputs, prompts, quantized_outputs)
+    else:
+        report = compare(session, source_outputs, prompts)
+    shutil.rmtree(spill)
     validation["source"] = report.as_dict()
     if bits:
-        shipped = compare(session, quantized_outputs, prompts)
         validation["int8_activations"] = shipped.as_dict()
         stages.log(f"{stem} {precision} quality: top-1 agreement {shipped.top1_agreement:.1%} with the same weights in "
                    f"float, {report.top1_agreement:.1%} with the unquantized source")

@@ -35,11 +35,12 @@ from specrt.bundle import PRECISIONS, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
-from specrt.convert.quantize import QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks
+from specrt.convert.quantize import ROW_CHUNK, QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks
 from specrt.models.config import ModelConfig
 from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 
 EMBED = "model.embed_tokens.weight"
+QUANTIZE_READ_BYTES = 256 << 20  # a weight larger than this as float32 is read and quantized in chunks of rows
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,29 @@ class _TargetBuilder:
             return self.quantized[name]
         if self.alias.get(name) in self.quantized:  # a tied lm_head: the embedding's quantized rows
             return self.quantized[self.alias[name]]
-        # asarray, not astype: a float32 tensor is not copied (a 248k-token embedding table is 4 GB)
+        reader = self._row_reader(self.alias.get(name, name))
+        if reader is not None and len(reader[0]) == 2 and 4 * reader[0][0] * reader[0][1] > QUANTIZE_READ_BYTES:
+            # a large table (a 248k-token embedding or lm_head: 4 GB as float32) is read and quantized a chunk of
+            # rows at a time; blocks lie within rows, so the bytes are those of quantizing it whole
+            (rows, cols), read = reader
+            step = max(ROW_CHUNK, QUANTIZE_READ_BYTES // (4 * cols) // ROW_CHUNK * ROW_CHUNK)
+            return concat_rows([quantize_blocks(np.asarray(read(lo, min(lo + step, rows)), dtype=np.float32),
+                                                self.opts.int4_block_size, bits=self.opts.bits)
+                                for lo in range(0, rows, step)])
+        # asarray, not astype: a float32 tensor is not copied
         weight = np.asarray(self.tensor(name), dtype=np.float32)
         return quantize_blocks(weight, self.opts.int4_block_size, bits=self.opts.bits)
+
+    def _row_reader(self, key: str):
+        """(shape, read(lo, hi) -> rows lo..hi - 1) where the weights give a matrix's rows without reading all of it
+        (a WeightSource, or a models.mtp.SourceTensor left in the source); else None."""
+        w = self.w
+        if isinstance(w, WeightSource):
+            return tuple(shape_of(w, key)), lambda lo, hi: rows_of(w, key, np.arange(lo, hi))
+        raw = dict.get(w, key) if isinstance(w, dict) else None
+        if raw is not None and hasattr(raw, "read") and hasattr(raw, "shape"):
+            return tuple(raw.shape), lambda lo, hi: raw[np.arange(lo, hi)]
+        return None
 
     # -- weights -------------------------------------------------------------------------------
     def param(self, name: str, offset: float = 0.0) -> str:
@@ -372,10 +393,14 @@ class WrittenGraph:
         projection's rows of its (maybe fused) MatMulNBits, or the embedding table's GatherBlockQuantized."""
         r = self.quant_rows[name]
         pick = slice(r.lo, r.hi) if rows is None else r.lo + np.asarray(rows, dtype=np.int64)
+        span = None  # the rows of the stored [n, ...] tensors to read: all, or only a contiguous range asked for
+        if rows is not None and len(pick) and pick[-1] - pick[0] + 1 == len(pick):
+            span, pick = (int(pick[0]), int(pick[-1]) + 1, r.n), slice(None)
+        n = r.n if span is None else span[1] - span[0]
         n_blocks = -(-r.k // r.block_size)
-        packed = self.data.read(r.qweight).reshape(r.n, n_blocks, r.block_size * r.bits // 8)[pick]
-        scales = self.data.read(r.scales).reshape(r.n, n_blocks)[pick].astype(np.float32)
-        zero_points = self.data.read(r.zero_points).reshape(r.n, -1)[pick]
+        packed = self.data.read(r.qweight, span).reshape(n, n_blocks, r.block_size * r.bits // 8)[pick]
+        scales = self.data.read(r.scales, span).reshape(n, n_blocks)[pick].astype(np.float32)
+        zero_points = self.data.read(r.zero_points, span).reshape(n, -1)[pick]
         return QuantWeight(packed, scales.reshape(-1), zero_points.reshape(-1), len(packed), r.k, r.block_size,
                            r.bits)
 

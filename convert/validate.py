@@ -13,6 +13,7 @@ models, most of them), so its agreement is recorded, not limited.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -55,11 +56,16 @@ class ValidationReport:
         return {k: v for k, v in self.__dict__.items()}
 
 
-def compare(session, reference: list[tuple[np.ndarray, np.ndarray | None]], prompts: list[list[int]]) -> ValidationReport:
+def compare(session, reference, prompts: list[list[int]], *more) -> ValidationReport | tuple[ValidationReport, ...]:
     """session: a runtime TargetSession; reference: per prompt, the torch reference's logits [S, V] and hidden-state
-    taps [S, taps * H] (None without taps), from models/layerwise.py."""
-    max_abs, agree, total, hidden_diff, std = 0.0, 0, 0, None, 0.0
-    for ids, (ref, ref_tap) in zip(prompts, reference, strict=True):
+    taps [S, taps * H] (None without taps), from models/layerwise.py (a list, or a SpilledOutputs read back one
+    prompt at a time). `more`: further references held to the same run of the session (one report each)."""
+    references = (reference, *more)
+    if any(len(r) != len(prompts) for r in references):
+        raise ValueError(f"{len(prompts)} prompts but {[len(r) for r in references]} reference outputs")
+    stats = [[0.0, 0, None, 0.0] for _ in references]  # per reference: max |diff|, top-1 agreements, hidden, std
+    total = 0
+    for p, ids in enumerate(prompts):
         if len(ids) < 3:
             raise ValueError("validation prompts need at least 3 tokens")
         session.reset()
@@ -67,22 +73,52 @@ def compare(session, reference: list[tuple[np.ndarray, np.ndarray | None]], prom
         cut = len(ids) // 2
         chunks = [arr[:, :cut], arr[:, cut:cut + 1], arr[:, cut + 1:]]
         outs = [session.forward(c) for c in chunks if c.shape[1]]
-        if ref_tap is not None:
+        tap = None
+        if isinstance(outs[0], tuple):
             got = np.concatenate([o[0] for o in outs], axis=1)[0]
-            tap = np.concatenate([o[1] for o in outs], axis=1)[0]
-            d = float(np.abs(tap.astype(np.float32) - ref_tap).max())
-            hidden_diff = d if hidden_diff is None else max(hidden_diff, d)
+            tap = np.concatenate([o[1] for o in outs], axis=1)[0].astype(np.float32)
         else:
             got = np.concatenate(outs, axis=1)[0]
-        if not (np.isfinite(ref).all() and np.isfinite(got).all()):
-            side = "the torch reference" if not np.isfinite(ref).all() else "the graph"
-            raise ValidationError(f"{side} outputs non-finite logits (NaN or inf) on a validation prompt: the source's "
-                                  f"weights or config (rms_norm_eps, rope_theta) are broken; bundle not written")
-        max_abs = max(max_abs, float(np.abs(got - ref).max()))
-        agree += int((got.argmax(-1) == ref.argmax(-1)).sum())
+        del outs
+        for reference, st in zip(references, stats):
+            ref, ref_tap = reference[p]
+            if ref_tap is not None:
+                d = float(np.abs(tap - ref_tap).max())
+                st[2] = d if st[2] is None else max(st[2], d)
+            if not (np.isfinite(ref).all() and np.isfinite(got).all()):
+                side = "the torch reference" if not np.isfinite(ref).all() else "the graph"
+                raise ValidationError(f"{side} outputs non-finite logits (NaN or inf) on a validation prompt: the "
+                                      "source's weights or config (rms_norm_eps, rope_theta) are broken; bundle not "
+                                      "written")
+            st[0] = max(st[0], float(np.abs(got - ref).max()))
+            st[1] += int((got.argmax(-1) == ref.argmax(-1)).sum())
+            st[3] = max(st[3], float(ref.std()))
         total += len(ids)
-        std = max(std, float(ref.std()))
-    return ValidationReport(max_abs, agree / total, total, hidden_diff, std)
+    reports = tuple(ValidationReport(m, a / total, total, h, sd) for m, a, h, sd in stats)
+    return reports if more else reports[0]
+
+
+class SpilledOutputs:
+    """A reference's per-prompt (logits [S, V], taps [S, F] or None), kept in .npy files under `folder` and read
+    back one prompt at a time (five prompts' logits over a 248k vocabulary are 300 MB: not held while ONNX Runtime
+    holds a 9B model)."""
+
+    def __init__(self, folder: Path, name: str, outputs: list[tuple[np.ndarray, np.ndarray | None]]):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.files = []
+        for i, (logits, taps) in enumerate(outputs):
+            files = (folder / f"{name}.{i}.logits.npy", folder / f"{name}.{i}.taps.npy" if taps is not None else None)
+            np.save(files[0], logits)
+            if taps is not None:
+                np.save(files[1], taps)
+            self.files.append(files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
+        logits, taps = self.files[i]
+        return np.load(logits), (np.load(taps) if taps is not None else None)
 
 
 def max_abs_limit(report: ValidationReport) -> float:

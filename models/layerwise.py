@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from specrt.models.config import ModelConfig
-from specrt.models.tensor_source import rows_of
+from specrt.models.tensor_source import rows_of, shape_of
 from specrt.models.transformer import BLOCKS, Attention, RMSNorm, causal_mask
 
 
@@ -85,11 +85,26 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
             norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
         norm = load_module(norm, weights, "model.norm.")
         head_name = "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
-        head = _tensor(weights[head_name])  # [V, H]
-        for x, tap in zip(xs[outputs_from:], taps[outputs_from:]):
-            out.logits.append(torch.nn.functional.linear(norm(x), head)[0].numpy())
-            out.taps.append(torch.cat(tap, dim=-1)[0].numpy() if tap else None)
+        normed = [norm(x)[0] for x in xs[outputs_from:]]  # per prompt [S, H]
+        out.logits = head_logits(weights, head_name, normed)
+        out.taps = [torch.cat(tap, dim=-1)[0].numpy() if tap else None for tap in taps[outputs_from:]]
     return out
+
+
+HEAD_ROWS = 16384  # output-head rows read at a time (a 248k x 4096 head would be 4 GB of float32 at once)
+
+
+def head_logits(weights: Mapping, name: str, xs: list[torch.Tensor]) -> list[np.ndarray]:
+    """Per x [S, H], the logits x @ head.T [S, V] for the head matrix `name` [V, H] of weights, reading the head
+    HEAD_ROWS rows at a time (only where the mapping can read rows; otherwise whole)."""
+    vocab = shape_of(weights, name)[0]
+    logits = [np.empty((x.shape[0], vocab), dtype=np.float32) for x in xs]
+    for lo in range(0, vocab, HEAD_ROWS):
+        rows = np.arange(lo, min(lo + HEAD_ROWS, vocab))
+        head = _tensor(rows_of(weights, name, rows))  # [rows, H]
+        for out, x in zip(logits, xs):
+            out[:, rows[0]:rows[-1] + 1] = torch.nn.functional.linear(x, head).numpy()
+    return logits
 
 
 def _recorder(stats: dict[int, np.ndarray], layer: int):

@@ -56,7 +56,10 @@ class TensorRef:
             return self.read()[ids]
         width = self.nbytes // self.shape[0]
         unique, where = np.unique(np.asarray(ids, dtype=np.int64), return_inverse=True)
-        raw = b"".join(self._pread(self.offset + int(r) * width, width) for r in unique)
+        if len(unique) and unique[-1] - unique[0] + 1 == len(unique):  # a range of rows: one read
+            raw = self._pread(self.offset + int(unique[0]) * width, len(unique) * width)
+        else:
+            raw = b"".join(self._pread(self.offset + int(r) * width, width) for r in unique)
         return self._decode(raw, (len(unique), self.shape[1]))[where]
 
     def _pread(self, offset: int, length: int) -> bytearray:

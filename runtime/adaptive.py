@@ -20,6 +20,7 @@ depth and drafting cost, as a prior worth PRIOR_WEIGHT observations), not from a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 EMA = 0.3  # for call costs
@@ -28,6 +29,7 @@ PRIOR_ACCEPT, PRIOR_WEIGHT = 0.6, 2.0  # optimistic prior worth two observations
 PRIOR_SLOPE = 0.1  # before any measurement: each extra token fed costs a tenth of a one-token call
 PROBE_EVERY, PROBE_MAX = 16, 512  # plain steps between probes: the first interval, and where doubling stops
 SUSTAINED = 8  # steps in a row that choose to draft before the probe interval starts again from PROBE_EVERY
+PROBE_SHARE = 0.02  # a probe that finds nothing may cost at most this share of the plain steps before it
 
 
 @dataclass
@@ -103,7 +105,7 @@ class DraftController:
         if best == 0 and limit > 0:
             self.paying_streak = 0
             self.plain_streak += 1
-            if self.plain_streak >= self.probe_every:
+            if self.plain_streak >= self.probe_due(overhead):
                 self.probing = True  # the loop may still postpone it (runtime/speculative.py: a long backlog)
                 return 1
         elif best > 0:
@@ -113,6 +115,16 @@ class DraftController:
                 self.probe_every = PROBE_EVERY
         self.probing = False
         return best
+
+    def probe_due(self, overhead: float = 0.0) -> int:
+        """Plain steps in a row after which to probe: the doubling interval, or more where a probe that finds
+        nothing costs over PROBE_SHARE of the steps before it (capped at PROBE_MAX)."""
+        if not self.cost:
+            return self.probe_every
+        plain = self.seconds(1)
+        wasted = self.seconds(2) + overhead + self.draft_cost - plain  # a failed one-token draft beyond a plain step
+        floor = math.ceil(wasted / plain / PROBE_SHARE) if plain > 0 and wasted > 0 else 0
+        return max(self.probe_every, min(floor, PROBE_MAX))
 
     def probed(self) -> None:
         """The probe choose() asked for was drafted: the next one waits twice as long (reset if this one shows

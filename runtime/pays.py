@@ -4,7 +4,9 @@ what each drafter showed in the engine's earlier requests. Every speculative req
 
 The calibration feeds dummy tokens after the cache's current contents and rolls them back (slots past the
 cache's length are never read), interleaving the widths over a few rounds so that a slow moment of a shared
-machine does not land on one width; the median per width is kept.
+machine does not land on one width; the median per width is kept. It happens before the first token of an engine's
+first speculative request, so on a slow target (a 9B on a CPU: a round of widths 1..5 takes 1.5 s) it keeps to
+fewer rounds, as many as fit CALIBRATION_SECONDS (at least one): the loop goes on measuring every call it makes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from specrt.runtime.adaptive import DrafterRecord
 
 CALIBRATION_ROUNDS = 4  # timed calls per width (after one untimed round that warms every width up)
+CALIBRATION_SECONDS = 2.0  # timed rounds beyond the first only while they fit this (a slow target's time to first token)
 
 
 def measure_call_costs(target, widths: list[int], rounds: int = CALIBRATION_ROUNDS) -> dict[int, float]:
@@ -26,6 +29,7 @@ def measure_call_costs(target, widths: list[int], rounds: int = CALIBRATION_ROUN
     fits = [w for w in widths if base + target.padded_rows(w) <= target.spec.max_context]
     times: dict[int, list[float]] = {w: [] for w in fits}
     for r in range(rounds + 1):
+        start = time.perf_counter()
         for w in fits:
             t = time.perf_counter()
             target.forward(np.zeros((1, w), dtype=np.int64))
@@ -33,6 +37,10 @@ def measure_call_costs(target, widths: list[int], rounds: int = CALIBRATION_ROUN
             target.rollback(base)
             if r:
                 times[w].append(seconds)
+        if r == 0:  # the warm-up round says what a round costs
+            rounds = max(1, min(rounds, int(CALIBRATION_SECONDS / max(time.perf_counter() - start, 1e-9))))
+        elif r >= rounds:
+            break
     return {w: statistics.median(ts) for w, ts in times.items()}
 
 

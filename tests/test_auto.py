@@ -5,13 +5,14 @@ bundle; the real model's auto runs are in tests/test_auto_real.py)."""
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import numpy as np
 import pytest
 
 from specrt import drafter_kinds
-from specrt.runtime.adaptive import PROBE_EVERY, SUSTAINED, DraftController, DrafterRecord
+from specrt.runtime.adaptive import PROBE_EVERY, PROBE_SHARE, SUSTAINED, DraftController, DrafterRecord
 from specrt.runtime.pays import CALIBRATION_ROUNDS, PaysMemory
 from specrt.runtime.sampling import SamplingParams
 from tests.oracle_drafters import OracleDrafter
@@ -126,8 +127,8 @@ def test_controller_starts_from_calibrated_costs_and_a_record():
 
 
 def test_probes_grow_rarer_while_they_do_not_pay():
-    c = DraftController(max_draft=4, cost={1: 0.010, 2: 0.020, 3: 0.030, 4: 0.040, 5: 0.050})
-    c.start_from(DrafterRecord([0.0] * 4, draft_cost=0.001))
+    c = DraftController(max_draft=4, cost={1: 0.010, 2: 0.0101, 3: 0.0102, 4: 0.0103, 5: 0.0104})  # cheap probes
+    c.start_from(DrafterRecord([0.0] * 4, draft_cost=0.00001))
     probes = []
     for i in range(1, 200):
         if c.choose(100) == 1:
@@ -144,6 +145,26 @@ def test_probes_grow_rarer_while_they_do_not_pay():
     choices = [c.choose(100) for _ in range(SUSTAINED - 1)]
     assert choices == [4] * (SUSTAINED - 1) and c.probe_every == 8 * PROBE_EVERY  # a few steps: no reset
     assert c.choose(100) == 4 and c.probe_every == PROBE_EVERY  # drafting that goes on paying resets the interval
+
+
+def test_a_dear_probe_waits_until_it_costs_a_small_share_of_the_plain_steps_before_it():
+    """A failed probe here costs 1.1 plain steps beyond one (a two-token call at twice a one-token call, plus the
+    drafting, plus catching up on context): it waits for 1.1 / PROBE_SHARE plain steps, not PROBE_EVERY."""
+    c = DraftController(max_draft=4, cost={1: 0.010, 2: 0.020, 3: 0.030, 4: 0.040, 5: 0.050})
+    c.start_from(DrafterRecord([0.0] * 4, draft_cost=0.001))
+    floor = math.ceil((0.020 + 0.0 + 0.001 - 0.010) / 0.010 / PROBE_SHARE)  # as runtime/adaptive.py sums it
+    assert floor > 2 * PROBE_EVERY
+    probes = []
+    for i in range(1, 400):
+        if c.choose(100) == 1:
+            c.probed()
+            probes.append(i)
+    assert np.diff([0, *probes]).tolist()[:3] == [floor, floor, 4 * PROBE_EVERY]  # then the doubling takes over
+    c2 = DraftController(max_draft=4, cost={1: 0.010, 2: 0.020, 3: 0.030, 4: 0.040, 5: 0.050})
+    c2.start_from(DrafterRecord([0.0] * 4, draft_cost=0.001))
+    overhead = 0.005  # half a plain step of catching up first: dearer, so later
+    first = next(i for i in range(1, 400) if c2.choose(100, overhead) == 1)
+    assert first == math.ceil((0.020 + overhead + 0.001 - 0.010) / 0.010 / PROBE_SHARE)
 
 
 def test_bench_runs_auto_and_reports_what_it_chose(engine, tmp_path):  # noqa: F811

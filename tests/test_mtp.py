@@ -207,6 +207,35 @@ def test_train_drafter_mtp_for_a_target_without_one(tmp_path, capsys):
     assert code == 2 and "made for a target with num_hidden_layers 5; this target has 3" in capsys.readouterr().err
 
 
+def test_a_large_quantized_head_is_checked_a_chunk_of_rows_at_a_time(tmp_path, monkeypatch):
+    """The torch side of an int4 module's check dequantizes a large lm_head a chunk of rows at a time (a 248k-token
+    head is 4 GB as float32), the graph's shared tables are quantized from the source a chunk at a time, and the
+    module still agrees with the graph exactly (validated on the float-activation twin)."""
+    from specrt.bundle import load_bundle
+    from specrt.cli import main
+    from specrt.convert import head_graph
+
+    used = []
+    original = head_graph._chunked_quantized_linear
+
+    def counted(written, name):
+        module = original(written, name)
+        module.register_forward_hook(lambda m, inputs, out: used.append(out.shape[-1]))
+        return module
+
+    monkeypatch.setattr(head_graph, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(head_graph, "_chunked_quantized_linear", counted)
+    from specrt.convert import target_graph  # and the shared tables are quantized a chunk of rows at a time
+
+    monkeypatch.setattr(target_graph, "ROW_CHUNK", 8)
+    monkeypatch.setattr(target_graph, "QUANTIZE_READ_BYTES", 4 * 64 * 16)
+    src = make_target(tmp_path / "src", "mimo", seed=3)
+    out = tmp_path / "int4"
+    assert main(["convert", str(src), "-o", str(out), "--precision", "int4", "--max-context", "96", "--drafter", "mtp"]) == 0
+    assert used and set(used) == {load_bundle(out).vocab_size}
+    assert load_bundle(out).drafter("mtp").raw["validation"]["max_abs_diff"] <= head_graph.MAX_DIFF
+
+
 def test_int4_target_gets_an_int4_module_that_drafts_losslessly(tmp_path):
     """Beside an int4 target the module is int4 too (validated against torch running the same int4 weights);
     in batch-invariant mode (one-token calls run their attention on two rows) greedy output equals plain decoding."""

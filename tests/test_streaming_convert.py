@@ -228,3 +228,56 @@ def test_a_source_too_large_for_free_memory_is_refused_up_front(tmp_path, monkey
     assert code == 2 and err.count("error:") == 1
     assert "needs about" in err and "GiB of memory; 0.1 GiB is available" in err
     assert not (tmp_path / "bundle").exists() and list(tmp_path.iterdir()) == [tmp_path / "src"]
+
+
+def test_reference_logits_read_the_head_in_chunks_of_rows(tmp_path, monkeypatch):
+    """The reference reads its output head a chunk of rows at a time (a 248k x 4096 head is 4 GB as float32): the
+    logits equal those of the whole head, and no read asks for more than a chunk."""
+    from specrt.models import layerwise
+
+    loaded = _load("qwen3", tmp_path)
+    cfg = loaded.config
+    whole = run_layerwise(cfg, loaded.weights, PROMPTS)
+    asked = []
+    rows = loaded.weights.rows
+    head = "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
+
+    def counted(name, ids):
+        if name == head:
+            asked.append(len(ids))
+        return rows(name, ids)
+
+    monkeypatch.setattr(loaded.weights, "rows", counted)
+    monkeypatch.setattr(layerwise, "HEAD_ROWS", 7)
+    chunked = run_layerwise(cfg, loaded.weights, PROMPTS)
+    assert max(asked) == 7 and sum(asked) >= cfg.vocab_size
+    for a, b in zip(whole.logits, chunked.logits, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_large_table_quantized_in_chunks_of_rows_writes_the_same_bytes(tmp_path, monkeypatch):
+    """A weight larger than QUANTIZE_READ_BYTES as float32 (a 248k-token embedding table or lm_head) is read and
+    quantized a chunk of rows at a time: the files are byte for byte those of quantizing it whole."""
+    from specrt.convert import target_graph
+
+    loaded = _load("qwen3", tmp_path)
+    cfg = loaded.config
+    opts = GraphOptions(precision="int4", max_context=64, hidden_layers=(1,))
+    whole, chunked = tmp_path / "whole", tmp_path / "chunked"
+    whole.mkdir()
+    chunked.mkdir()
+    write_target_graph(cfg, loaded.weights, opts, whole, "target")
+    asked = []
+    rows = loaded.weights.rows
+
+    def counted(name, ids):
+        asked.append(len(ids))
+        return rows(name, ids)
+
+    monkeypatch.setattr(loaded.weights, "rows", counted)
+    monkeypatch.setattr(target_graph, "ROW_CHUNK", 8)
+    monkeypatch.setattr(target_graph, "QUANTIZE_READ_BYTES", 4 * cfg.hidden_size * 20)  # chunks of 16 rows
+    write_target_graph(cfg, loaded.weights, opts, chunked, "target")
+    assert 16 in asked and cfg.vocab_size > 16
+    for name in ("target.onnx", "target.onnx.data"):
+        assert (whole / name).read_bytes() == (chunked / name).read_bytes(), name
