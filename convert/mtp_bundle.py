@@ -32,7 +32,8 @@ def hidden_layers_for(folder: str, loaded) -> tuple[int, ...]:
     """The last layer's residual stream; checks first that the module is there and fits the target."""
     from specrt.models.mtp import load_mtp_from_target
 
-    load_mtp_from_target(loaded.config, _weights(loaded, folder))
+    # the shared embedding table and lm_head stay in the source (reading them here was 8 GB for a 248k vocabulary)
+    load_mtp_from_target(loaded.config, _weights(loaded, folder), lazy_shared=True)
     return (loaded.config.num_layers - 1,)
 
 

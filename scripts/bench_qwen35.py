@@ -28,7 +28,10 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # scripts.replay_draf
 
 PROMPTS = ("Explain how a bicycle stays upright while moving.",
            "Write a short story about a lighthouse keeper who finds a message in a bottle.",
-           "List five ways to save energy at home and explain each one.")
+           "List five ways to save energy at home and explain each one.",
+           "Describe the water cycle to a ten-year-old.",
+           "What are the pros and cons of working from home?",
+           "Write a Python function that checks whether a string is a palindrome.")
 
 
 def rss_gib() -> float:
@@ -74,6 +77,8 @@ def main() -> None:
     ap.add_argument("--acceptance", default="0.74,0.88")
     ap.add_argument("--lengths", default="1,2,3", help="fixed draft lengths to run")
     ap.add_argument("--only", default="", help="comma-separated label prefixes to run (plain is always run)")
+    ap.add_argument("--repeats", type=int, default=1, choices=(1, 2),
+                    help="2: each prompt's configurations run twice, in mirrored order")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     bundle = Path(args.bundle)
@@ -113,24 +118,33 @@ def main() -> None:
         configs = {k: v for k, v in configs.items() if any(k.startswith(p) for p in keep)}
     rows = {label: {"rates": [], "equal": [], "calls": 0, "draft_s": 0.0, "verify_s": 0.0} for label in configs}
     labels = list(configs)
-    for n, prompt in enumerate(prompts):  # every configuration on each prompt, in a rotating order
-        for label in labels[n % len(labels):] + labels[:n % len(labels)]:
-            drafter_for, k, exact = configs[label]
-            engine.draft_length, engine.adaptive, engine.batch_invariant = k, k is None, exact
-            engine.reset()
-            out = engine.generate(prompt, params, drafter=drafter_for(prompt)).wait()
-            row = rows[label]
-            row["rates"].append(out.stats.tokens_per_second)
-            row["equal"].append(out.token_ids == plain[prompt])
-            row["calls"] += out.stats.target_calls
-            row["draft_s"] += out.stats.draft_seconds
-            row["verify_s"] += out.stats.verify_seconds
+    runs = []  # (prompt index, label): every configuration on each prompt, in a rotating order; with --repeats 2
+    for n in range(len(prompts)):  # the order is then mirrored (A B ... B A) so that drift cancels
+        order = labels[n % len(labels):] + labels[:n % len(labels)]
+        runs += [(n, label) for label in (order + order[::-1] if args.repeats == 2 else order)]
+    for n, label in runs:
+        prompt = prompts[n]
+        drafter_for, k, exact = configs[label]
+        engine.draft_length, engine.adaptive, engine.batch_invariant = k, k is None, exact
+        engine.reset()
+        out = engine.generate(prompt, params, drafter=drafter_for(prompt)).wait()
+        row = rows[label]
+        row.setdefault("by_prompt", {}).setdefault(n, []).append(out.stats.tokens_per_second)
+        row["rates"].append(out.stats.tokens_per_second)
+        row["equal"].append(out.token_ids == plain[prompt])
+        row["calls"] += out.stats.target_calls
+        row["draft_s"] += out.stats.draft_seconds
+        row["verify_s"] += out.stats.verify_seconds
     engine.batch_invariant = True
     base = statistics.mean(rows["plain"]["rates"])
+    own_base = "plain, default mode"
     for label, row in rows.items():
-        steps = max(row["calls"] - len(prompts), 1)
+        steps = max(row["calls"] - len(runs) // len(labels), 1)
         rate = statistics.mean(row["rates"])
-        ratios = [r / p for r, p in zip(row["rates"], rows["plain"]["rates"])]
+        # per prompt: this row's mean rate over the plain row of its own mode (default mode: "plain, default mode")
+        own = "plain, default mode" if "default mode" in label and label != own_base else "plain"
+        ratios = [statistics.mean(row["by_prompt"][n]) / statistics.mean(rows[own]["by_prompt"][n])
+                  for n in sorted(row["by_prompt"])]
         results[label] = {"tok_s": rate, "ratio_to_plain": statistics.mean(ratios), "worst_ratio": min(ratios),
                           "equal_plain": all(row["equal"]), "target_calls": row["calls"],
                           "draft_ms_per_step": 1000 * row["draft_s"] / steps,
@@ -138,7 +152,8 @@ def main() -> None:
         print(f"{label:28s} {rate:6.2f} tok/s  {statistics.mean(ratios):5.2f}x plain (worst {min(ratios):.2f})  "
               f"calls {row['calls']:4d}  draft {results[label]['draft_ms_per_step']:7.1f} ms/step  verify "
               f"{results[label]['verify_ms_per_step']:7.1f} ms/step  equal to plain: {all(row['equal'])}", flush=True)
-    print(f"(plain in batch-invariant mode: {base:.2f} tok/s, the base of the ratios)")
+    print(f"(plain in batch-invariant mode: {base:.2f} tok/s, the base of the ratios; default-mode rows: plain in "
+          "default mode)")
     replay = replay_cost(engine) if not args.only else {}
     print("state restore after keeping k of a 4-token call (ms): " +
           ", ".join(f"k={k}: {v:.2f}" for k, v in replay.items()))
