@@ -210,3 +210,34 @@ def test_a_probe_waits_while_the_drafter_would_first_read_a_long_backlog(engine)
         assert result.token_ids == plain.token_ids
         drafted[behind] = sum(result.stats.drafts_by_drafter.values())
     assert drafted[0] >= 1 and drafted[PROBE_BACKLOG + 1] == 0
+
+
+class _TimedTarget:
+    """A stand-in target whose calls take `seconds` each (the calibration's view of a slow or fast model)."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.length, self.calls = seconds, 10, 0
+        self.spec = type("Spec", (), {"max_context": 1000})()
+
+    def padded_rows(self, s: int) -> int:
+        return s
+
+    def forward(self, ids):
+        self.calls += 1
+        time.sleep(self.seconds)
+
+    def rollback(self, length: int) -> None:
+        self.length = length
+
+
+def test_calibration_keeps_to_fewer_rounds_on_a_slow_target(monkeypatch):
+    """The calibration runs before the first token: a round of widths that takes longer than CALIBRATION_SECONDS
+    (a 9B on a CPU) is timed once after the warm-up, a fast target gets every round."""
+    from specrt.runtime import pays
+
+    monkeypatch.setattr(pays, "CALIBRATION_SECONDS", 0.2)
+    slow, fast = _TimedTarget(0.06), _TimedTarget(0.0)
+    assert sorted(pays.measure_call_costs(slow, [1, 2, 3, 4])) == [1, 2, 3, 4]
+    assert slow.calls == 2 * 4  # the warm-up round and one timed round
+    pays.measure_call_costs(fast, [1, 2, 3, 4])
+    assert fast.calls == (CALIBRATION_ROUNDS + 1) * 4
