@@ -150,8 +150,7 @@ CHUNK_ROWS = 16384  # a quantized matrix of more rows (a 248k-token lm_head: 4 G
 
 
 def _rows(written, name: str) -> int:
-    r = written.quant_rows[name]
-    return r.hi - r.lo
+    return written.quant_rows[name].count
 
 
 def _swap_linear(module, param_name: str, replacement) -> None:
@@ -189,8 +188,7 @@ class _QuantizedRows:
 
     def __init__(self, written, name: str):
         self.written, self.name = written, name
-        r = written.quant_rows[name]
-        self.shape = (r.hi - r.lo, r.k)
+        self.shape = (written.quant_rows[name].count, written.quant_rows[name].k)
 
     def __getitem__(self, ids) -> np.ndarray:
         from specrt.convert.quantize import dequantize

@@ -143,10 +143,11 @@ class GraphWriter:
 
 
 def float_activation_twin(path: Path) -> Path:
-    """A copy of an int4/int8 graph (beside it, sharing its data file) whose MatMulNBits keep float activations."""
+    """A copy of an int4/int8 graph (beside it, sharing its data file) whose MatMulNBits and QMoE keep float
+    activations."""
     model = onnx.load(str(path), load_external_data=False)
     for node in model.graph.node:
-        if node.op_type == "MatMulNBits":
+        if node.op_type in ("MatMulNBits", "QMoE"):
             for attr in node.attribute:
                 if attr.name == "accuracy_level":
                     attr.i = 0

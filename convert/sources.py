@@ -75,6 +75,25 @@ def linear_attention_shapes(cfg: ModelConfig, p: str) -> dict[str, tuple[int, ..
             p + "out_proj.weight": (h, value)}
 
 
+def moe_shapes(cfg: ModelConfig, layer: int, weights, resolved: ResolvedSource) -> dict[str, tuple[int, ...]]:
+    """The tensors of a mixture-of-experts layer and their shapes; experts beyond the config's count (the router and
+    the experts disagreeing with num_experts) are named in one line."""
+    p, h, width = f"model.layers.{layer}.mlp.", cfg.hidden_size, cfg.moe_intermediate_size
+    if f"{p}experts.gate_up_proj" in weights:
+        raise SourceError(f"{resolved.path}: layer {layer} stores its experts fused ({p}experts.gate_up_proj); "
+                          "specrt reads the published per-expert layout (experts.N.gate_proj.weight ...)")
+    extra = f"{p}experts.{cfg.num_experts}.gate_proj.weight"
+    if extra in weights:
+        raise SourceError(f"{resolved.path}: layer {layer} has tensor {extra}, but the config says num_experts = "
+                          f"{cfg.num_experts}")
+    need = {p + "gate.weight": (cfg.num_experts, h)}
+    for e in range(cfg.num_experts):
+        q = f"{p}experts.{e}."
+        need.update({q + "gate_proj.weight": (width, h), q + "up_proj.weight": (width, h),
+                     q + "down_proj.weight": (h, width)})
+    return need
+
+
 def _check_layer_types(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSource) -> None:
     """A layer whose tensors are of the other kind than config's layer_types says: named in one line."""
     for i in range(cfg.num_layers):
@@ -90,8 +109,11 @@ def _check_weights(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSou
     need = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size), "model.norm.weight": (cfg.hidden_size,)}
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
-        need[p + "mlp.gate_proj.weight"] = (cfg.intermediate_size, cfg.hidden_size)
-        need[p + "mlp.down_proj.weight"] = (cfg.hidden_size, cfg.intermediate_size)
+        if cfg.is_moe(i):
+            need.update(moe_shapes(cfg, i, weights, resolved))
+        else:
+            need[p + "mlp.gate_proj.weight"] = (cfg.intermediate_size, cfg.hidden_size)
+            need[p + "mlp.down_proj.weight"] = (cfg.hidden_size, cfg.intermediate_size)
         if cfg.is_linear(i):
             need.update(linear_attention_shapes(cfg, p + "linear_attn."))
             continue

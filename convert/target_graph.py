@@ -34,6 +34,7 @@ from onnx import TensorProto
 from specrt.bundle import PRECISIONS, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
+from specrt.convert.moe_graph import sparse_moe
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
 from specrt.convert.quantize import ROW_CHUNK, QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks
 from specrt.models.config import ModelConfig
@@ -256,6 +257,8 @@ class _TargetBuilder:
         return self.linear(out, [p + "o_proj"], f"layers.{i}.o_proj")
 
     def mlp(self, i: int, h: str) -> str:
+        if self.cfg.is_moe(i):
+            return sparse_moe(self, i, h)
         p = f"model.layers.{i}.mlp."
         gate_up = self.linear(h, [p + "gate_proj", p + "up_proj"], f"layers.{i}.gate_up")
         size = self.cfg.intermediate_size
@@ -367,8 +370,8 @@ def build_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions,
 
 @dataclass(frozen=True)
 class QuantRows:
-    """Where one HF projection's quantized weights lie in the graph: rows [lo, hi) of a (maybe fused)
-    MatMulNBits."""
+    """Where one HF projection's quantized weights lie in the graph: rows lo, lo + step, ... below hi of a (maybe
+    fused) MatMulNBits or QMoE (an expert's gate rows interleave with its up rows: step 2)."""
 
     qweight: str  # initializer names
     scales: str
@@ -379,6 +382,12 @@ class QuantRows:
     k: int
     block_size: int
     bits: int = 4
+    step: int = 1
+
+    @property
+    def count(self) -> int:
+        """The projection's own rows."""
+        return len(range(self.lo, self.hi, self.step))
 
 
 @dataclass
@@ -392,10 +401,12 @@ class WrittenGraph:
         """A weight's quantized values (only `rows` of it, when given), read back from the data file: a
         projection's rows of its (maybe fused) MatMulNBits, or the embedding table's GatherBlockQuantized."""
         r = self.quant_rows[name]
-        pick = slice(r.lo, r.hi) if rows is None else r.lo + np.asarray(rows, dtype=np.int64)
-        span = None  # the rows of the stored [n, ...] tensors to read: all, or only a contiguous range asked for
-        if rows is not None and len(pick) and pick[-1] - pick[0] + 1 == len(pick):
-            span, pick = (int(pick[0]), int(pick[-1]) + 1, r.n), slice(None)
+        own = np.arange(r.count) if rows is None else np.asarray(rows, dtype=np.int64)
+        pick = r.lo + r.step * own  # rows of the stored [n, ...] tensors
+        span = None  # the rows to read: all, or only the range from the first to the last asked for
+        if len(pick):
+            span = (int(pick.min()), int(pick.max()) + 1, r.n)
+            pick = pick - span[0]
         n = r.n if span is None else span[1] - span[0]
         n_blocks = -(-r.k // r.block_size)
         packed = self.data.read(r.qweight, span).reshape(n, n_blocks, r.block_size * r.bits // 8)[pick]
@@ -431,7 +442,7 @@ class QuantReadback(WeightSource):
     def shape(self, name: str) -> tuple[int, ...]:
         if name in self.written.quant_rows:
             r = self.written.quant_rows[name]
-            return (r.hi - r.lo, r.k)
+            return (r.count, r.k)
         return shape_of(self.base, name)
 
     def rows(self, name: str, ids) -> np.ndarray:

@@ -21,6 +21,7 @@ ARCHITECTURES = {
     "qwen2": "llama",
     "mimo": "llama",  # Qwen2 blocks (+ MTP layers, models/mtp.py)
     "qwen3": "llama",
+    "qwen3_moe": "llama",  # Qwen3 blocks whose MLPs are sparse mixtures of experts (models/moe.py)
     "gemma3": "gemma3",
     "gemma3_text": "gemma3",
     "qwen3_5": "qwen3_5",  # Gated DeltaNet + gated attention hybrid (models/gated_deltanet.py)
@@ -29,7 +30,7 @@ ARCHITECTURES = {
 
 # HF model_type -> the transformers class of a causal LM of that type (what an HF folder's config.json names)
 HF_CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-            "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM"}
+            "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM"}
 
 LINEAR_ATTENTION, FULL_ATTENTION = "linear_attention", "full_attention"
 
@@ -104,6 +105,14 @@ class ModelConfig:
     linear_key_dim: int = 0
     linear_value_dim: int = 0
     linear_conv_kernel: int = 0
+    # mixture-of-experts MLPs (Qwen3-MoE): the experts, how many route each token, each expert's width, whether the
+    # top-k routing weights are divided by their sum, and which layers keep a dense MLP
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = True
+    decoder_sparse_step: int = 1  # every n-th layer is sparse (HF's convention: layer i when (i + 1) % n == 0)
+    mlp_only_layers: tuple[int, ...] = ()
 
     @property
     def scale(self) -> float:
@@ -141,6 +150,15 @@ class ModelConfig:
         kernel - 1]."""
         return 2 * self.linear_key_heads * self.linear_key_dim + self.linear_value_heads * self.linear_value_dim
 
+    def is_moe(self, layer: int) -> bool:
+        """The layer's MLP is a sparse mixture of experts (models/moe.py)."""
+        return (self.num_experts > 0 and layer not in self.mlp_only_layers
+                and (layer + 1) % self.decoder_sparse_step == 0)
+
+    @property
+    def moe_layers(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.num_layers) if self.is_moe(i))
+
     def rope_for(self, layer: int) -> RopeConfig:
         return self.local_rope if (self.local_rope and self.is_sliding(layer)) else self.rope
 
@@ -155,6 +173,7 @@ class ModelConfig:
         d["sliding_layers"] = tuple(d.get("sliding_layers", ()))
         d["eos_token_ids"] = tuple(d.get("eos_token_ids", ()))
         d["layer_types"] = tuple(d.get("layer_types", ()))
+        d["mlp_only_layers"] = tuple(d.get("mlp_only_layers", ()))
         return ModelConfig(**d)
 
 
@@ -253,6 +272,31 @@ def _qwen3_5_config(hf: dict, model_type: str, hidden: int, heads: int, layers: 
     return cfg
 
 
+def _moe_fields(hf: dict, layers: int) -> dict:
+    """The mixture-of-experts fields of a Qwen3-MoE config (none for a dense model); a top-k larger than the expert
+    count, or a count out of range, is a SourceError naming the field."""
+    experts = int(hf.get("num_experts") or hf.get("num_local_experts") or 0)
+    if not experts:
+        return {}
+    top_k = int(hf.get("num_experts_per_tok") or 0)
+    if not 1 <= experts <= 1 << 16:
+        raise SourceError(f"config: num_experts = {experts} is out of range (1..65536)")
+    if not 1 <= top_k <= experts:
+        raise SourceError(f"config: num_experts_per_tok = {top_k} must be between 1 and num_experts ({experts})")
+    width = int(hf.get("moe_intermediate_size") or 0)
+    if not 1 <= width <= LIMITS["intermediate_size"]:
+        raise SourceError(f"config: moe_intermediate_size = {width} is out of range (1..{LIMITS['intermediate_size']})")
+    step = int(hf.get("decoder_sparse_step") or 1)
+    if not 1 <= step <= layers:
+        raise SourceError(f"config: decoder_sparse_step = {step} is out of range (1..{layers})")
+    dense = hf.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or any(not isinstance(i, int) or not 0 <= i < layers for i in dense):
+        raise SourceError(f"config: mlp_only_layers must list layer numbers below {layers}")
+    return {"num_experts": experts, "experts_per_token": top_k, "moe_intermediate_size": width,
+            "norm_topk_prob": bool(hf.get("norm_topk_prob", False)), "decoder_sparse_step": step,
+            "mlp_only_layers": tuple(sorted(set(dense)))}
+
+
 def config_from_hf(hf: dict) -> ModelConfig:
     """ModelConfig from an HF config.json dict; SourceError for unsupported architectures, missing or
     malformed fields and values out of range (check_ranges)."""
@@ -333,7 +377,7 @@ def config_from_hf(hf: dict) -> ModelConfig:
             rope=rope,
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", is_gemma)),
             qkv_bias=bool(hf.get("attention_bias", False)) or model_type in ("qwen2", "mimo"),
-            qk_norm=model_type in ("qwen3", "gemma3", "gemma3_text"),
+            qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"),
             norm_offset=1.0 if is_gemma else 0.0,
             hidden_act=act,
             embed_scale=math.sqrt(hidden) if is_gemma else 1.0,
@@ -343,6 +387,7 @@ def config_from_hf(hf: dict) -> ModelConfig:
             local_rope=local,
             bos_token_id=hf.get("bos_token_id"),
             eos_token_ids=_eos_ids(hf.get("eos_token_id")),
+            **_moe_fields(hf, layers),
         ))
     except KeyError as exc:
         raise SourceError(f"config.json lacks {exc.args[0]!r}") from None

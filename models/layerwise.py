@@ -73,7 +73,7 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
             block = load_module(block, weights, f"model.layers.{i}.")
             for p, (x, pos) in enumerate(zip(xs, positions)):
                 hook = None
-                if p < observe:
+                if p < observe and hasattr(block.mlp, "down_proj"):  # a dense MLP (experts are not smoothed)
                     hook = block.mlp.down_proj.register_forward_hook(_recorder(out.down_proj_max, i))
                 xs[p], _, _ = block(x, pos, empty, empty, causal_mask(cfg, i, pos, 0))
                 if hook is not None:

@@ -19,6 +19,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from specrt.models.config import ModelConfig
+from specrt.models.moe import SparseMoE
 
 
 class RMSNorm(nn.Module):
@@ -114,7 +115,7 @@ class LlamaBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.self_attn = Attention(cfg, layer)
-        self.mlp = MLP(cfg)
+        self.mlp = SparseMoE(cfg) if cfg.is_moe(layer) else MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
 

@@ -25,6 +25,10 @@ ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 QWEN3_5_TEXT = dict(COMMON, num_hidden_layers=4, head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4,
                     linear_key_head_dim=16, linear_value_head_dim=16, tie_word_embeddings=False)
 HYBRID_ARCHS = ("qwen3_5_text", "qwen3_5")
+# Qwen3-MoE: 8 experts of width 32, 2 routed a token; layer 1 keeps a dense MLP (mlp_only_layers), as a checkpoint
+# may; the published Qwen3-30B-A3B divides the top-k weights by their sum (norm_topk_prob), transformers' default not
+QWEN3_MOE = dict(COMMON, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[1],
+                 norm_topk_prob=True, tie_word_embeddings=False)
 
 
 def hf_config(arch: str):
@@ -36,6 +40,10 @@ def hf_config(arch: str):
         return tf.Qwen2Config(**COMMON, tie_word_embeddings=True, rope_theta=100000.0)
     if arch == "qwen3":
         return tf.Qwen3Config(**COMMON, tie_word_embeddings=False)
+    if arch == "qwen3_moe":
+        return tf.Qwen3MoeConfig(**QWEN3_MOE)
+    if arch == "qwen3_moe_unnormalized":  # softmax weights of the top k used as they are
+        return tf.Qwen3MoeConfig(**dict(QWEN3_MOE, norm_topk_prob=False, mlp_only_layers=[]))
     if arch == "qwen3_5_text":
         return tf.Qwen3_5TextConfig(**QWEN3_5_TEXT)
     if arch == "qwen3_5":

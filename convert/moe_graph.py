@@ -1,0 +1,112 @@
+"""A sparse mixture-of-experts MLP (Qwen3-MoE) in the target graph: ONNX Runtime's MoE (float) or QMoE (int4/int8).
+
+The router stays a float MatMul at every precision (an [E, H] matrix: small, and its top-k choice is what decides
+which weights a token reads). Its logits go to the op, which takes softmax over all experts, keeps the top k and
+divides them by their sum (transformers' norm_topk_prob); without norm_topk_prob QMoE is handed the softmax as its
+routing weights instead (it would always divide by the sum; float MoE simply skips it).
+
+Expert weights are [E, out, in] (nn.Linear's layout stacked over experts): fc1 [E, 2I, H] with each expert's gate and
+up rows interleaved (gate row r at 2r, up row r at 2r + 1: swiglu_fusion=1, the only fusion ONNX Runtime's CPU
+kernels take), fc2 [E, H, I]. int4/int8 quantize every row in blocks as MatMulNBits does (uint8 zero points, the
+same nibble order); int4 experts run with the graph's accuracy level (int8 activations at 4), int8 experts with one
+scale per row, the only int8 form whose CPU kernel keeps float activations (its block-wise form always quantizes
+them), so a converted graph can still be held exactly to torch running the same weights (convert/pipeline.py).
+Against numpy on the same weights (ONNX Runtime 1.32, CPU): float MoE 3e-7 apart, QMoE int4 in blocks of 32 1e-7,
+int8 per row 1e-7; int8 in blocks 7e-3 (its activations rounded to int8).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specrt.convert.onnx_graph import MS_DOMAIN
+from specrt.convert.quantize import quantize_blocks
+from specrt.errors import SourceError
+
+
+def expert_names(layer: int, expert: int) -> tuple[str, str, str]:
+    """The HF names of one expert's gate, up and down projections."""
+    p = f"model.layers.{layer}.mlp.experts.{expert}."
+    return p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"
+
+
+def _fc1_rows(builder, layer: int, expert: int) -> np.ndarray:
+    """One expert's gate and up rows interleaved: [2I, H] float32."""
+    gate_name, up_name, _ = expert_names(layer, expert)
+    gate = np.asarray(builder.tensor(gate_name), dtype=np.float32)
+    up = np.asarray(builder.tensor(up_name), dtype=np.float32)
+    fused = np.empty((2 * gate.shape[0], gate.shape[1]), dtype=np.float32)
+    fused[0::2], fused[1::2] = gate, up
+    return fused
+
+
+def _quantized_experts(builder, layer: int, which: str, block: int):
+    """Every expert's fc1 ("fc1") or fc2 ("fc2") quantized: (packed [E, N, K * bits / 8], scales [E, N, K / block],
+    zero points [E, N, ceil(K / block * bits / 8)]), read and quantized an expert at a time."""
+    cfg, bits = builder.cfg, builder.opts.bits
+    packed, scales, zero_points = [], [], []
+    for e in range(cfg.num_experts):
+        w = _fc1_rows(builder, layer, e) if which == "fc1" else np.asarray(
+            builder.tensor(expert_names(layer, e)[2]), dtype=np.float32)
+        q = quantize_blocks(w, block, bits=bits)
+        packed.append(q.packed.reshape(q.n, -1))
+        scales.append(q.scales.reshape(q.n, -1))
+        zero_points.append(q.zero_points.reshape(q.n, -1))
+    return np.stack(packed), np.stack(scales), np.stack(zero_points), q
+
+
+def sparse_moe(builder, layer: int, h: str) -> str:
+    """h [B, S, H] -> the layer's mixture-of-experts output [B, S, H]."""
+    from specrt.convert.target_graph import QuantRows
+
+    cfg, g, p = builder.cfg, builder.g, f"model.layers.{layer}.mlp."
+    name = f"layers.{layer}.moe"
+    router = np.asarray(builder.tensor(p + "gate.weight"), dtype=np.float32)  # [E, H]
+    flat = g.op("Reshape", [h, g.const([-1, cfg.hidden_size])])  # [N, H]
+    logits = g.op("MatMul", [flat, g.weight(name + ".router_t", router.T.astype(builder.dtype))])  # [N, E]
+    common = dict(k=cfg.experts_per_token, activation_type="swiglu", swiglu_fusion=1, activation_alpha=1.0,
+                  activation_beta=0.0)
+    if not builder.opts.bits:
+        fc1 = np.stack([_fc1_rows(builder, layer, e) for e in range(cfg.num_experts)])  # [E, 2I, H]
+        fc2 = np.stack([np.asarray(builder.tensor(expert_names(layer, e)[2]), dtype=np.float32)
+                        for e in range(cfg.num_experts)])  # [E, H, I]
+        ins = [h, logits, g.weight(name + ".fc1", fc1.astype(builder.dtype)), "",
+               g.weight(name + ".fc2", fc2.astype(builder.dtype))]
+        return g.op("MoE", ins, domain=MS_DOMAIN, name=name, normalize_routing_weights=int(cfg.norm_topk_prob),
+                    **common)
+    bits = builder.opts.bits
+    per_row = bits == 8
+    block = builder.opts.int4_block_size
+    if not per_row and (cfg.hidden_size % block or cfg.moe_intermediate_size % block):
+        raise SourceError(f"int{bits} experts need hidden_size ({cfg.hidden_size}) and moe_intermediate_size "
+                          f"({cfg.moe_intermediate_size}) to be multiples of the {block}-weight block")
+    ins = [h, logits]
+    stored = {}
+    for which, width in (("fc1", cfg.hidden_size), ("fc2", cfg.moe_intermediate_size)):
+        block = width if per_row else builder.opts.int4_block_size
+        packed, scales, zero_points, q = _quantized_experts(builder, layer, which, block)
+        shape = scales.shape[:2]  # [E, N]
+        stored[which] = (g.weight(f"{name}.{which}.qweight", packed),
+                         g.weight(f"{name}.{which}.scales", (scales.reshape(shape) if per_row else scales)
+                                  .astype(builder.dtype)),
+                         g.weight(f"{name}.{which}.zero_points", zero_points.reshape(shape) if per_row else zero_points),
+                         q.n, q.k, q.block_size)
+        del packed, scales, zero_points
+    (w1, s1, z1, n1, k1, b1), (w2, s2, z2, n2, k2, b2) = stored["fc1"], stored["fc2"]
+    routing = ""
+    if not cfg.norm_topk_prob:  # QMoE always divides by the sum: hand it the plain softmax to mix with
+        routing = g.op("Softmax", [logits], axis=-1)
+    ins = [h, logits, w1, s1, "", w2, s2, "", "", "", "", z1, z2, "", routing]
+    while ins[-1] == "":
+        ins.pop()
+    for e in range(cfg.num_experts):  # where each expert's rows went, for the torch model of the same weights
+        gate_name, up_name, down_name = expert_names(layer, e)
+        builder.quant_rows[gate_name] = QuantRows(w1, s1, z1, e * n1, (e + 1) * n1, cfg.num_experts * n1, k1, b1,
+                                                  bits, step=2)
+        builder.quant_rows[up_name] = QuantRows(w1, s1, z1, e * n1 + 1, (e + 1) * n1, cfg.num_experts * n1, k1, b1,
+                                                bits, step=2)
+        builder.quant_rows[down_name] = QuantRows(w2, s2, z2, e * n2, (e + 1) * n2, cfg.num_experts * n2, k2, b2, bits)
+    attrs = dict(expert_weight_bits=bits, weights_prepacked=0, normalize_routing_weights=int(cfg.norm_topk_prob))
+    if not per_row:
+        attrs.update(block_size=builder.opts.int4_block_size, accuracy_level=builder.opts.int4_accuracy_level)
+    return g.op("QMoE", ins, domain=MS_DOMAIN, name=name, **common, **attrs)

@@ -1,0 +1,52 @@
+"""The torch reference of a sparse mixture-of-experts MLP (Qwen3-MoE), in the published checkpoints' names.
+
+A router (`gate.weight` [E, H]) scores every expert; softmax over all E, the top k kept (divided by their sum when
+the config's norm_topk_prob says so); each kept expert is a SwiGLU MLP (`experts.{j}.{gate,up,down}_proj.weight`)
+and the token's output is the routing-weighted sum of theirs. transformers' Qwen3MoeSparseMoeBlock computes the
+same; the ONNX graph computes it with ONNX Runtime's MoE / QMoE (convert/moe_graph.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specrt.models.config import ModelConfig
+
+
+class Expert(nn.Module):
+    def __init__(self, hidden: int, width: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, width, bias=False)
+        self.up_proj = nn.Linear(hidden, width, bias=False)
+        self.down_proj = nn.Linear(width, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, H]
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class SparseMoE(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.top_k, self.normalize = cfg.experts_per_token, cfg.norm_topk_prob
+        self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
+        self.experts = nn.ModuleList(Expert(cfg.hidden_size, cfg.moe_intermediate_size)
+                                     for _ in range(cfg.num_experts))
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [N, H] -> (routing weights [N, k], expert ids [N, k])."""
+        probs = torch.softmax(self.gate(x).float(), dim=-1)  # [N, E]
+        weights, ids = torch.topk(probs, self.top_k, dim=-1)
+        if self.normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(x.dtype), ids
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, S, H] -> [B, S, H]
+        flat = x.reshape(-1, x.shape[-1])
+        weights, ids = self.route(flat)
+        out = torch.zeros_like(flat)
+        for e in ids.unique().tolist():  # only the experts some token chose run
+            rows, slot = torch.nonzero(ids == e, as_tuple=True)
+            out.index_add_(0, rows, self.experts[e](flat[rows]) * weights[rows, slot, None])
+        return out.reshape(x.shape)

@@ -1,0 +1,161 @@
+"""Mixture-of-experts targets (Qwen3-MoE) on tiny random checkpoints built from transformers' own class, in the
+published per-expert layout: plain decoding equals transformers, int8 / int4 experts (QMoE) are held to torch on the
+same quantized weights, speculation is lossless, and bad sources are named in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file, save_file
+
+from specrt.cli import main
+from specrt.runtime.sampling import SamplingParams
+from tests.tiny_models import hf_model, read_config, save_tiny_bundle_source
+
+PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
+GREEDY = SamplingParams(max_new_tokens=64, stop_token_ids=())
+ARCHS = ("qwen3_moe", "qwen3_moe_unnormalized")
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qwen3_moe")
+    out = {arch: save_tiny_bundle_source(arch, root / arch) for arch in ARCHS}
+    out["qwen3"] = save_tiny_bundle_source("qwen3", root / "qwen3", seed=3)  # a dense drafter, same tokenizer
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundles(sources, tmp_path_factory):
+    root = tmp_path_factory.mktemp("qwen3_moe_bundles")
+    out = {arch: root / arch for arch in ARCHS}
+    assert main(["convert", str(sources["qwen3_moe"]), "-o", str(out["qwen3_moe"]), "--max-context", "128",
+                 "--drafter", f"draft-model:{sources['qwen3']}"]) == 0
+    assert main(["convert", str(sources["qwen3_moe_unnormalized"]), "-o", str(out["qwen3_moe_unnormalized"]),
+                 "--max-context", "128"]) == 0
+    return out
+
+
+def test_the_config_says_which_layers_are_sparse(sources):
+    from specrt.models.config import config_from_hf
+
+    cfg = config_from_hf(read_config(sources["qwen3_moe"]))
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size) == (8, 2, 32)
+    assert cfg.moe_layers == (0, 2) and cfg.norm_topk_prob and cfg.qk_norm
+    assert not config_from_hf(read_config(sources["qwen3_moe_unnormalized"])).norm_topk_prob
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_plain_greedy_equals_transformers(bundles, arch):
+    """64 greedy tokens per prompt, each transformers' own argmax after the same prefix."""
+    import onnx
+
+    import specrt
+
+    ops = {n.op_type for n in onnx.load(str(bundles[arch] / "target.onnx"), load_external_data=False).graph.node}
+    assert "MoE" in ops
+    engine = specrt.load(str(bundles[arch]), device="cpu")
+    model = hf_model(arch)
+    for prompt in PROMPTS:
+        ids = engine.prompt_ids(prompt)
+        engine.reset()
+        out = engine.generate(prompt, GREEDY, drafter=None).wait().token_ids
+        assert len(out) == 64
+        with torch.no_grad():
+            logits = model(torch.tensor([ids + out])).logits[0, len(ids) - 1:-1]
+        assert logits.argmax(-1).tolist() == out, prompt
+
+
+def test_speculation_on_a_mixture_of_experts_is_lossless(bundles):
+    """ngram and a dense Qwen3 draft model (same tokenizer) at fixed lengths 1..4: greedy output equals plain
+    decoding token for token."""
+    import specrt
+    from specrt.app.api import make_drafter
+
+    bundle = bundles["qwen3_moe"]
+    engine = specrt.load(str(bundle), device="cpu")
+    engine.adaptive = False
+    drafters = {n: make_drafter(n, bundle, engine.manifest, ["CPUExecutionProvider"]) for n in ("ngram", "draft-model")}
+    drafted = dict.fromkeys(drafters, 0)
+    for prompt in PROMPTS:
+        engine.reset()
+        plain = engine.generate(prompt, GREEDY, drafter=None).wait().token_ids
+        for name, drafter in drafters.items():
+            for k in (1, 4):
+                engine.draft_length = k
+                engine.reset()
+                spec = engine.generate(prompt, GREEDY, drafter=drafter).wait()
+                assert spec.token_ids == plain, (name, k, prompt)
+                drafted[name] += sum(spec.stats.drafted_by_position)
+    assert all(drafted.values()), drafted
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_quantized_experts_are_validated_and_exact(sources, tmp_path, arch, precision):
+    """int8 / int4 experts in QMoE (int8: one scale per row; int4: blocks of 32) held to torch running the very same
+    quantized weights (read back from the data file); in batch-invariant mode greedy speculation equals plain."""
+    import onnx
+
+    import specrt
+    from specrt.bundle import load_bundle
+    from specrt.models.config import config_from_hf
+
+    out = tmp_path / precision
+    assert main(["convert", str(sources[arch]), "-o", str(out), "--precision", precision,
+                 "--max-context", "128"]) == 0
+    graph = onnx.load(str(out / "target.onnx"), load_external_data=False).graph
+    qmoe = [n for n in graph.node if n.op_type == "QMoE"]
+    assert len(qmoe) == len(config_from_hf(read_config(sources[arch])).moe_layers)
+    bits = {a.name: a.i for a in qmoe[0].attribute}["expert_weight_bits"]
+    assert bits == int(precision[3:])
+    validation = load_bundle(out).provenance["validation"]
+    assert validation["quantized_reference"]["max_abs_diff"] < 1e-3
+    engine = specrt.load(str(out), device="cpu", drafter="ngram", batch_invariant=True)
+    params = SamplingParams(max_new_tokens=32, stop_token_ids=())
+    for prompt in PROMPTS[:2]:
+        plain = engine.generate(prompt, params, drafter=None).wait()
+        assert engine.generate(prompt, params).wait().token_ids == plain.token_ids
+
+
+def _edit_config(src, **changes):
+    hf = read_config(src)
+    hf.update(changes)
+    (src / "config.json").write_text(json.dumps(hf))
+
+
+def _rewrite(src, change):
+    tensors = load_file(str(src / "model.safetensors"))
+    save_file(change(tensors), str(src / "model.safetensors"))
+
+
+def _drop(name):
+    return lambda src: _rewrite(src, lambda t: {k: v for k, v in t.items() if k != name})
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: _edit_config(s, num_experts=6),
+     r"layer 0 has tensor model.layers.0.mlp.experts.6.gate_proj.weight, but the config says num_experts = 6"),
+    (lambda s: _edit_config(s, num_experts=10),
+     r"tensor model.layers.0.mlp.gate.weight has shape \(8, 64\), expected \(10, 64\)"),
+    (lambda s: _edit_config(s, num_experts_per_tok=9), "num_experts_per_tok = 9 must be between 1 and num_experts"),
+    (_drop("model.layers.2.mlp.experts.5.down_proj.weight"), "missing tensor model.layers.2.mlp.experts.5.down_proj"),
+    (lambda s: _rewrite(s, lambda t: {**t, "model.layers.0.mlp.experts.3.up_proj.weight":
+                                      np.ascontiguousarray(t["model.layers.0.mlp.experts.3.up_proj.weight"][:16])}),
+     r"tensor model.layers.0.mlp.experts.3.up_proj.weight has shape \(16, 64\), expected \(32, 64\)"),
+])
+def test_bad_moe_sources_are_named(sources, tmp_path, capsys, edit, message):
+    src = tmp_path / "src"
+    shutil.copytree(sources["qwen3_moe"], src)
+    edit(src)
+    out = tmp_path / "out"
+    code = main(["convert", str(src), "-o", str(out)])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert code == 2 and len(errors) == 1
+    assert re.search(message, errors[0]), errors[0]
+    assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
