@@ -1,4 +1,5 @@
-"""A sparse mixture-of-experts MLP (Qwen3-MoE) in the target graph: ONNX Runtime's MoE (float) or QMoE (int4/int8).
+"""A sparse mixture-of-experts MLP (Qwen3-MoE, Qwen3.5-MoE) in the target graph: ONNX Runtime's MoE (float) or QMoE
+(int4/int8), plus Qwen3.5-MoE's shared expert (a dense MLP like any other, times a sigmoid gate).
 
 The router stays a float MatMul at every precision (an [E, H] matrix: small, and its top-k choice is what decides
 which weights a token reads). Its logits go to the op, which takes softmax over all experts, keeps the top k and
@@ -56,7 +57,19 @@ def _quantized_experts(builder, layer: int, which: str, block: int):
 
 
 def sparse_moe(builder, layer: int, h: str) -> str:
-    """h [B, S, H] -> the layer's mixture-of-experts output [B, S, H]."""
+    """h [B, S, H] -> the layer's mixture-of-experts output [B, S, H] (plus its shared expert's, if it has one)."""
+    out = _routed_experts(builder, layer, h)
+    if not builder.cfg.shared_expert_size:
+        return out
+    g, p = builder.g, f"model.layers.{layer}.mlp."
+    shared = builder.dense_mlp(h, p + "shared_expert.", builder.cfg.shared_expert_size, f"layers.{layer}.shared_expert")
+    gate_w = np.asarray(builder.tensor(p + "shared_expert_gate.weight"), dtype=np.float32)  # [1, H]
+    gate = g.op("MatMul", [h, g.weight(f"layers.{layer}.shared_expert_gate_t", gate_w.T.astype(builder.dtype))])
+    return g.op("Add", [out, g.op("Mul", [shared, g.op("Sigmoid", [gate])])])  # [B, S, H]
+
+
+def _routed_experts(builder, layer: int, h: str) -> str:
+    """h [B, S, H] -> the routed experts' weighted sum [B, S, H]."""
     from specrt.convert.target_graph import QuantRows
 
     cfg, g, p = builder.cfg, builder.g, f"model.layers.{layer}.mlp."

@@ -87,6 +87,10 @@ def moe_shapes(cfg: ModelConfig, layer: int, weights, resolved: ResolvedSource) 
         raise SourceError(f"{resolved.path}: layer {layer} has tensor {extra}, but the config says num_experts = "
                           f"{cfg.num_experts}")
     need = {p + "gate.weight": (cfg.num_experts, h)}
+    if cfg.shared_expert_size:
+        q, width2 = p + "shared_expert.", cfg.shared_expert_size
+        need.update({q + "gate_proj.weight": (width2, h), q + "up_proj.weight": (width2, h),
+                     q + "down_proj.weight": (h, width2), p + "shared_expert_gate.weight": (1, h)})
     for e in range(cfg.num_experts):
         q = f"{p}experts.{e}."
         need.update({q + "gate_proj.weight": (width, h), q + "up_proj.weight": (width, h),

@@ -259,15 +259,17 @@ class _TargetBuilder:
     def mlp(self, i: int, h: str) -> str:
         if self.cfg.is_moe(i):
             return sparse_moe(self, i, h)
-        p = f"model.layers.{i}.mlp."
-        gate_up = self.linear(h, [p + "gate_proj", p + "up_proj"], f"layers.{i}.gate_up")
-        size = self.cfg.intermediate_size
+        return self.dense_mlp(h, f"model.layers.{i}.mlp.", self.cfg.intermediate_size, f"layers.{i}")
+
+    def dense_mlp(self, h: str, p: str, size: int, name: str) -> str:
+        """down(act(gate(h)) * up(h)) for the projections named p + gate_proj etc. of width `size`."""
+        gate_up = self.linear(h, [p + "gate_proj", p + "up_proj"], f"{name}.gate_up")
         gate, up = self.g.op("Split", [gate_up, self.g.const([size, size])], outputs=2, axis=-1)
         if self.cfg.hidden_act == "silu":
             act = self.g.op("Mul", [gate, self.g.op("Sigmoid", [gate])])
         else:
             act = self.g.op("FastGelu", [gate], domain=MS_DOMAIN)
-        return self.linear(self.g.op("Mul", [act, up]), [p + "down_proj"], f"layers.{i}.down_proj")
+        return self.linear(self.g.op("Mul", [act, up]), [p + "down_proj"], f"{name}.down_proj")
 
     # -- whole graph ---------------------------------------------------------------------------
     def kv_shape(self) -> list:

@@ -26,11 +26,14 @@ ARCHITECTURES = {
     "gemma3_text": "gemma3",
     "qwen3_5": "qwen3_5",  # Gated DeltaNet + gated attention hybrid (models/gated_deltanet.py)
     "qwen3_5_text": "qwen3_5",
+    "qwen3_5_moe": "qwen3_5",  # the same hybrid, every MLP a mixture of experts with a shared expert
+    "qwen3_5_moe_text": "qwen3_5",
 }
 
 # HF model_type -> the transformers class of a causal LM of that type (what an HF folder's config.json names)
 HF_CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-            "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM"}
+            "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM",
+            "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"}
 
 LINEAR_ATTENTION, FULL_ATTENTION = "linear_attention", "full_attention"
 
@@ -113,6 +116,7 @@ class ModelConfig:
     norm_topk_prob: bool = True
     decoder_sparse_step: int = 1  # every n-th layer is sparse (HF's convention: layer i when (i + 1) % n == 0)
     mlp_only_layers: tuple[int, ...] = ()
+    shared_expert_size: int = 0  # Qwen3.5-MoE: a dense expert every token runs, scaled by a sigmoid gate
 
     @property
     def scale(self) -> float:
@@ -248,9 +252,18 @@ def _qwen3_5_config(hf: dict, model_type: str, hidden: int, heads: int, layers: 
     partial = float(params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 0.25)))
     if not 0 < partial <= 1:
         raise SourceError(f"config: partial_rotary_factor = {partial} must be in (0, 1]")
+    moe = {}
+    if model_type == "qwen3_5_moe_text":  # every layer sparse, the top-k always divided by their sum
+        moe = dict(_moe_fields({**hf, "norm_topk_prob": True, "mlp_only_layers": [], "decoder_sparse_step": 1},
+                               layers), shared_expert_size=int(hf.get("shared_expert_intermediate_size") or 0))
+        if not moe:
+            raise SourceError("config: a qwen3_5_moe config needs num_experts")
+        if not 0 <= moe["shared_expert_size"] <= LIMITS["intermediate_size"]:
+            raise SourceError(f"config: shared_expert_intermediate_size = {moe['shared_expert_size']} is out of range")
+    width = hf.get("intermediate_size") or moe.get("shared_expert_size") or moe.get("moe_intermediate_size")
     cfg = ModelConfig(
         model_type=model_type, family="qwen3_5", vocab_size=int(hf["vocab_size"]), hidden_size=hidden,
-        intermediate_size=int(hf["intermediate_size"]), num_layers=layers, num_heads=heads,
+        intermediate_size=int(width), num_layers=layers, num_heads=heads,
         num_kv_heads=heads if hf.get("num_key_value_heads") is None else int(hf["num_key_value_heads"]),
         head_dim=head_dim, rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         max_position=int(hf.get("max_position_embeddings", 32768)), rope=rope,
@@ -260,7 +273,7 @@ def _qwen3_5_config(hf: dict, model_type: str, hidden: int, heads: int, layers: 
         layer_types=tuple(layer_types), attn_output_gate=True, partial_rotary=partial,
         linear_key_heads=int(hf.get("linear_num_key_heads", 16)), linear_value_heads=int(hf.get("linear_num_value_heads", 32)),
         linear_key_dim=int(hf.get("linear_key_head_dim", 128)), linear_value_dim=int(hf.get("linear_value_head_dim", 128)),
-        linear_conv_kernel=int(hf.get("linear_conv_kernel_dim", 4)))
+        linear_conv_kernel=int(hf.get("linear_conv_kernel_dim", 4)), **moe)
     for name in ("linear_key_heads", "linear_value_heads", "linear_key_dim", "linear_value_dim", "linear_conv_kernel"):
         if not 1 <= getattr(cfg, name) <= 1 << 16:
             raise SourceError(f"config: {name} = {getattr(cfg, name)} is out of range (1..65536)")
@@ -310,13 +323,13 @@ def config_from_hf(hf: dict) -> ModelConfig:
     if model_type == "gemma3" and "text_config" in hf:
         hf = {**hf["text_config"], "model_type": "gemma3_text"}
         model_type = "gemma3_text"
-    if model_type == "qwen3_5":  # the published multimodal layout: the language model's config is text_config
-        text = hf.get("text_config")
+    if model_type in ("qwen3_5", "qwen3_5_moe"):  # the published multimodal layout: the language model's config
+        text = hf.get("text_config")                # is text_config
         if not isinstance(text, dict):
-            raise SourceError("config: a qwen3_5 config needs a text_config object")
+            raise SourceError(f"config: a {model_type} config needs a text_config object")
         tie = text.get("tie_word_embeddings", hf.get("tie_word_embeddings", False))
-        hf = {**text, "model_type": "qwen3_5_text", "tie_word_embeddings": tie}
-        model_type = "qwen3_5_text"
+        model_type += "_text"
+        hf = {**text, "model_type": model_type, "tie_word_embeddings": tie}
     family = ARCHITECTURES.get(model_type)
     if family is None:
         raise SourceError(

@@ -20,6 +20,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from specrt.models.config import ModelConfig
+from specrt.models.moe import SparseMoE
 from specrt.models.transformer import MLP, Attention, RMSNorm
 
 
@@ -118,7 +119,7 @@ class HybridBlock(nn.Module):
             self.linear_attn = GatedDeltaNet(cfg)
         else:
             self.self_attn = Attention(cfg, layer)
-        self.mlp = MLP(cfg)
+        self.mlp = SparseMoE(cfg) if cfg.is_moe(layer) else MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
 

@@ -1,8 +1,10 @@
-"""The torch reference of a sparse mixture-of-experts MLP (Qwen3-MoE), in the published checkpoints' names.
+"""The torch reference of a sparse mixture-of-experts MLP (Qwen3-MoE, Qwen3.5-MoE), in the published checkpoints'
+names.
 
 A router (`gate.weight` [E, H]) scores every expert; softmax over all E, the top k kept (divided by their sum when
 the config's norm_topk_prob says so); each kept expert is a SwiGLU MLP (`experts.{j}.{gate,up,down}_proj.weight`)
-and the token's output is the routing-weighted sum of theirs. transformers' Qwen3MoeSparseMoeBlock computes the
+and the token's output is the routing-weighted sum of theirs, plus (Qwen3.5-MoE) a shared expert every token runs,
+scaled by sigmoid(`shared_expert_gate.weight` x). transformers' Qwen3MoeSparseMoeBlock computes the
 same; the ONNX graph computes it with ONNX Runtime's MoE / QMoE (convert/moe_graph.py).
 """
 
@@ -33,6 +35,9 @@ class SparseMoE(nn.Module):
         self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
         self.experts = nn.ModuleList(Expert(cfg.hidden_size, cfg.moe_intermediate_size)
                                      for _ in range(cfg.num_experts))
+        if cfg.shared_expert_size:  # Qwen3.5-MoE: every token also runs this expert, scaled by a sigmoid gate
+            self.shared_expert = Expert(cfg.hidden_size, cfg.shared_expert_size)
+            self.shared_expert_gate = nn.Linear(cfg.hidden_size, 1, bias=False)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N, H] -> (routing weights [N, k], expert ids [N, k])."""
@@ -49,4 +54,6 @@ class SparseMoE(nn.Module):
         for e in ids.unique().tolist():  # only the experts some token chose run
             rows, slot = torch.nonzero(ids == e, as_tuple=True)
             out.index_add_(0, rows, self.experts[e](flat[rows]) * weights[rows, slot, None])
+        if hasattr(self, "shared_expert"):
+            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
         return out.reshape(x.shape)

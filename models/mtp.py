@@ -17,8 +17,9 @@ Layouts (names after the loader's "model." normalization; N = the target's num_h
   Qwen3.5 / 3.6, whose block is a gated full-attention block with (1 + w) norms)
 - mimo: model.mtp_layers.0.{token_layernorm, hidden_layernorm, input_proj, final_layernorm, <block>}
 Only the first module is used; several draft steps chain it. The block is the target's (llama family: dense
-attention + MLP; Qwen3.5: gated full attention), so MoE or MLA blocks (DeepSeek-V3 itself) are refused by the
-target loader before this.
+attention + MLP; Qwen3.5: gated full attention; Qwen3.5-MoE / Qwen3.6-35B-A3B: gated full attention and the same
+mixture of experts with a shared expert as the target's layers, models/moe.py), so DeepSeek-V3's own MoE (sigmoid
+routing over expert groups) and MLA blocks are refused by the target loader before this.
 """
 
 from __future__ import annotations

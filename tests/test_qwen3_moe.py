@@ -1,6 +1,7 @@
-"""Mixture-of-experts targets (Qwen3-MoE) on tiny random checkpoints built from transformers' own class, in the
-published per-expert layout: plain decoding equals transformers, int8 / int4 experts (QMoE) are held to torch on the
-same quantized weights, speculation is lossless, and bad sources are named in one line."""
+"""Mixture-of-experts targets (Qwen3-MoE; Qwen3.5-MoE, the hybrid with a shared expert and an MoE block in its MTP
+module) on tiny random checkpoints built from transformers' own classes, in the published per-expert layouts: plain
+decoding equals transformers, int8 / int4 experts (QMoE) are held to torch on the same quantized weights,
+speculation is lossless, and bad sources are named in one line."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from safetensors.numpy import load_file, save_file
 
 from specrt.cli import main
 from specrt.runtime.sampling import SamplingParams
+from tests.test_qwen3_5 import add_mtp
 from tests.tiny_models import hf_model, read_config, save_tiny_bundle_source
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
 GREEDY = SamplingParams(max_new_tokens=64, stop_token_ids=())
 ARCHS = ("qwen3_moe", "qwen3_moe_unnormalized")
+HYBRID_MOE = ("qwen3_5_moe", "qwen3_5_moe_text")  # the published multimodal layout and the text-only one
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +30,8 @@ def sources(tmp_path_factory):
     root = tmp_path_factory.mktemp("qwen3_moe")
     out = {arch: save_tiny_bundle_source(arch, root / arch) for arch in ARCHS}
     out["qwen3"] = save_tiny_bundle_source("qwen3", root / "qwen3", seed=3)  # a dense drafter, same tokenizer
+    for arch in HYBRID_MOE:  # with random MTP weights in the published names (its block: gated attention + MoE)
+        out[arch] = add_mtp(save_tiny_bundle_source(arch, root / arch))
     return out
 
 
@@ -38,6 +43,10 @@ def bundles(sources, tmp_path_factory):
                  "--drafter", f"draft-model:{sources['qwen3']}"]) == 0
     assert main(["convert", str(sources["qwen3_moe_unnormalized"]), "-o", str(out["qwen3_moe_unnormalized"]),
                  "--max-context", "128"]) == 0
+    for arch in HYBRID_MOE:
+        out[arch] = root / arch
+        assert main(["convert", str(sources[arch]), "-o", str(out[arch]), "--max-context", "128",
+                     "--drafter", "mtp"]) == 0
     return out
 
 
@@ -50,7 +59,7 @@ def test_the_config_says_which_layers_are_sparse(sources):
     assert not config_from_hf(read_config(sources["qwen3_moe_unnormalized"])).norm_topk_prob
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ARCHS + HYBRID_MOE)
 def test_plain_greedy_equals_transformers(bundles, arch):
     """64 greedy tokens per prompt, each transformers' own argmax after the same prefix."""
     import onnx
@@ -95,7 +104,30 @@ def test_speculation_on_a_mixture_of_experts_is_lossless(bundles):
     assert all(drafted.values()), drafted
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+def test_mtp_with_an_moe_block_speculates_losslessly(bundles):
+    """Qwen3.6-35B-A3B's kind of MTP module (gated attention + the target's MoE with a shared expert), chained for
+    k = 1, 2, 3, and ngram, over the recurrent target: greedy output equals plain decoding."""
+    import specrt
+    from specrt.app.api import make_drafter
+
+    bundle = bundles["qwen3_5_moe"]
+    engine = specrt.load(str(bundle), device="cpu")
+    engine.adaptive = False
+    drafters = {n: make_drafter(n, bundle, engine.manifest, ["CPUExecutionProvider"]) for n in ("mtp", "ngram")}
+    drafted = dict.fromkeys(drafters, 0)
+    for prompt in PROMPTS:
+        engine.reset()
+        plain = engine.generate(prompt, GREEDY, drafter=None).wait().token_ids
+        for name, k in (("mtp", 1), ("mtp", 2), ("mtp", 3), ("ngram", 3)):
+            engine.draft_length = k
+            engine.reset()
+            spec = engine.generate(prompt, GREEDY, drafter=drafters[name]).wait()
+            assert spec.token_ids == plain, (name, k, prompt)
+            drafted[name] += sum(spec.stats.drafted_by_position)
+    assert all(drafted.values()), drafted
+
+
+@pytest.mark.parametrize("arch", ARCHS + ("qwen3_5_moe_text",))
 @pytest.mark.parametrize("precision", ["int8", "int4"])
 def test_quantized_experts_are_validated_and_exact(sources, tmp_path, arch, precision):
     """int8 / int4 experts in QMoE (int8: one scale per row; int4: blocks of 32) held to torch running the very same

@@ -25,6 +25,8 @@ ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 QWEN3_5_TEXT = dict(COMMON, num_hidden_layers=4, head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4,
                     linear_key_head_dim=16, linear_value_head_dim=16, tie_word_embeddings=False)
 HYBRID_ARCHS = ("qwen3_5_text", "qwen3_5")
+QWEN3_5_MOE_TEXT = dict({k: v for k, v in QWEN3_5_TEXT.items() if k != "intermediate_size"}, num_experts=8,
+                        num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
 # Qwen3-MoE: 8 experts of width 32, 2 routed a token; layer 1 keeps a dense MLP (mlp_only_layers), as a checkpoint
 # may; the published Qwen3-30B-A3B divides the top-k weights by their sum (norm_topk_prob), transformers' default not
 QWEN3_MOE = dict(COMMON, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[1],
@@ -46,10 +48,14 @@ def hf_config(arch: str):
         return tf.Qwen3MoeConfig(**dict(QWEN3_MOE, norm_topk_prob=False, mlp_only_layers=[]))
     if arch == "qwen3_5_text":
         return tf.Qwen3_5TextConfig(**QWEN3_5_TEXT)
+    if arch == "qwen3_5_moe_text":
+        return tf.Qwen3_5MoeTextConfig(**QWEN3_5_MOE_TEXT)
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=4,
+                  temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16)
     if arch == "qwen3_5":
-        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=4,
-                      temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16)
         return tf.Qwen3_5Config(text_config=dict(QWEN3_5_TEXT), vision_config=vision, tie_word_embeddings=False)
+    if arch == "qwen3_5_moe":
+        return tf.Qwen3_5MoeConfig(text_config=dict(QWEN3_5_MOE_TEXT), vision_config=vision, tie_word_embeddings=False)
     if arch == "gemma3":
         c = dict(COMMON, num_hidden_layers=4)
         return tf.Gemma3TextConfig(
@@ -69,6 +75,8 @@ def hf_model(arch: str, seed: int = 0):
     cfg = hf_config(arch)
     if arch == "qwen3_5":  # the published class: language model under model.language_model, a vision tower
         model = tf.Qwen3_5ForConditionalGeneration(cfg).eval()
+    elif arch == "qwen3_5_moe":
+        model = tf.Qwen3_5MoeForConditionalGeneration(cfg).eval()
     else:
         model = tf.AutoModelForCausalLM.from_config(cfg).eval()
     with torch.no_grad():
