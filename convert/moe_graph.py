@@ -41,6 +41,21 @@ def _fc1_rows(builder, layer: int, expert: int) -> np.ndarray:
     return fused
 
 
+def _biases(builder, layer: int, name: str) -> tuple[str, str]:
+    """gpt-oss's expert biases: fc1 [E, 2I] (gate and up interleaved as fc1's rows) and fc2 [E, H]."""
+    cfg = builder.cfg
+    fc1, fc2 = [], []
+    for e in range(cfg.num_experts):
+        gate, up, down = (n.replace(".weight", ".bias") for n in expert_names(layer, e))
+        g_b, u_b = np.asarray(builder.tensor(gate), np.float32), np.asarray(builder.tensor(up), np.float32)
+        both = np.empty(2 * len(g_b), dtype=np.float32)
+        both[0::2], both[1::2] = g_b, u_b
+        fc1.append(both)
+        fc2.append(np.asarray(builder.tensor(down), np.float32))
+    return (builder.g.weight(name + ".fc1_bias", np.stack(fc1).astype(builder.dtype)),
+            builder.g.weight(name + ".fc2_bias", np.stack(fc2).astype(builder.dtype)))
+
+
 def _quantized_experts(builder, layer: int, which: str, block: int):
     """Every expert's fc1 ("fc1") or fc2 ("fc2") quantized: (packed [E, N, K * bits / 8], scales [E, N, K / block],
     zero points [E, N, ceil(K / block * bits / 8)]), read and quantized an expert at a time."""
@@ -77,14 +92,21 @@ def _routed_experts(builder, layer: int, h: str) -> str:
     router = np.asarray(builder.tensor(p + "gate.weight"), dtype=np.float32)  # [E, H]
     flat = g.op("Reshape", [h, g.const([-1, cfg.hidden_size])])  # [N, H]
     logits = g.op("MatMul", [flat, g.weight(name + ".router_t", router.T.astype(builder.dtype))])  # [N, E]
-    common = dict(k=cfg.experts_per_token, activation_type="swiglu", swiglu_fusion=1, activation_alpha=1.0,
-                  activation_beta=0.0)
+    if cfg.moe_bias:
+        logits = g.op("Add", [logits, builder.param(p + "gate.bias")])
+    common = dict(k=cfg.experts_per_token, activation_type="swiglu", swiglu_fusion=1,
+                  activation_alpha=float(cfg.swiglu_alpha), activation_beta=float(cfg.swiglu_beta))
+    if cfg.swiglu_limit:
+        common["swiglu_limit"] = float(cfg.swiglu_limit)
+    bias1, bias2 = _biases(builder, layer, name) if cfg.moe_bias else ("", "")
     if not builder.opts.bits:
         fc1 = np.stack([_fc1_rows(builder, layer, e) for e in range(cfg.num_experts)])  # [E, 2I, H]
         fc2 = np.stack([np.asarray(builder.tensor(expert_names(layer, e)[2]), dtype=np.float32)
                         for e in range(cfg.num_experts)])  # [E, H, I]
-        ins = [h, logits, g.weight(name + ".fc1", fc1.astype(builder.dtype)), "",
-               g.weight(name + ".fc2", fc2.astype(builder.dtype))]
+        ins = [h, logits, g.weight(name + ".fc1", fc1.astype(builder.dtype)), bias1,
+               g.weight(name + ".fc2", fc2.astype(builder.dtype)), bias2]
+        while ins[-1] == "":
+            ins.pop()
         return g.op("MoE", ins, domain=MS_DOMAIN, name=name, normalize_routing_weights=int(cfg.norm_topk_prob),
                     **common)
     bits = builder.opts.bits
@@ -93,7 +115,6 @@ def _routed_experts(builder, layer: int, h: str) -> str:
     if not per_row and (cfg.hidden_size % block or cfg.moe_intermediate_size % block):
         raise SourceError(f"int{bits} experts need hidden_size ({cfg.hidden_size}) and moe_intermediate_size "
                           f"({cfg.moe_intermediate_size}) to be multiples of the {block}-weight block")
-    ins = [h, logits]
     stored = {}
     for which, width in (("fc1", cfg.hidden_size), ("fc2", cfg.moe_intermediate_size)):
         block = width if per_row else builder.opts.int4_block_size
@@ -109,7 +130,7 @@ def _routed_experts(builder, layer: int, h: str) -> str:
     routing = ""
     if not cfg.norm_topk_prob:  # QMoE always divides by the sum: hand it the plain softmax to mix with
         routing = g.op("Softmax", [logits], axis=-1)
-    ins = [h, logits, w1, s1, "", w2, s2, "", "", "", "", z1, z2, "", routing]
+    ins = [h, logits, w1, s1, bias1, w2, s2, bias2, "", "", "", z1, z2, "", routing]
     while ins[-1] == "":
         ins.pop()
     for e in range(cfg.num_experts):  # where each expert's rows went, for the torch model of the same weights

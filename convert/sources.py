@@ -87,6 +87,11 @@ def moe_shapes(cfg: ModelConfig, layer: int, weights, resolved: ResolvedSource) 
         raise SourceError(f"{resolved.path}: layer {layer} has tensor {extra}, but the config says num_experts = "
                           f"{cfg.num_experts}")
     need = {p + "gate.weight": (cfg.num_experts, h)}
+    if cfg.moe_bias:  # gpt-oss
+        need[p + "gate.bias"] = (cfg.num_experts,)
+        for e in range(cfg.num_experts):
+            q = f"{p}experts.{e}."
+            need.update({q + "gate_proj.bias": (width,), q + "up_proj.bias": (width,), q + "down_proj.bias": (h,)})
     if cfg.shared_expert_size:
         q, width2 = p + "shared_expert.", cfg.shared_expert_size
         need.update({q + "gate_proj.weight": (width2, h), q + "up_proj.weight": (width2, h),
@@ -126,6 +131,8 @@ def _check_weights(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSou
         need[p + "self_attn.k_proj.weight"] = (cfg.num_kv_heads * cfg.head_dim, cfg.hidden_size)
         need[p + "self_attn.v_proj.weight"] = (cfg.num_kv_heads * cfg.head_dim, cfg.hidden_size)
         need[p + "self_attn.o_proj.weight"] = (cfg.hidden_size, cfg.num_heads * cfg.head_dim)
+        if cfg.attention_sinks:
+            need[p + "self_attn.sinks"] = (cfg.num_heads,)
     if cfg.family == "qwen3_5":
         _check_layer_types(cfg, weights, resolved)
     if cfg.rotary_dim < cfg.head_dim and (cfg.rotary_dim // 2) % 8:

@@ -211,9 +211,10 @@ class _TargetBuilder:
             inv = np.array(rope.inv_freq(self.cfg.rotary_dim), dtype=np.float64)
             limit = max(self.opts.max_context, 1)
             angles = np.arange(limit, dtype=np.float64)[:, None] * inv[None]  # [M, D/2]
+            scale = rope.attention_factor  # yarn scales cos and sin alike (1 otherwise)
             self.rope_caches[rope] = (
-                self.g.weight("cos_cache", np.cos(angles).astype(self.dtype)),
-                self.g.weight("sin_cache", np.sin(angles).astype(self.dtype)),
+                self.g.weight("cos_cache", (np.cos(angles) * scale).astype(self.dtype)),
+                self.g.weight("sin_cache", (np.sin(angles) * scale).astype(self.dtype)),
             )
         return self.rope_caches[rope]
 
@@ -243,6 +244,8 @@ class _TargetBuilder:
             q, k, v = rows.pad(self.g, q), rows.pad(self.g, k), rows.pad(self.g, v)
             positions, bias, name = rows.position_ids, rows.biases[bias], f"layers.{i}.attn_rows"
         ins = [q, k, v, io["past_key"][i], io["past_value"][i], seqlens_k, total_len, cos, sin, positions, bias]
+        if cfg.attention_sinks:  # head_sink [N]: each head's logit that joins the softmax's denominator
+            ins.append(self.param(p + "sinks"))
         out = self.g.op(
             "GroupQueryAttention", ins,
             outputs=[name, io["present_key"][i], io["present_value"][i]],

@@ -22,6 +22,7 @@ ARCHITECTURES = {
     "mimo": "llama",  # Qwen2 blocks (+ MTP layers, models/mtp.py)
     "qwen3": "llama",
     "qwen3_moe": "llama",  # Qwen3 blocks whose MLPs are sparse mixtures of experts (models/moe.py)
+    "gpt_oss": "llama",  # + attention sinks, sliding/full layers, yarn rope, biased experts with a clamped SwiGLU
     "gemma3": "gemma3",
     "gemma3_text": "gemma3",
     "qwen3_5": "qwen3_5",  # Gated DeltaNet + gated attention hybrid (models/gated_deltanet.py)
@@ -32,7 +33,7 @@ ARCHITECTURES = {
 
 # HF model_type -> the transformers class of a causal LM of that type (what an HF folder's config.json names)
 HF_CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-            "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM",
             "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"}
 
 LINEAR_ATTENTION, FULL_ATTENTION = "linear_attention", "full_attention"
@@ -43,17 +44,37 @@ class RopeConfig:
     """Rotary embedding: base frequency plus the optional scaling HF configs describe."""
 
     theta: float = 10000.0
-    scaling_type: str = "default"  # default | linear | llama3
+    scaling_type: str = "default"  # default | linear | llama3 | yarn
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position: int = 8192
+    # yarn (gpt-oss): the ramp between extrapolated and interpolated frequencies, and the factor cos and sin are
+    # multiplied by (HF's attention_scaling)
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
+    attention_factor: float = 1.0
 
     def inv_freq(self, head_dim: int) -> list[float]:
         """Inverse frequencies [head_dim // 2] after scaling (HF's rope_init functions)."""
         inv = [1.0 / self.theta ** (2 * i / head_dim) for i in range(head_dim // 2)]
         if self.scaling_type == "linear":
             return [f / self.factor for f in inv]
+        if self.scaling_type == "yarn":
+            def correction_dim(rotations: float) -> float:
+                return head_dim * math.log(self.original_max_position / (rotations * 2 * math.pi)) / (
+                    2 * math.log(self.theta))
+            low, high = correction_dim(self.beta_fast), correction_dim(self.beta_slow)
+            if self.truncate:
+                low, high = math.floor(low), math.ceil(high)
+            low, high = max(low, 0), min(high, head_dim - 1)
+            high = high + 0.001 if low == high else high
+            out = []
+            for i, f in enumerate(inv):
+                extrapolate = 1 - min(max((i - low) / (high - low), 0.0), 1.0)  # 1: the frequency is kept
+                out.append(f / self.factor * (1 - extrapolate) + f * extrapolate)
+            return out
         if self.scaling_type == "llama3":
             low_wavelen = self.original_max_position / self.low_freq_factor
             high_wavelen = self.original_max_position / self.high_freq_factor
@@ -117,6 +138,14 @@ class ModelConfig:
     decoder_sparse_step: int = 1  # every n-th layer is sparse (HF's convention: layer i when (i + 1) % n == 0)
     mlp_only_layers: tuple[int, ...] = ()
     shared_expert_size: int = 0  # Qwen3.5-MoE: a dense expert every token runs, scaled by a sigmoid gate
+    # gpt-oss: biases on the router and every expert, and the experts' SwiGLU
+    # min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) + beta) (limit 0: none)
+    moe_bias: bool = False
+    swiglu_alpha: float = 1.0
+    swiglu_limit: float = 0.0
+    swiglu_beta: float = 0.0
+    o_bias: bool = False  # a bias on the attention's output projection (gpt-oss)
+    attention_sinks: bool = False  # gpt-oss: a learned logit per head joins every softmax's denominator
 
     @property
     def scale(self) -> float:
@@ -187,8 +216,23 @@ def _rope_from_hf(hf: dict, params: dict | None) -> RopeConfig:
         params = dict(hf.get("rope_scaling") or {})
         params.setdefault("rope_theta", hf.get("rope_theta", 10000.0))
     rtype = params.get("rope_type") or params.get("type") or "default"
-    if rtype not in ("default", "linear", "llama3"):
-        raise SourceError(f"unsupported rope scaling {rtype!r} (supported: default, linear, llama3)")
+    if rtype not in ("default", "linear", "llama3", "yarn"):
+        raise SourceError(f"unsupported rope scaling {rtype!r} (supported: default, linear, llama3, yarn)")
+    if rtype == "yarn":
+        factor = float(params.get("factor") or 1.0)
+        attention = params.get("attention_factor")
+        if attention is None:
+            def mscale(scale: float, m: float = 1.0) -> float:
+                return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+            if params.get("mscale") and params.get("mscale_all_dim"):
+                attention = mscale(factor, float(params["mscale"])) / mscale(factor, float(params["mscale_all_dim"]))
+            else:
+                attention = mscale(factor)
+        return RopeConfig(
+            theta=float(params.get("rope_theta", hf.get("rope_theta", 10000.0))), scaling_type="yarn", factor=factor,
+            original_max_position=int(params.get("original_max_position_embeddings") or 4096),
+            beta_fast=float(params.get("beta_fast") or 32), beta_slow=float(params.get("beta_slow") or 1),
+            truncate=bool(params.get("truncate", True)), attention_factor=float(attention))
     return RopeConfig(
         theta=float(params.get("rope_theta", hf.get("rope_theta", 10000.0))),
         scaling_type=rtype,
@@ -286,11 +330,13 @@ def _qwen3_5_config(hf: dict, model_type: str, hidden: int, heads: int, layers: 
 
 
 def _moe_fields(hf: dict, layers: int) -> dict:
-    """The mixture-of-experts fields of a Qwen3-MoE config (none for a dense model); a top-k larger than the expert
-    count, or a count out of range, is a SourceError naming the field."""
+    """The mixture-of-experts fields of a Qwen3-MoE or gpt-oss config (none for a dense model); a top-k larger than
+    the expert count, or a count out of range, is a SourceError naming the field."""
     experts = int(hf.get("num_experts") or hf.get("num_local_experts") or 0)
     if not experts:
         return {}
+    if hf.get("model_type") == "gpt_oss":  # softmax over the top-k logits: the top-k of the softmax, renormalized
+        hf = {**hf, "moe_intermediate_size": hf.get("intermediate_size"), "norm_topk_prob": True}
     top_k = int(hf.get("num_experts_per_tok") or 0)
     if not 1 <= experts <= 1 << 16:
         raise SourceError(f"config: num_experts = {experts} is out of range (1..65536)")
@@ -305,9 +351,16 @@ def _moe_fields(hf: dict, layers: int) -> dict:
     dense = hf.get("mlp_only_layers") or []
     if not isinstance(dense, list) or any(not isinstance(i, int) or not 0 <= i < layers for i in dense):
         raise SourceError(f"config: mlp_only_layers must list layer numbers below {layers}")
-    return {"num_experts": experts, "experts_per_token": top_k, "moe_intermediate_size": width,
-            "norm_topk_prob": bool(hf.get("norm_topk_prob", False)), "decoder_sparse_step": step,
-            "mlp_only_layers": tuple(sorted(set(dense)))}
+    out = {"num_experts": experts, "experts_per_token": top_k, "moe_intermediate_size": width,
+           "norm_topk_prob": bool(hf.get("norm_topk_prob", False)), "decoder_sparse_step": step,
+           "mlp_only_layers": tuple(sorted(set(dense)))}
+    if hf.get("model_type") == "gpt_oss":
+        limit = float(hf.get("swiglu_limit", 7.0))
+        if not (math.isfinite(limit) and limit > 0):
+            raise SourceError(f"config: swiglu_limit = {limit} must be finite and > 0")
+        out.update(moe_bias=True, swiglu_alpha=float(hf.get("swiglu_alpha", 1.702)), swiglu_limit=limit,
+                   swiglu_beta=1.0)
+    return out
 
 
 def config_from_hf(hf: dict) -> ModelConfig:
@@ -366,7 +419,8 @@ def config_from_hf(hf: dict) -> ModelConfig:
             layer_types = hf.get("layer_types")
             sliding_layers = tuple(t == "sliding_attention" for t in layer_types) if layer_types else ()
         sliding_window = int(hf.get("sliding_window") or 0)
-        if not is_gemma and (not hf.get("use_sliding_window", model_type == "mistral") or not sliding_layers):
+        if not is_gemma and (not hf.get("use_sliding_window", model_type in ("mistral", "gpt_oss"))
+                             or not sliding_layers):
             if model_type == "mistral" and sliding_window:
                 sliding_layers = (True,) * layers
             else:
@@ -400,6 +454,8 @@ def config_from_hf(hf: dict) -> ModelConfig:
             local_rope=local,
             bos_token_id=hf.get("bos_token_id"),
             eos_token_ids=_eos_ids(hf.get("eos_token_id")),
+            o_bias=model_type == "gpt_oss" and bool(hf.get("attention_bias", False)),
+            attention_sinks=model_type == "gpt_oss",
             **_moe_fields(hf, layers),
         ))
     except KeyError as exc:

@@ -66,7 +66,7 @@ def hf_name(name: str) -> str:
 VISION_PREFIXES = ("model.visual.", "visual.")  # skipped: specrt converts the language model (said in the log)
 
 
-def load_hf_weights(folder: Path) -> LazyWeights:
+def load_hf_weights(folder: Path, model_type: str = "") -> LazyWeights:
     """Every tensor of the folder's shards, read lazily as float32, under HF names. Only the shards' headers are
     read here: a missing shard, a tensor the index promises but its shard lacks, or a truncated shard is a
     one-line error naming the file and the tensor, before any conversion starts."""
@@ -83,6 +83,13 @@ def load_hf_weights(folder: Path) -> LazyWeights:
     for name, shard in (weight_map or {}).items():
         if found.get(name) != shard:
             raise SourceError(f"{folder / shard}: lacks tensor {name}, which model.safetensors.index.json puts there")
+    if model_type == "gpt_oss":  # fused (bf16 or MXFP4) experts read as per-expert tensors
+        from specrt.models.gpt_oss_layout import expert_view
+
+        try:
+            refs = expert_view(refs)
+        except SourceError as exc:
+            raise SourceError(f"{folder}: {exc}") from None
     return LazyWeights(refs)
 
 
@@ -95,4 +102,4 @@ def load_hf_folder(folder: Path) -> tuple[dict, LazyWeights]:
     if not folder.is_dir():
         raise SourceError(f"{folder}: no such folder")
     hf = read_hf_config(folder)
-    return hf, load_hf_weights(folder)
+    return hf, load_hf_weights(folder, hf.get("model_type", "") if isinstance(hf, dict) else "")

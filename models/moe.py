@@ -4,36 +4,45 @@ names.
 A router (`gate.weight` [E, H]) scores every expert; softmax over all E, the top k kept (divided by their sum when
 the config's norm_topk_prob says so); each kept expert is a SwiGLU MLP (`experts.{j}.{gate,up,down}_proj.weight`)
 and the token's output is the routing-weighted sum of theirs, plus (Qwen3.5-MoE) a shared expert every token runs,
-scaled by sigmoid(`shared_expert_gate.weight` x). transformers' Qwen3MoeSparseMoeBlock computes the
+scaled by sigmoid(`shared_expert_gate.weight` x). gpt-oss (softmax over the top-k logits, which is the same
+routing) has biases on the router and the experts and a clamped SwiGLU; its fused checkpoint tensors are read as
+these per-expert names (models/gpt_oss_layout.py). transformers' Qwen3MoeSparseMoeBlock computes the
 same; the ONNX graph computes it with ONNX Runtime's MoE / QMoE (convert/moe_graph.py).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from specrt.models.config import ModelConfig
 
 
 class Expert(nn.Module):
-    def __init__(self, hidden: int, width: int):
+    """down(swiglu(gate(x), up(x))); gpt-oss: biased, gate clamped above and up on both sides at `limit`, the gate's
+    sigmoid at alpha, up offset by beta."""
+
+    def __init__(self, hidden: int, width: int, cfg: ModelConfig | None = None):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, width, bias=False)
-        self.up_proj = nn.Linear(hidden, width, bias=False)
-        self.down_proj = nn.Linear(width, hidden, bias=False)
+        bias = bool(cfg and cfg.moe_bias)
+        self.gate_proj = nn.Linear(hidden, width, bias=bias)
+        self.up_proj = nn.Linear(hidden, width, bias=bias)
+        self.down_proj = nn.Linear(width, hidden, bias=bias)
+        self.alpha, self.limit, self.beta = (cfg.swiglu_alpha, cfg.swiglu_limit, cfg.swiglu_beta) if cfg else (1, 0, 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, H]
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        g, u = self.gate_proj(x), self.up_proj(x)
+        if self.limit:
+            g, u = g.clamp(max=self.limit), u.clamp(-self.limit, self.limit)
+        return self.down_proj(g * torch.sigmoid(self.alpha * g) * (u + self.beta))
 
 
 class SparseMoE(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.top_k, self.normalize = cfg.experts_per_token, cfg.norm_topk_prob
-        self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
-        self.experts = nn.ModuleList(Expert(cfg.hidden_size, cfg.moe_intermediate_size)
+        self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=cfg.moe_bias)
+        self.experts = nn.ModuleList(Expert(cfg.hidden_size, cfg.moe_intermediate_size, cfg)
                                      for _ in range(cfg.num_experts))
         if cfg.shared_expert_size:  # Qwen3.5-MoE: every token also runs this expert, scaled by a sigmoid gate
             self.shared_expert = Expert(cfg.hidden_size, cfg.shared_expert_size)

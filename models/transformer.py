@@ -50,7 +50,9 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(h, cfg.num_heads * d * (2 if cfg.attn_output_gate else 1), bias=cfg.qkv_bias)
         self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=cfg.o_bias)
+        if cfg.attention_sinks:  # gpt-oss: one logit per head that joins the softmax and is then dropped
+            self.sinks = nn.Parameter(torch.zeros(cfg.num_heads))
         if cfg.qk_norm:
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, cfg.norm_offset)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, cfg.norm_offset)
@@ -78,7 +80,8 @@ class Attention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         angles = position_ids.to(torch.float64)[..., None] * self.inv_freq  # [B, S, R/2]
         angles = torch.cat((angles, angles), dim=-1)[:, None]  # [B, 1, S, R]
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        scale = cfg.rope_for(self.layer).attention_factor  # yarn: cos and sin scaled alike
+        cos, sin = (angles.cos() * scale).to(x.dtype), (angles.sin() * scale).to(x.dtype)
         r = cfg.rotary_dim  # partial rotary: the first r channels turn, the rest pass through
         q = torch.cat((rotate(q[..., :r], cos, sin), q[..., r:]), dim=-1)
         k = torch.cat((rotate(k[..., :r], cos, sin), k[..., r:]), dim=-1)
@@ -88,7 +91,11 @@ class Attention(nn.Module):
         kr = k_all.repeat_interleave(groups, dim=1)
         vr = v_all.repeat_interleave(groups, dim=1)
         scores = (q.float() @ kr.float().transpose(-1, -2)) * cfg.scale + mask  # [B, N, S, P + S]
-        probs = torch.softmax(scores, dim=-1).to(x.dtype)
+        if cfg.attention_sinks:
+            sink = self.sinks.float().reshape(1, -1, 1, 1).expand(b, -1, s, 1)
+            probs = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1].to(x.dtype)
+        else:
+            probs = torch.softmax(scores, dim=-1).to(x.dtype)
         out = (probs @ vr).transpose(1, 2).reshape(b, s, cfg.num_heads * cfg.head_dim)
         if gate is not None:
             out = out * torch.sigmoid(gate)

@@ -46,6 +46,9 @@ def hf_config(arch: str):
         return tf.Qwen3MoeConfig(**QWEN3_MOE)
     if arch == "qwen3_moe_unnormalized":  # softmax weights of the top k used as they are
         return tf.Qwen3MoeConfig(**dict(QWEN3_MOE, norm_topk_prob=False, mlp_only_layers=[]))
+    if arch == "gpt_oss":  # 8 experts of width 64, 2 a token; sliding (4) and full layers; yarn rope; sinks
+        return tf.GptOssConfig(**dict(COMMON, intermediate_size=64, num_hidden_layers=4), num_local_experts=8,
+                               num_experts_per_tok=2, sliding_window=4, tie_word_embeddings=False)
     if arch == "qwen3_5_text":
         return tf.Qwen3_5TextConfig(**QWEN3_5_TEXT)
     if arch == "qwen3_5_moe_text":

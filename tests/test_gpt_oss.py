@@ -1,0 +1,200 @@
+"""gpt-oss targets (attention sinks, sliding and full layers, yarn rope, biased experts with a clamped SwiGLU) on
+tiny random checkpoints built from transformers' own class, in its bf16 layout and in the published MXFP4 one:
+plain decoding equals transformers, MXFP4 experts are read exactly, int8 / int4 are held to torch on the same
+quantized weights, speculation is lossless, and bad sources are named in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file, save_file
+
+from specrt.cli import main
+from specrt.runtime.sampling import SamplingParams
+from tests.tiny_models import hf_model, save_tiny_bundle_source
+
+PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
+GREEDY = SamplingParams(max_new_tokens=64, stop_token_ids=())
+
+
+def to_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """w [..., K] (K a multiple of 32) -> (blocks uint8 [..., K / 32, 16], scales uint8 [..., K / 32]): each block's
+    values rounded to the nearest e2m1 value times 2^(scale - 127), low nibble first."""
+    from specrt.models.gpt_oss_layout import FP4_VALUES
+
+    blocks = w.reshape(w.shape[:-1] + (-1, 32)).astype(np.float32)
+    exponent = np.ceil(np.log2(np.maximum(np.abs(blocks).max(-1), 1e-30) / 6.0)).astype(np.int32)  # max -> <= 6
+    scaled = blocks / np.ldexp(1.0, exponent)[..., None]
+    codes = np.abs(scaled[..., None] - FP4_VALUES).argmin(-1).astype(np.uint8)  # [..., G, 32]
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return packed, (exponent + 127).astype(np.uint8)
+
+
+def write_mxfp4_twin(src, mxfp4_dir, bf16_dir):
+    """From a bf16 gpt-oss folder: one folder whose experts are MXFP4 (the published layout) and one whose bf16
+    experts hold exactly the MXFP4 values, every other tensor alike."""
+    from specrt.models.gpt_oss_layout import dequantize_mxfp4
+
+    tensors = load_file(str(src / "model.safetensors"))
+    mx, bf = {}, {}
+    for name, t in tensors.items():
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            rows = np.ascontiguousarray(np.swapaxes(t.astype(np.float32), 1, 2))  # [E, out, in]
+            blocks, scales = to_mxfp4(rows)
+            mx[name + "_blocks"], mx[name + "_scales"] = blocks, scales
+            exact = dequantize_mxfp4(blocks, scales)  # [E, out, in]
+            bf[name] = np.ascontiguousarray(np.swapaxes(exact, 1, 2)).astype(t.dtype)
+        else:
+            mx[name] = bf[name] = t
+    for folder, out in ((mxfp4_dir, mx), (bf16_dir, bf)):
+        shutil.copytree(src, folder)
+        save_file(out, str(folder / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpt_oss")
+    src = save_tiny_bundle_source("gpt_oss", root / "gpt_oss")
+    write_mxfp4_twin(src, root / "mxfp4", root / "bf16-of-mxfp4")
+    return {"gpt_oss": src, "mxfp4": root / "mxfp4", "bf16": root / "bf16-of-mxfp4",
+            "qwen3": save_tiny_bundle_source("qwen3", root / "qwen3", seed=3)}
+
+
+@pytest.fixture(scope="module")
+def bundle(sources, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpt_oss_bundle") / "b"
+    assert main(["convert", str(sources["gpt_oss"]), "-o", str(out), "--max-context", "128",
+                 "--drafter", f"draft-model:{sources['qwen3']}"]) == 0
+    return out
+
+
+def test_plain_greedy_equals_transformers(bundle):
+    """64 greedy tokens per prompt (past the 4-token sliding window), each transformers' own argmax."""
+    import onnx
+
+    import specrt
+
+    graph = onnx.load(str(bundle / "target.onnx"), load_external_data=False).graph
+    attention = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(attention) == 4 and all(len(n.input) == 12 and n.input[11] for n in attention)  # head_sink given
+    assert sum(n.op_type == "MoE" for n in graph.node) == 4
+    engine = specrt.load(str(bundle), device="cpu")
+    model = hf_model("gpt_oss")
+    for prompt in PROMPTS:
+        ids = engine.prompt_ids(prompt)
+        engine.reset()
+        out = engine.generate(prompt, GREEDY, drafter=None).wait().token_ids
+        assert len(out) == 64
+        with torch.no_grad():
+            logits = model(torch.tensor([ids + out])).logits[0, len(ids) - 1:-1]
+        assert logits.argmax(-1).tolist() == out, prompt
+
+
+def test_mxfp4_dequantizes_as_transformers_does():
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    from specrt.models.gpt_oss_layout import dequantize_mxfp4
+
+    rng = np.random.default_rng(0)
+    blocks = rng.integers(0, 256, size=(3, 8, 4, 16), dtype=np.uint8)
+    scales = rng.integers(118, 134, size=(3, 8, 4), dtype=np.uint8)
+    theirs = convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales), dtype=torch.float32)
+    ours = dequantize_mxfp4(blocks, scales)  # [E, rows, K]; transformers returns [E, K, rows]
+    assert np.array_equal(np.swapaxes(ours, 1, 2), theirs.numpy())
+
+
+def test_mxfp4_experts_read_exactly(sources, tmp_path):
+    """The published MXFP4 layout converts to the very graph outputs of a bf16 folder holding the same values."""
+    import specrt
+
+    outs = {}
+    for name in ("mxfp4", "bf16"):
+        outs[name] = tmp_path / name
+        assert main(["convert", str(sources[name]), "-o", str(outs[name]), "--max-context", "128"]) == 0
+    engines = {name: specrt.load(str(path), device="cpu") for name, path in outs.items()}
+    ids = np.array([engines["bf16"].prompt_ids(PROMPTS[1])])
+    logits = {}
+    for name, engine in engines.items():
+        engine.reset()
+        logits[name] = engine.target.forward(ids).copy()
+    assert np.array_equal(logits["mxfp4"], logits["bf16"])
+
+
+def test_speculation_on_gpt_oss_is_lossless(bundle):
+    import specrt
+    from specrt.app.api import make_drafter
+
+    engine = specrt.load(str(bundle), device="cpu")
+    engine.adaptive = False
+    drafters = {n: make_drafter(n, bundle, engine.manifest, ["CPUExecutionProvider"]) for n in ("ngram", "draft-model")}
+    drafted = dict.fromkeys(drafters, 0)
+    for prompt in PROMPTS:
+        engine.reset()
+        plain = engine.generate(prompt, GREEDY, drafter=None).wait().token_ids
+        for name, drafter in drafters.items():
+            for k in (1, 4):
+                engine.draft_length = k
+                engine.reset()
+                spec = engine.generate(prompt, GREEDY, drafter=drafter).wait()
+                assert spec.token_ids == plain, (name, k, prompt)
+                drafted[name] += sum(spec.stats.drafted_by_position)
+    assert all(drafted.values()), drafted
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_quantized_gpt_oss_is_validated_and_exact(sources, tmp_path, precision):
+    import specrt
+    from specrt.bundle import load_bundle
+
+    out = tmp_path / precision
+    assert main(["convert", str(sources["mxfp4"]), "-o", str(out), "--precision", precision,
+                 "--max-context", "128"]) == 0
+    assert load_bundle(out).provenance["validation"]["quantized_reference"]["max_abs_diff"] < 1e-3
+    engine = specrt.load(str(out), device="cpu", drafter="ngram", batch_invariant=True)
+    params = SamplingParams(max_new_tokens=32, stop_token_ids=())
+    for prompt in PROMPTS[:2]:
+        plain = engine.generate(prompt, params, drafter=None).wait()
+        assert engine.generate(prompt, params).wait().token_ids == plain.token_ids
+
+
+def _rewrite(src, change):
+    tensors = load_file(str(src / "model.safetensors"))
+    save_file(change(tensors), str(src / "model.safetensors"))
+
+
+def _edit_config(src, **changes):
+    hf = json.loads((src / "config.json").read_text())
+    hf.update(changes)
+    (src / "config.json").write_text(json.dumps(hf))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: _rewrite(s, lambda t: {k: v for k, v in t.items()
+                                      if k != "model.layers.1.mlp.experts.down_proj_scales"}),
+     "model.layers.1.mlp.experts.down_proj_blocks has no model.layers.1.mlp.experts.down_proj_scales beside it"),
+    (lambda s: _rewrite(s, lambda t: {**t, "model.layers.0.mlp.experts.gate_up_proj_blocks": np.ascontiguousarray(
+        t["model.layers.0.mlp.experts.gate_up_proj_blocks"][..., :15])}),
+     r"tensor model.layers.0.mlp.experts.gate_up_proj_blocks has shape \(8, 128, 2, 15\)"),
+    (lambda s: _edit_config(s, num_local_experts=6),
+     "layer 0 has tensor model.layers.0.mlp.experts.6.gate_proj.weight, but the config says num_experts = 6"),
+    (lambda s: _edit_config(s, num_local_experts=10),
+     r"tensor model.layers.0.mlp.gate.weight has shape \(8, 64\), expected \(10, 64\)"),
+    (lambda s: _edit_config(s, num_experts_per_tok=12), "num_experts_per_tok = 12 must be between 1 and num_experts"),
+    (lambda s: _rewrite(s, lambda t: {k: v for k, v in t.items() if k != "model.layers.2.self_attn.sinks"}),
+     "missing tensor model.layers.2.self_attn.sinks"),
+])
+def test_bad_gpt_oss_sources_are_named(sources, tmp_path, capsys, edit, message):
+    src = tmp_path / "src"
+    shutil.copytree(sources["mxfp4"], src)
+    edit(src)
+    out = tmp_path / "out"
+    code = main(["convert", str(src), "-o", str(out)])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert code == 2 and len(errors) == 1
+    assert re.search(message, errors[0]), errors[0]
+    assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
