@@ -5,6 +5,7 @@ holds more than one chunk of one tensor, so writing an 8B model needs a few hund
     python scripts/synthetic_model.py qwen3-8b OUT        # OUT/target (bf16, 5 shards + index) + OUT/dflash
     python scripts/synthetic_model.py llama-3.2-1b OUT    # OUT/target (bf16, one shard + index) + OUT/eagle3
     python scripts/synthetic_model.py qwen3.5-9b OUT      # OUT/target (bf16, multimodal layout, MTP) + OUT/dflash
+    python scripts/synthetic_model.py qwen3-30b-a3b OUT --layers 4   # MoE (128 experts) at real width + OUT/dflash
     options: --layers N (fewer target layers, same widths), --tiny (every width divided: a test-size twin)
 
 The configs are the published ones (random weights: acceptance means nothing; memory, time, speed and
@@ -35,6 +36,12 @@ losslessness do):
   post_attention_layernorm}.weight, layers.{i}.self_attn.{q,k,v,o}_proj.weight, layers.{i}.self_attn.{q,k}_norm
   .weight, layers.{i}.mlp.{gate,up,down}_proj.weight; no embedding or lm_head (the target's are shared).
 
+- Qwen/Qwen3-30B-A3B, config.json: Qwen3MoeForCausalLM, hidden 2048, 48 layers, 32 heads / 4 KV heads of 128, q/k
+  norm, 128 experts of width 768 (moe_intermediate_size), 8 routed a token, norm_topk_prob true, every layer sparse
+  (decoder_sparse_step 1, mlp_only_layers []), vocab 151936, rope_theta 1000000, rms_norm_eps 1e-6, untied, bf16.
+  Experts in the published per-expert names (model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight, the
+  router mlp.gate.weight [128, 2048]). Its DFlash drafter is written as the Qwen3-8B one's layout at this model's
+  widths (z-lab publishes one for Qwen3-Coder-30B-A3B; its exact widths are not assumed here).
 - Qwen/Qwen3.5-9B, config.json: Qwen3_5ForConditionalGeneration, model_type qwen3_5; text_config (transformers'
   Qwen3_5TextConfig defaults, which are this model's): hidden 4096, 32 layers (layer_types: 3 linear_attention then
   1 full_attention, repeated), intermediate 12288, 16 heads / 4 KV heads, head_dim 256, vocab 248320, Gated
@@ -156,11 +163,25 @@ def decoder_tensors(prefix: str, c: dict, qk_norm: bool, attn_in: int | None = N
                   Tensor(prefix + "mlp.down_proj.weight", (h, c["intermediate_size"]), "matrix")]
 
 
+def moe_tensors(prefix: str, c: dict) -> list[Tensor]:
+    """A Qwen3-MoE layer's MLP in the published per-expert layout: the router, then each expert's projections."""
+    h, width = c["hidden_size"], c["moe_intermediate_size"]
+    out = [Tensor(prefix + "mlp.gate.weight", (c["num_experts"], h), "matrix")]
+    for e in range(c["num_experts"]):
+        q = f"{prefix}mlp.experts.{e}."
+        out += [Tensor(q + "gate_proj.weight", (width, h), "matrix"), Tensor(q + "up_proj.weight", (width, h), "matrix"),
+                Tensor(q + "down_proj.weight", (h, width), "matrix")]
+    return out
+
+
 def target_tensors(c: dict, qk_norm: bool) -> list[Tensor]:
     h, v = c["hidden_size"], c["vocab_size"]
     out = [Tensor("model.embed_tokens.weight", (v, h), "matrix")]
     for i in range(c["num_hidden_layers"]):
-        out += decoder_tensors(f"model.layers.{i}.", c, qk_norm)
+        layer = decoder_tensors(f"model.layers.{i}.", c, qk_norm)
+        if c.get("num_experts") and i not in c.get("mlp_only_layers", []):  # a mixture of experts for the MLP
+            layer = [t for t in layer if ".mlp." not in t.name] + moe_tensors(f"model.layers.{i}.", c)
+        out += layer
     out += [Tensor("model.norm.weight", (h,), "norm")]
     if not c["tie_word_embeddings"]:
         out += [Tensor("lm_head.weight", (v, h), "matrix")]
@@ -204,6 +225,21 @@ def qwen3_8b(tiny: bool) -> dict:
     if tiny:
         c.update(hidden_size=256, intermediate_size=768, num_attention_heads=2, num_key_value_heads=1,
                  vocab_size=4096, bos_token_id=1, eos_token_id=2)
+    return c
+
+
+def qwen3_30b_a3b(tiny: bool) -> dict:
+    c = {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+         "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+         "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+         "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe",
+         "moe_intermediate_size": 768, "norm_topk_prob": True, "num_attention_heads": 32, "num_experts": 128,
+         "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+         "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False,
+         "torch_dtype": "bfloat16", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+    if tiny:
+        c.update(hidden_size=256, intermediate_size=768, moe_intermediate_size=128, num_attention_heads=2,
+                 num_key_value_heads=1, num_experts=16, vocab_size=4096, bos_token_id=1, eos_token_id=2)
     return c
 
 
@@ -440,7 +476,8 @@ def _write_qwen35_tokenizer(folder: Path, cfg: dict) -> None:
 PRESETS = {"llama-3.1-8b": (llama_31_8b, False, write_eagle3, "eagle3"),
            "llama-3.2-1b": (llama_32_1b, False, write_eagle3, "eagle3"),
            "qwen3-8b": (qwen3_8b, True, write_dflash, "dflash"),
-           "qwen3.5-9b": (qwen35_9b, True, write_qwen35_dflash, "dflash")}
+           "qwen3.5-9b": (qwen35_9b, True, write_qwen35_dflash, "dflash"),
+           "qwen3-30b-a3b": (qwen3_30b_a3b, True, write_dflash, "dflash")}
 
 
 def main(argv=None) -> None:
