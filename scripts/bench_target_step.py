@@ -27,7 +27,9 @@ from specrt.runtime.target_session import make_session_options
 class GraphRunner:
     """Binds whatever inputs a decoder graph declares; KV buffers of max_len shared past/present."""
 
-    def __init__(self, path: str, max_len: int, head_dim: int, config: dict[str, str] | None = None):
+    def __init__(self, path: str, max_len: int, head_dim: int, config: dict[str, str] | None = None,
+                 random_ids: bool = False):
+        self.rng = np.random.default_rng(0) if random_ids else None  # distinct tokens: an MoE routes each its own way
         opts = make_session_options()
         for key, value in (config or {}).items():
             opts.add_session_config_entry(key, value)
@@ -54,7 +56,8 @@ class GraphRunner:
     def step(self, past: int, new: int) -> float:
         total = past + new
         feeds = {
-            "input_ids": np.full((1, new), 42, np.int64),
+            "input_ids": (np.full((1, new), 42, np.int64) if self.rng is None
+                          else self.rng.integers(100, 30000, size=(1, new), dtype=np.int64)),
             "attention_mask": np.ones((1, total), np.int64),
             "position_ids": np.arange(past, total, dtype=np.int64)[None],
             "attention_bias": np.zeros((1, 1, new, total), np.float32),
@@ -84,6 +87,8 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--session-config", action="append", default=[], help="NAME:KEY=VALUE for graph NAME")
     ap.add_argument("--head-dim", type=int, default=64, help="for graphs that leave the KV head dim symbolic")
+    ap.add_argument("--random-ids", action="store_true",
+                    help="new tokens drawn at random (default: all token 42, which an MoE routes alike)")
     args = ap.parse_args()
     pasts = [int(x) for x in args.past.split(",")]
     news = [int(x) for x in args.new.split(",")]
@@ -95,7 +100,8 @@ def main() -> None:
     runners = {}
     for spec in args.graph:
         name, path = spec.split("=", 1)
-        runners[name] = GraphRunner(path, max(pasts) + max(news) + 1, args.head_dim, configs.get(name))
+        runners[name] = GraphRunner(path, max(pasts) + max(news) + 1, args.head_dim, configs.get(name),
+                                    args.random_ids)
     results = {}
     for past in pasts:
         for new in news:
