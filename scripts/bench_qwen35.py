@@ -9,7 +9,8 @@ token for token, and the replay drafter's tokens are the run's own); plain decod
 beside it.
 The replay drafter (scripts/replay_drafter.py) runs the bundle's MTP module for every draft, paying its real
 cost, and then proposes plain decoding's own tokens, each right with the stated probability: the runtime's real
-speed at that acceptance on random weights, where the module itself accepts nothing.
+speed at that acceptance on random weights, where the module itself accepts nothing. Any other bundle too (issue
+35's MoE targets): `--inner dflash` makes the replay pay the DFlash drafter's cost where the target has no MTP.
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated label prefixes to run (plain is always run)")
     ap.add_argument("--repeats", type=int, default=1, choices=(1, 2),
                     help="2: each prompt's configurations run twice, in mirrored order")
+    ap.add_argument("--inner", default="mtp",
+                    help="the bundle's drafter whose cost the replay drafter pays and whose fixed lengths run "
+                         "(mtp; dflash on a target without MTP, e.g. Qwen3-30B-A3B)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     bundle = Path(args.bundle)
@@ -91,7 +95,7 @@ def main() -> None:
     params = SamplingParams(max_new_tokens=args.tokens, stop_token_ids=())
     prompts = PROMPTS[:args.prompts]
     results: dict[str, dict] = {}
-    mtp = make_drafter("mtp", bundle, engine.manifest, providers)
+    mtp = make_drafter(args.inner, bundle, engine.manifest, providers)
     auto = make_drafter("auto", bundle, engine.manifest, providers)
     lengths = [int(k) for k in args.lengths.split(",")]
     plain: dict[str, list[int]] = {}
@@ -107,11 +111,11 @@ def main() -> None:
 
     # label -> (drafter for a prompt, fixed draft length or None, batch-invariant)
     configs = {"plain": (lambda p: None, None, True), "plain, default mode": (lambda p: None, None, False)}
-    configs.update({f"mtp k={k} (random weights)": (lambda p: mtp, k, True) for k in lengths})
+    configs.update({f"{args.inner} k={k} (random weights)": (lambda p: mtp, k, True) for k in lengths})
     for acceptance in [float(a) for a in args.acceptance.split(",")]:
         configs.update({f"replay {acceptance:.0%} k={k}": (replay(acceptance), k, True) for k in lengths})
         configs[f"replay {acceptance:.0%} adaptive"] = (replay(acceptance), None, True)
-    configs["auto (mtp+dflash+ngram)"] = (lambda p: auto, None, True)
+    configs["auto (every drafter + ngram)"] = (lambda p: auto, None, True)
     configs["auto, default mode"] = (lambda p: auto, None, False)
     if args.only:
         keep = ["plain"] + args.only.split(",")
@@ -154,7 +158,7 @@ def main() -> None:
               f"{results[label]['verify_ms_per_step']:7.1f} ms/step  equal to plain: {all(row['equal'])}", flush=True)
     print(f"(plain in batch-invariant mode: {base:.2f} tok/s, the base of the ratios; default-mode rows: plain in "
           "default mode)")
-    replay = replay_cost(engine) if not args.only else {}
+    replay = replay_cost(engine) if not args.only and engine.target.states else {}
     print("state restore after keeping k of a 4-token call (ms): " +
           ", ".join(f"k={k}: {v:.2f}" for k, v in replay.items()))
     states = engine.target.states
