@@ -22,7 +22,8 @@ SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "
 
 # GGUF architecture -> HF model_type
 GGUF_ARCHS = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text",
-              "qwen35": "qwen3_5_text"}  # qwen35: models/gguf_qwen35.py
+              "qwen35": "qwen3_5_text",  # qwen35: models/gguf_qwen35.py
+              "qwen3moe": "qwen3_moe"}  # experts stacked [E, rows, cols] per tensor: read one expert at a time
 
 # metadata key (after the "<arch>." prefix) -> HF config key
 META_KEYS = {
@@ -37,7 +38,12 @@ META_KEYS = {
     "attention.sliding_window": "sliding_window",
     "rope.freq_base": "rope_theta",
     "vocab_size": "vocab_size",
+    "expert_count": "num_experts",
+    "expert_used_count": "num_experts_per_tok",
+    "expert_feed_forward_length": "moe_intermediate_size",
 }
+# qwen3moe's stacked expert tensors -> the projection each expert's slice is
+EXPERT_TENSORS = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
 
 # per-block GGUF tensor name -> HF name (model.layers.{i}. prefix added)
 BLOCK_TENSORS = {
@@ -58,7 +64,7 @@ GEMMA_BLOCK_TENSORS = {
     "ffn_norm": "pre_feedforward_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm",
 }
-LLAMA_BLOCK_TENSORS = {**BLOCK_TENSORS, "ffn_norm": "post_attention_layernorm"}
+LLAMA_BLOCK_TENSORS = {**BLOCK_TENSORS, "ffn_norm": "post_attention_layernorm", "ffn_gate_inp": "mlp.gate"}
 TOP_TENSORS = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
@@ -227,6 +233,10 @@ def _with_common(reader, hf: dict, arch: str, extra_blocks: bool = False) -> dic
     hf["tie_word_embeddings"] = "output.weight" not in names
     if arch == "qwen2":
         hf["attention_bias"] = "blk.0.attn_q.bias" in names
+    if arch == "qwen3moe":  # llama.cpp divides the top-k routing weights by their sum (as Qwen3-30B-A3B's config)
+        hf["norm_topk_prob"] = True
+        # a block without a router keeps a dense MLP (HF's mlp_only_layers; llama.cpp's own files have none)
+        hf["mlp_only_layers"] = sorted(i for i in blocks if f"blk.{i}.ffn_gate_inp.weight" not in names)
     if arch == "gemma3":
         hf["hidden_activation"] = "gelu_pytorch_tanh"
         hf.setdefault("head_dim", 256)
@@ -313,6 +323,10 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
             refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
                                    _decoder(t.tensor_type, after), rows_apart=after is None)
             continue
+        kind = t.name.split(".")[2] if t.name.startswith("blk.") and t.name.count(".") >= 3 else ""
+        if kind in EXPERT_TENSORS:  # stacked experts [E, rows, cols]: each expert's bytes are contiguous
+            refs.update(_expert_refs(path, t, EXPERT_TENSORS[kind]))
+            continue
         name = _hf_name(t.name, block_map)
         if name is None:
             continue  # rope_freqs and other tensors the HF layout recomputes
@@ -338,6 +352,21 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
     if arch != gguf_qwen35.ARCH:  # a qwen35 file's tensors are checked against its config by the converter
         _check_shapes(hf, refs)
     return hf, LazyWeights(refs), reader
+
+
+def _expert_refs(path: Path, t, proj: str) -> dict[str, TensorRef]:
+    """One stacked expert tensor (blk.{i}.ffn_{gate,up,down}_exps) as model.layers.{i}.mlp.experts.{e}.{proj}.weight,
+    each read from its own expert's bytes."""
+    if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
+        raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
+                          f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
+    shape = tuple(int(x) for x in reversed(t.shape))  # [E, rows, cols]
+    if len(shape) != 3 or int(t.n_bytes) % shape[0]:
+        raise SourceError(f"tensor {t.name} has shape {list(shape)}, expected [experts, rows, columns]")
+    layer, per = t.name.split(".")[1], int(t.n_bytes) // shape[0]
+    return {f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight":
+            TensorRef(f"{t.name}[{e}]", path, int(t.data_offset) + e * per, per, shape[1:], _decoder(t.tensor_type))
+            for e in range(shape[0])}
 
 
 def _check_shapes(hf: dict, refs: dict[str, TensorRef]) -> None:

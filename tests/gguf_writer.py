@@ -102,3 +102,55 @@ def write_qwen35_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], toke
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def write_qwen3moe_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int,
+                        encode=None) -> None:
+    """A Qwen3-MoE model (HF per-expert names) as llama.cpp's converter writes it: arch qwen3moe, its expert counts
+    in the metadata, the router as ffn_gate_inp and each projection's experts stacked into one [E, rows, cols]
+    tensor (ffn_{gate,up,down}_exps); F32 unless encode(gguf_name, array) -> (data, raw_dtype) picks another."""
+    import re
+
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "qwen3moe")
+    writer.add_block_count(hf["num_hidden_layers"])
+    writer.add_context_length(hf["max_position_embeddings"])
+    writer.add_embedding_length(hf["hidden_size"])
+    writer.add_feed_forward_length(hf["intermediate_size"])
+    writer.add_head_count(hf["num_attention_heads"])
+    writer.add_head_count_kv(hf["num_key_value_heads"])
+    writer.add_key_length(hf["head_dim"])
+    writer.add_value_length(hf["head_dim"])
+    writer.add_layer_norm_rms_eps(hf["rms_norm_eps"])
+    writer.add_rope_freq_base(float((hf.get("rope_parameters") or {}).get("rope_theta", hf.get("rope_theta", 1e6))))
+    writer.add_expert_count(hf.get("num_experts") or hf["num_local_experts"])
+    writer.add_expert_used_count(hf["num_experts_per_tok"])
+    writer.add_expert_feed_forward_length(hf["moe_intermediate_size"])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    tokens = list(tokens[:-2]) + ["\u0120", "\u0120\u0120"]
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
+    writer.add_token_merges(["\u0120 \u0120"])
+    writer.add_eos_token_id(eos)
+    stacked: dict[str, list] = {}
+    out: dict[str, np.ndarray] = {}
+    for name, w in weights.items():
+        m = re.match(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$", name)
+        if m:
+            stacked.setdefault(f"blk.{m.group(1)}.ffn_{m.group(3)}_exps.weight", []).append((int(m.group(2)), w))
+        elif re.match(r"model\.layers\.\d+\.mlp\.gate\.weight$", name):
+            out[f"blk.{name.split('.')[2]}.ffn_gate_inp.weight"] = w
+        else:
+            out[gguf_name(name)] = w
+    for gname, parts in stacked.items():
+        out[gname] = np.stack([w for _, w in sorted(parts, key=lambda p: p[0])])
+    for gname, w in out.items():
+        data, raw_dtype = encode(gname, np.ascontiguousarray(w, dtype=np.float32)) if encode else (
+            np.ascontiguousarray(w, dtype=np.float32), None)
+        writer.add_tensor(gname, data, raw_dtype=raw_dtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

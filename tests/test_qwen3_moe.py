@@ -191,3 +191,47 @@ def test_bad_moe_sources_are_named(sources, tmp_path, capsys, edit, message):
     assert code == 2 and len(errors) == 1
     assert re.search(message, errors[0]), errors[0]
     assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
+
+
+def _q8_0(gname, w):
+    import gguf
+
+    if w.ndim >= 2:
+        return gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0
+    return w, None
+
+
+@pytest.mark.parametrize("encode", [None, _q8_0], ids=["f32", "q8_0"])
+def test_gguf_in_llama_cpps_qwen3moe_layout_reads_every_expert(tmp_path, encode):
+    """llama.cpp's qwen3moe layout (stacked expert tensors, the router as ffn_gate_inp, expert counts in the
+    metadata): every expert's matrix read back as written (Q8_0: as gguf dequantizes it), and the F32 file's bundle
+    decodes as transformers does."""
+    import gguf
+
+    import specrt
+    from specrt.models.gguf_loader import load_gguf
+    from tests.gguf_writer import write_qwen3moe_gguf
+    from tests.tiny_models import WORDS
+
+    model = hf_model("qwen3_moe")
+    hf = model.config.to_dict()
+    src = tmp_path / "hf"
+    model.save_pretrained(src)
+    weights = load_file(str(src / "model.safetensors"))
+    write_qwen3moe_gguf(tmp_path / "m.gguf", hf, weights, ["<|endoftext|>"] + list(WORDS[1:97]), eos=4, encode=encode)
+    got_hf, loaded, _ = load_gguf(tmp_path / "m.gguf")
+    assert (got_hf["num_experts"], got_hf["num_experts_per_tok"], got_hf["moe_intermediate_size"]) == (8, 2, 32)
+    for name, w in weights.items():
+        want = w if encode is None or w.ndim < 2 else gguf.quants.dequantize(
+            gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0)
+        np.testing.assert_allclose(loaded[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
+    if encode is not None:
+        return
+    out = tmp_path / "bundle"
+    assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(out), "--max-context", "128"]) == 0
+    engine = specrt.load(str(out), device="cpu")
+    ids = [5, 9, 30, 41, 7, 60]
+    plain = engine.generate("", SamplingParams(max_new_tokens=32, stop_token_ids=()), ids=ids, drafter=None).wait()
+    with torch.no_grad():
+        logits = model(torch.tensor([ids + plain.token_ids])).logits[0, len(ids) - 1:-1]
+    assert logits.argmax(-1).tolist() == plain.token_ids
