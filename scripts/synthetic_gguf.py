@@ -1,4 +1,4 @@
-"""Write an HF llama-family or Qwen3.5 folder (e.g. scripts/synthetic_model.py's target) as a pure Q4_0 GGUF for
+"""Write an HF llama-family, Qwen3-MoE or Qwen3.5 folder (e.g. scripts/synthetic_model.py's target) as a pure Q4_0 GGUF for
 llama.cpp, streaming: one tensor is read, quantized and written at a time. A Qwen3.5 folder becomes llama.cpp's
 qwen35 layout (models/gguf_qwen35.py; its MTP module and vision tower left out: plain decoding is compared).
 
@@ -12,6 +12,7 @@ as a BPE ("gpt2") token list. The same random weights as the specrt bundle, at a
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def main(folder: str, out: str) -> None:
                  skip=lambda name: name.startswith("model.mtp."))
         print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
         return
-    arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[cfg.model_type]
+    arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3moe"}[cfg.model_type]
     writer = gguf.GGUFWriter(out, arch)
     writer.add_block_count(cfg.num_layers)
     writer.add_context_length(min(cfg.max_position, 8192))
@@ -56,6 +57,10 @@ def main(folder: str, out: str) -> None:
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_rope_freq_base(float(hf.get("rope_theta", 10000.0)))
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    if cfg.num_experts:  # qwen3moe: each projection's experts stacked in one tensor, the router as ffn_gate_inp
+        writer.add_expert_count(cfg.num_experts)
+        writer.add_expert_used_count(cfg.experts_per_token)
+        writer.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     _tokenizer(writer, folder_path, cfg, gguf)
 
     def value(name: str, w: np.ndarray) -> np.ndarray:  # llama.cpp's q/k row order (interleaved rotary pairs)
@@ -66,7 +71,13 @@ def main(folder: str, out: str) -> None:
             return llama_cpp_permute(w, cfg.num_kv_heads)
         return w
 
-    _tensors(writer, loaded, gguf, gguf_name, value, skip=lambda name: False)
+    def name_of(name: str) -> str:
+        m = re.match(r"model\.layers\.(\d+)\.mlp\.(?:experts\.\d+\.(gate|up|down)_proj|(gate))\.weight$", name)
+        if m is None:
+            return gguf_name(name)
+        return f"blk.{m.group(1)}.ffn_{m.group(2)}_exps.weight" if m.group(2) else f"blk.{m.group(1)}.ffn_gate_inp.weight"
+
+    _tensors(writer, loaded, gguf, name_of, value, skip=lambda name: False)
     print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
 
 
@@ -93,17 +104,22 @@ def _tokenizer(writer, folder_path: Path, cfg, gguf) -> None:
 
 def _tensors(writer, loaded, gguf, name_of, value_of, skip) -> None:
     """Every weight under name_of(hf_name) with value_of(hf_name, array), matrices as Q4_0 (the conv weight and
-    1-D tensors F32), header first, then one tensor at a time."""
-    infos = []
+    1-D tensors F32), header first, then one tensor at a time; the weights that share a GGUF name (an MoE layer's
+    experts) are stacked into one [E, rows, cols] tensor in their order."""
+    members: dict[str, list[str]] = {}
     for name in loaded.weights:
-        if skip(name):
-            continue
-        shape = tuple(loaded.weights.shape(name))
-        conv = name.endswith("conv1d.weight")
+        if not skip(name):
+            members.setdefault(name_of(name), []).append(name)
+    infos = []
+    for gname, names in members.items():
+        if len(names) > 1:  # experts: numeric order (experts.10 after experts.9)
+            names.sort(key=lambda n: int(re.search(r"experts\.(\d+)\.", n).group(1)))
+        shape = tuple(loaded.weights.shape(names[0]))
+        conv = names[0].endswith("conv1d.weight")
         stored = (shape[0], shape[2]) if conv else shape  # the conv weight is stored squeezed
         qtype = gguf.GGMLQuantizationType.Q4_0 if len(stored) == 2 and not conv else gguf.GGMLQuantizationType.F32
-        infos.append((name, name_of(name), stored, qtype))
-    for name, gname, stored, qtype in infos:
+        infos.append((names, gname, (len(names), *stored) if len(names) > 1 else stored, qtype))
+    for _, gname, stored, qtype in infos:
         if qtype == gguf.GGMLQuantizationType.F32:
             writer.add_tensor_info(gname, stored, np.dtype(np.float32), 4 * int(np.prod(stored)))
         else:
@@ -112,11 +128,12 @@ def _tensors(writer, loaded, gguf, name_of, value_of, skip) -> None:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    for k, (name, gname, stored, qtype) in enumerate(infos, 1):
-        w = value_of(name, loaded.weights[name])
-        if qtype != gguf.GGMLQuantizationType.F32:
-            w = gguf.quants.quantize(w, qtype)
-        writer.write_tensor_data(w)
+    for k, (names, gname, stored, qtype) in enumerate(infos, 1):
+        parts = []
+        for name in names:
+            w = value_of(name, loaded.weights[name])
+            parts.append(gguf.quants.quantize(w, qtype) if qtype != gguf.GGMLQuantizationType.F32 else w)
+        writer.write_tensor_data(parts[0] if len(parts) == 1 else np.stack(parts))
         if k % 40 == 0 or k == len(infos):
             print(f"{k}/{len(infos)} tensors", file=sys.stderr)
     writer.close()
