@@ -16,6 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 from specrt.cli import main
 from specrt.runtime.sampling import SamplingParams
+from tests.test_qwen3_moe import speculate_with_every_drafter, write_eagle3_and_dflash
 from tests.tiny_models import hf_model, save_tiny_bundle_source
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
@@ -61,15 +62,17 @@ def sources(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpt_oss")
     src = save_tiny_bundle_source("gpt_oss", root / "gpt_oss")
     write_mxfp4_twin(src, root / "mxfp4", root / "bf16-of-mxfp4")
+    eagle3, dflash = write_eagle3_and_dflash(root)
     return {"gpt_oss": src, "mxfp4": root / "mxfp4", "bf16": root / "bf16-of-mxfp4",
-            "qwen3": save_tiny_bundle_source("qwen3", root / "qwen3", seed=3)}
+            "qwen3": save_tiny_bundle_source("qwen3", root / "qwen3", seed=3), "eagle3": eagle3, "dflash": dflash}
 
 
 @pytest.fixture(scope="module")
 def bundle(sources, tmp_path_factory):
     out = tmp_path_factory.mktemp("gpt_oss_bundle") / "b"
     assert main(["convert", str(sources["gpt_oss"]), "-o", str(out), "--max-context", "128",
-                 "--drafter", f"draft-model:{sources['qwen3']}"]) == 0
+                 "--drafter", f"draft-model:{sources['qwen3']}", "--drafter", f"eagle3:{sources['eagle3']}",
+                 "--drafter", f"dflash:{sources['dflash']}"]) == 0
     return out
 
 
@@ -126,24 +129,8 @@ def test_mxfp4_experts_read_exactly(sources, tmp_path):
 
 
 def test_speculation_on_gpt_oss_is_lossless(bundle):
-    import specrt
-    from specrt.app.api import make_drafter
-
-    engine = specrt.load(str(bundle), device="cpu")
-    engine.adaptive = False
-    drafters = {n: make_drafter(n, bundle, engine.manifest, ["CPUExecutionProvider"]) for n in ("ngram", "draft-model")}
-    drafted = dict.fromkeys(drafters, 0)
-    for prompt in PROMPTS:
-        engine.reset()
-        plain = engine.generate(prompt, GREEDY, drafter=None).wait().token_ids
-        for name, drafter in drafters.items():
-            for k in (1, 4):
-                engine.draft_length = k
-                engine.reset()
-                spec = engine.generate(prompt, GREEDY, drafter=drafter).wait()
-                assert spec.token_ids == plain, (name, k, prompt)
-                drafted[name] += sum(spec.stats.drafted_by_position)
-    assert all(drafted.values()), drafted
+    """ngram, a dense Qwen3 draft model, an EAGLE-3 head and a DFlash drafter (the kinds published for gpt-oss)."""
+    speculate_with_every_drafter(bundle, ("ngram", "draft-model", "eagle3", "dflash"))
 
 
 @pytest.mark.parametrize("precision", ["int8", "int4"])

@@ -30,6 +30,7 @@ def sources(tmp_path_factory):
     root = tmp_path_factory.mktemp("qwen3_moe")
     out = {arch: save_tiny_bundle_source(arch, root / arch) for arch in ARCHS}
     out["qwen3"] = save_tiny_bundle_source("qwen3", root / "qwen3", seed=3)  # a dense drafter, same tokenizer
+    out["eagle3"], out["dflash"] = write_eagle3_and_dflash(root)
     for arch in HYBRID_MOE:  # with random MTP weights in the published names (its block: gated attention + MoE)
         out[arch] = add_mtp(save_tiny_bundle_source(arch, root / arch))
     return out
@@ -40,7 +41,8 @@ def bundles(sources, tmp_path_factory):
     root = tmp_path_factory.mktemp("qwen3_moe_bundles")
     out = {arch: root / arch for arch in ARCHS}
     assert main(["convert", str(sources["qwen3_moe"]), "-o", str(out["qwen3_moe"]), "--max-context", "128",
-                 "--drafter", f"draft-model:{sources['qwen3']}"]) == 0
+                 "--drafter", f"draft-model:{sources['qwen3']}", "--drafter", f"eagle3:{sources['eagle3']}",
+                 "--drafter", f"dflash:{sources['dflash']}"]) == 0
     assert main(["convert", str(sources["qwen3_moe_unnormalized"]), "-o", str(out["qwen3_moe_unnormalized"]),
                  "--max-context", "128"]) == 0
     for arch in HYBRID_MOE:
@@ -80,16 +82,28 @@ def test_plain_greedy_equals_transformers(bundles, arch):
         assert logits.argmax(-1).tolist() == out, prompt
 
 
-def test_speculation_on_a_mixture_of_experts_is_lossless(bundles):
-    """ngram and a dense Qwen3 draft model (same tokenizer) at fixed lengths 1..4: greedy output equals plain
-    decoding token for token."""
+def write_eagle3_and_dflash(root):
+    """A random EAGLE-3 head (vLLM's layout, reading the outputs of layers 2, 1, 0) and a random DFlash drafter
+    (z-lab's layout, reading layers 0 and 2) for a 64-wide target of 97 tokens and at least 3 layers."""
+    from specrt.models.eagle3 import save_eagle3_checkpoint, state_dict_of
+    from tests.test_dflash import random_draft, write_reference_checkpoint
+    from tests.test_eagle3 import random_head
+
+    head = random_head(3)
+    save_eagle3_checkpoint(root / "eagle3", head.cfg, state_dict_of(head))
+    write_reference_checkpoint(root / "dflash", random_draft(3))
+    return root / "eagle3", root / "dflash"
+
+
+def speculate_with_every_drafter(bundle, names):
+    """Greedy output of each named drafter at fixed lengths 1 and 4 equals plain decoding's, token for token, and
+    every drafter drafted."""
     import specrt
     from specrt.app.api import make_drafter
 
-    bundle = bundles["qwen3_moe"]
     engine = specrt.load(str(bundle), device="cpu")
     engine.adaptive = False
-    drafters = {n: make_drafter(n, bundle, engine.manifest, ["CPUExecutionProvider"]) for n in ("ngram", "draft-model")}
+    drafters = {n: make_drafter(n, bundle, engine.manifest, ["CPUExecutionProvider"]) for n in names}
     drafted = dict.fromkeys(drafters, 0)
     for prompt in PROMPTS:
         engine.reset()
@@ -102,6 +116,11 @@ def test_speculation_on_a_mixture_of_experts_is_lossless(bundles):
                 assert spec.token_ids == plain, (name, k, prompt)
                 drafted[name] += sum(spec.stats.drafted_by_position)
     assert all(drafted.values()), drafted
+
+
+def test_speculation_on_a_mixture_of_experts_is_lossless(bundles):
+    """ngram, a dense Qwen3 draft model (same tokenizer), an EAGLE-3 head and a DFlash drafter over Qwen3-MoE."""
+    speculate_with_every_drafter(bundles["qwen3_moe"], ("ngram", "draft-model", "eagle3", "dflash"))
 
 
 def test_mtp_with_an_moe_block_speculates_losslessly(bundles):
