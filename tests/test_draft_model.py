@@ -168,8 +168,10 @@ def test_bench_writes_the_documented_json(bundle, tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": p, "id": i}) for i, p in enumerate(PROMPTS)) + "\n")
     out = tmp_path / "r.json"
+    # a fixed draft length: every row drafts whatever the machine's timings (the adaptive loop's choices are not
+    # what this test is about)
     code, text, err = run(["bench", str(bundle), "--prompts", str(prompts), "--max-new-tokens", "16",
-                           "--drafter", "ngram", "--drafter", "draft-model", "--json", str(out),
+                           "--drafter", "ngram", "--drafter", "draft-model", "--draft-length", "2", "--json", str(out),
                            "--markdown", str(tmp_path / "r.md"), "--plot", str(tmp_path / "r.png")], capsys)
     assert code == 0, err
     report = json.loads(out.read_text())

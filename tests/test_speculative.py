@@ -119,9 +119,9 @@ def test_controller_stops_drafting_when_it_does_not_pay_and_probes_again():
     from specrt.runtime.adaptive import DraftController
 
     c = DraftController(max_draft=4, probe_every=5)
-    for fed in range(1, 6):
-        c.observe_call(fed, 0.010 * fed)  # each token fed costs a full step
-    for _ in range(30):
+    for fed in range(1, 6):  # a verification token costs 1 % of a step: a probe that fails wastes almost nothing, so
+        c.observe_call(fed, 0.010 + 0.0001 * (fed - 1))  # its interval is the doubling one (a dear probe waits:
+    for _ in range(30):                                    # tests/test_auto.py)
         c.observe_draft(1, 0, 0.0, 1)  # first draft token always rejected
     choices = []
     for _ in range(16):
