@@ -82,7 +82,8 @@ def main() -> None:
                     help="2: each prompt's configurations run twice, in mirrored order")
     ap.add_argument("--inner", default="mtp",
                     help="the bundle's drafter whose cost the replay drafter pays and whose fixed lengths run "
-                         "(mtp; dflash on a target without MTP, e.g. Qwen3-30B-A3B)")
+                         "(mtp; dflash on a target without MTP, e.g. Qwen3-30B-A3B; none: drafts cost nothing, an "
+                         "upper bound for a drafter at that acceptance)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     bundle = Path(args.bundle)
@@ -95,7 +96,7 @@ def main() -> None:
     params = SamplingParams(max_new_tokens=args.tokens, stop_token_ids=())
     prompts = PROMPTS[:args.prompts]
     results: dict[str, dict] = {}
-    mtp = make_drafter(args.inner, bundle, engine.manifest, providers)
+    mtp = None if args.inner == "none" else make_drafter(args.inner, bundle, engine.manifest, providers)
     auto = make_drafter("auto", bundle, engine.manifest, providers)
     lengths = [int(k) for k in args.lengths.split(",")]
     plain: dict[str, list[int]] = {}
@@ -111,7 +112,8 @@ def main() -> None:
 
     # label -> (drafter for a prompt, fixed draft length or None, batch-invariant)
     configs = {"plain": (lambda p: None, None, True), "plain, default mode": (lambda p: None, None, False)}
-    configs.update({f"{args.inner} k={k} (random weights)": (lambda p: mtp, k, True) for k in lengths})
+    if mtp is not None:
+        configs.update({f"{args.inner} k={k} (random weights)": (lambda p: mtp, k, True) for k in lengths})
     for acceptance in [float(a) for a in args.acceptance.split(",")]:
         configs.update({f"replay {acceptance:.0%} k={k}": (replay(acceptance), k, True) for k in lengths})
         configs[f"replay {acceptance:.0%} adaptive"] = (replay(acceptance), None, True)
