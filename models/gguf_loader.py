@@ -18,12 +18,14 @@ from specrt.errors import SourceError
 from specrt.models import gguf_qwen35
 from specrt.models.tensor_source import LazyWeights, TensorRef, check_inside, file_size
 
-SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K")
+SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K",
+                         "MXFP4")  # MXFP4: gpt-oss's experts (gguf dequantizes them exactly)
 
 # GGUF architecture -> HF model_type
 GGUF_ARCHS = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text",
               "qwen35": "qwen3_5_text",  # qwen35: models/gguf_qwen35.py
-              "qwen3moe": "qwen3_moe"}  # experts stacked [E, rows, cols] per tensor: read one expert at a time
+              "qwen3moe": "qwen3_moe",  # experts stacked [E, rows, cols] per tensor: read one expert at a time
+              "gpt-oss": "gpt_oss"}  # + sinks, biased experts (docs/research-gguf-moe-layouts.md)
 
 # metadata key (after the "<arch>." prefix) -> HF config key
 META_KEYS = {
@@ -65,6 +67,8 @@ GEMMA_BLOCK_TENSORS = {
     "post_ffw_norm": "post_feedforward_layernorm",
 }
 LLAMA_BLOCK_TENSORS = {**BLOCK_TENSORS, "ffn_norm": "post_attention_layernorm", "ffn_gate_inp": "mlp.gate"}
+# gpt-oss: its pre-MoE norm is written as post_attention_norm, its sinks as attn_sinks.weight (HF: self_attn.sinks)
+GPT_OSS_BLOCK_TENSORS = {**LLAMA_BLOCK_TENSORS, "post_attention_norm": "post_attention_layernorm"}
 TOP_TENSORS = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
@@ -233,6 +237,15 @@ def _with_common(reader, hf: dict, arch: str, extra_blocks: bool = False) -> dic
     hf["tie_word_embeddings"] = "output.weight" not in names
     if arch == "qwen2":
         hf["attention_bias"] = "blk.0.attn_q.bias" in names
+    if arch == "gpt-oss":  # fixed by the architecture in llama.cpp: biases everywhere, even layers sliding, yarn
+        hf["attention_bias"] = True
+        hf.setdefault("intermediate_size", hf.get("moe_intermediate_size"))
+        hf["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(len(blocks))]
+        if field_value(reader, "gpt-oss.rope.scaling.type") == "yarn":
+            hf["rope_scaling"] = {"rope_type": "yarn", "factor": float(field_value(reader, "gpt-oss.rope.scaling.factor", 1.0)),
+                                  "original_max_position_embeddings": int(field_value(
+                                      reader, "gpt-oss.rope.scaling.original_context_length", 4096)),
+                                  "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
     if arch == "qwen3moe":  # llama.cpp divides the top-k routing weights by their sum (as Qwen3-30B-A3B's config)
         hf["norm_topk_prob"] = True
         # a block without a router keeps a dense MLP (HF's mlp_only_layers; llama.cpp's own files have none)
@@ -306,7 +319,7 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
     reader = open_gguf(path)
     hf = gguf_hf_config(reader)
     arch = field_value(reader, "general.architecture")
-    block_map = GEMMA_BLOCK_TENSORS if arch == "gemma3" else LLAMA_BLOCK_TENSORS
+    block_map = {"gemma3": GEMMA_BLOCK_TENSORS, "gpt-oss": GPT_OSS_BLOCK_TENSORS}.get(arch, LLAMA_BLOCK_TENSORS)
     refs: dict[str, TensorRef] = {}
     for t in reader.tensors:
         if arch == gguf_qwen35.ARCH:
@@ -326,6 +339,11 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
         kind = t.name.split(".")[2] if t.name.startswith("blk.") and t.name.count(".") >= 3 else ""
         if kind in EXPERT_TENSORS:  # stacked experts [E, rows, cols]: each expert's bytes are contiguous
             refs.update(_expert_refs(path, t, EXPERT_TENSORS[kind]))
+            continue
+        if kind == "attn_sinks":  # one logit per head; HF names it without a .weight
+            refs[f"model.layers.{t.name.split('.')[1]}.self_attn.sinks"] = TensorRef(
+                t.name, path, int(t.data_offset), int(t.n_bytes), tuple(int(x) for x in reversed(t.shape)),
+                _decoder(t.tensor_type))
             continue
         name = _hf_name(t.name, block_map)
         if name is None:
@@ -360,11 +378,12 @@ def _expert_refs(path: Path, t, proj: str) -> dict[str, TensorRef]:
     if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
         raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
                           f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
-    shape = tuple(int(x) for x in reversed(t.shape))  # [E, rows, cols]
-    if len(shape) != 3 or int(t.n_bytes) % shape[0]:
-        raise SourceError(f"tensor {t.name} has shape {list(shape)}, expected [experts, rows, columns]")
+    shape = tuple(int(x) for x in reversed(t.shape))  # weights [E, rows, cols]; gpt-oss's biases [E, rows]
+    suffix = t.name.rpartition(".")[2]
+    if len(shape) != (3 if suffix == "weight" else 2) or int(t.n_bytes) % shape[0]:
+        raise SourceError(f"tensor {t.name} has shape {list(shape)}, expected [experts, rows{', columns' if suffix == 'weight' else ''}]")
     layer, per = t.name.split(".")[1], int(t.n_bytes) // shape[0]
-    return {f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight":
+    return {f"model.layers.{layer}.mlp.experts.{e}.{proj}.{suffix}":
             TensorRef(f"{t.name}[{e}]", path, int(t.data_offset) + e * per, per, shape[1:], _decoder(t.tensor_type))
             for e in range(shape[0])}
 

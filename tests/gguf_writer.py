@@ -154,3 +154,78 @@ def write_qwen3moe_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], to
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def write_gpt_oss_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int,
+                       experts_as=None) -> None:
+    """A gpt-oss model (transformers' bf16 layout: fused gate_up_proj [E, H, 2I], gate and up interleaved) as
+    llama.cpp's converter writes it (docs/research-gguf-moe-layouts.md): arch gpt-oss, gate and up split into
+    ffn_gate_exps / ffn_up_exps [E, I, H] with biases [E, I], ffn_down_exps [E, H, I], the router as ffn_gate_inp
+    (+ bias), sinks as attn_sinks.weight, the pre-MoE norm as post_attention_norm, yarn in rope.scaling.*; F32 unless
+    experts_as (a GGML type) stores the expert matrices."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "gpt-oss")
+    writer.add_block_count(hf["num_hidden_layers"])
+    writer.add_context_length(hf["max_position_embeddings"])
+    writer.add_embedding_length(hf["hidden_size"])
+    writer.add_feed_forward_length(hf["intermediate_size"])
+    writer.add_head_count(hf["num_attention_heads"])
+    writer.add_head_count_kv(hf["num_key_value_heads"])
+    writer.add_key_length(hf["head_dim"])
+    writer.add_value_length(hf["head_dim"])
+    writer.add_layer_norm_rms_eps(hf["rms_norm_eps"])
+    rope = hf.get("rope_parameters") or {}
+    writer.add_rope_freq_base(float(rope["rope_theta"]))
+    writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(float(rope["factor"]))
+    writer.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+    writer.add_sliding_window(hf["sliding_window"])
+    writer.add_expert_count(hf["num_local_experts"])
+    writer.add_expert_used_count(hf["num_experts_per_tok"])
+    writer.add_expert_feed_forward_length(hf["intermediate_size"])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    tokens = list(tokens[:-2]) + ["\u0120", "\u0120\u0120"]
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
+    writer.add_token_merges(["\u0120 \u0120"])
+    writer.add_eos_token_id(eos)
+    out: dict[str, np.ndarray] = {}
+    for name, w in weights.items():
+        w = np.asarray(w, dtype=np.float32)
+        parts = name.split(".")
+        if name.startswith("model.layers.") and ".mlp." in name:
+            blk = f"blk.{parts[2]}."
+            rest = ".".join(parts[4:])
+            if rest == "router.weight":
+                out[blk + "ffn_gate_inp.weight"] = w
+            elif rest == "router.bias":
+                out[blk + "ffn_gate_inp.bias"] = w
+            elif rest == "experts.gate_up_proj":  # [E, H, 2I] -> gate and up [E, I, H]
+                out[blk + "ffn_gate_exps.weight"] = np.ascontiguousarray(w[:, :, 0::2].transpose(0, 2, 1))
+                out[blk + "ffn_up_exps.weight"] = np.ascontiguousarray(w[:, :, 1::2].transpose(0, 2, 1))
+            elif rest == "experts.gate_up_proj_bias":
+                out[blk + "ffn_gate_exps.bias"] = np.ascontiguousarray(w[:, 0::2])
+                out[blk + "ffn_up_exps.bias"] = np.ascontiguousarray(w[:, 1::2])
+            elif rest == "experts.down_proj":  # [E, I, H] -> [E, H, I]
+                out[blk + "ffn_down_exps.weight"] = np.ascontiguousarray(w.transpose(0, 2, 1))
+            elif rest == "experts.down_proj_bias":
+                out[blk + "ffn_down_exps.bias"] = w
+            else:
+                raise KeyError(name)
+        elif name.endswith("self_attn.sinks"):
+            out[f"blk.{parts[2]}.attn_sinks.weight"] = w
+        elif name.endswith("post_attention_layernorm.weight"):
+            out[f"blk.{parts[2]}.post_attention_norm.weight"] = w
+        else:
+            out[gguf_name(name)] = w
+    for gname, w in out.items():
+        if experts_as is not None and gname.endswith("_exps.weight"):
+            writer.add_tensor(gname, gguf.quants.quantize(w, experts_as), raw_dtype=experts_as)
+        else:
+            writer.add_tensor(gname, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

@@ -185,3 +185,39 @@ def test_bad_gpt_oss_sources_are_named(sources, tmp_path, capsys, edit, message)
     assert code == 2 and len(errors) == 1
     assert re.search(message, errors[0]), errors[0]
     assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
+
+
+@pytest.mark.parametrize("experts", ["f32", "mxfp4"])
+def test_gguf_in_llama_cpps_gpt_oss_layout_reads_as_the_checkpoint(tmp_path, experts):
+    """llama.cpp's gpt-oss layout (gate and up split into ffn_{gate,up}_exps with their biases, the router as
+    ffn_gate_inp, attn_sinks, post_attention_norm, yarn and the sliding window in the metadata, even layers sliding):
+    every tensor read back per expert as the HF checkpoint's own (MXFP4 experts as gguf dequantizes them), and the
+    config as transformers'. (Converting such a file stops at its tokenizer for now: transformers 5.25's GGUF reader
+    fails on gpt-oss's rope.scaling keys.)"""
+    import gguf
+
+    from specrt.models.config import config_from_hf
+    from specrt.models.gguf_loader import load_gguf
+    from specrt.models.hf_loader import load_hf_folder
+    from tests.gguf_writer import write_gpt_oss_gguf
+    from tests.tiny_models import WORDS
+
+    model = hf_model("gpt_oss")
+    src = tmp_path / "hf"
+    model.save_pretrained(src)
+    weights = load_file(str(src / "model.safetensors"))
+    qtype = gguf.GGMLQuantizationType.MXFP4 if experts == "mxfp4" else None
+    write_gpt_oss_gguf(tmp_path / "m.gguf", model.config.to_dict(), weights, ["<|endoftext|>"] + list(WORDS[1:97]),
+                       eos=4, experts_as=qtype)
+    hf, loaded, _ = load_gguf(tmp_path / "m.gguf")
+    hf_src, reference = load_hf_folder(src)  # the HF folder read through the same per-expert view
+    ours, theirs = config_from_hf(hf), config_from_hf(hf_src)
+    for field in ("num_experts", "experts_per_token", "moe_intermediate_size", "sliding_layers", "sliding_window",
+                  "rope", "attention_sinks", "o_bias", "qkv_bias", "moe_bias", "swiglu_limit", "swiglu_alpha"):
+        assert getattr(ours, field) == getattr(theirs, field), field
+    assert set(reference) == set(loaded)
+    for name in reference:
+        want = reference[name]
+        if qtype is not None and ".experts." in name and name.endswith("_proj.weight"):
+            want = gguf.quants.dequantize(gguf.quants.quantize(want, qtype), qtype)
+        np.testing.assert_allclose(loaded[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
