@@ -373,15 +373,16 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
 
 
 def _expert_refs(path: Path, t, proj: str) -> dict[str, TensorRef]:
-    """One stacked expert tensor (blk.{i}.ffn_{gate,up,down}_exps) as model.layers.{i}.mlp.experts.{e}.{proj}.weight,
-    each read from its own expert's bytes."""
+    """One stacked expert tensor (blk.{i}.ffn_{gate,up,down}_exps.weight [E, rows, cols], or gpt-oss's .bias
+    [E, rows]) as model.layers.{i}.mlp.experts.{e}.{proj}.weight / .bias, each read from its own expert's bytes."""
     if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
         raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
                           f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
     shape = tuple(int(x) for x in reversed(t.shape))  # weights [E, rows, cols]; gpt-oss's biases [E, rows]
     suffix = t.name.rpartition(".")[2]
     if len(shape) != (3 if suffix == "weight" else 2) or int(t.n_bytes) % shape[0]:
-        raise SourceError(f"tensor {t.name} has shape {list(shape)}, expected [experts, rows{', columns' if suffix == 'weight' else ''}]")
+        want = "[experts, rows, columns]" if suffix == "weight" else "[experts, rows]"
+        raise SourceError(f"tensor {t.name} has shape {list(shape)}, expected {want}")
     layer, per = t.name.split(".")[1], int(t.n_bytes) // shape[0]
     return {f"model.layers.{layer}.mlp.experts.{e}.{proj}.{suffix}":
             TensorRef(f"{t.name}[{e}]", path, int(t.data_offset) + e * per, per, shape[1:], _decoder(t.tensor_type))
