@@ -68,10 +68,7 @@ def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], en
             writer.add_tensor(gguf_name(name), data)
         else:
             writer.add_tensor(gguf_name(name), data, raw_dtype=raw_dtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _write_and_close(writer)
 
 
 def write_qwen35_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int,
@@ -87,21 +84,12 @@ def write_qwen35_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], toke
 
     writer = gguf.GGUFWriter(str(path), gguf_qwen35.ARCH)
     gguf_qwen35.write_metadata(writer, hf, mtp_layers)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen35")
-    tokens = list(tokens[:-2]) + ["\u0120", "\u0120\u0120"]
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
-    writer.add_token_merges(["\u0120 \u0120"])
-    writer.add_eos_token_id(eos)
+    _add_bpe_tokens(writer, gguf, tokens, eos, "qwen35")
     for name, w in weights.items():
         gname, data = gguf_qwen35.gguf_tensor(name, w, names_from or hf)
         stored, raw_dtype = encode(gname, data) if encode else (data, None)
         writer.add_tensor(gname, stored, raw_dtype=raw_dtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _write_and_close(writer)
 
 
 def write_qwen3moe_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int,
@@ -114,26 +102,12 @@ def write_qwen3moe_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], to
     import gguf
 
     writer = gguf.GGUFWriter(str(path), "qwen3moe")
-    writer.add_block_count(hf["num_hidden_layers"])
-    writer.add_context_length(hf["max_position_embeddings"])
-    writer.add_embedding_length(hf["hidden_size"])
-    writer.add_feed_forward_length(hf["intermediate_size"])
-    writer.add_head_count(hf["num_attention_heads"])
-    writer.add_head_count_kv(hf["num_key_value_heads"])
-    writer.add_key_length(hf["head_dim"])
-    writer.add_value_length(hf["head_dim"])
-    writer.add_layer_norm_rms_eps(hf["rms_norm_eps"])
+    _add_shape_metadata(writer, hf)
     writer.add_rope_freq_base(float((hf.get("rope_parameters") or {}).get("rope_theta", hf.get("rope_theta", 1e6))))
     writer.add_expert_count(hf.get("num_experts") or hf["num_local_experts"])
     writer.add_expert_used_count(hf["num_experts_per_tok"])
     writer.add_expert_feed_forward_length(hf["moe_intermediate_size"])
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    tokens = list(tokens[:-2]) + ["\u0120", "\u0120\u0120"]
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
-    writer.add_token_merges(["\u0120 \u0120"])
-    writer.add_eos_token_id(eos)
+    _add_bpe_tokens(writer, gguf, tokens, eos, "qwen2")
     stacked: dict[str, list] = {}
     out: dict[str, np.ndarray] = {}
     for name, w in weights.items():
@@ -150,10 +124,7 @@ def write_qwen3moe_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], to
         data, raw_dtype = encode(gname, np.ascontiguousarray(w, dtype=np.float32)) if encode else (
             np.ascontiguousarray(w, dtype=np.float32), None)
         writer.add_tensor(gname, data, raw_dtype=raw_dtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _write_and_close(writer)
 
 
 def write_gpt_oss_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int,
@@ -166,15 +137,7 @@ def write_gpt_oss_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tok
     import gguf
 
     writer = gguf.GGUFWriter(str(path), "gpt-oss")
-    writer.add_block_count(hf["num_hidden_layers"])
-    writer.add_context_length(hf["max_position_embeddings"])
-    writer.add_embedding_length(hf["hidden_size"])
-    writer.add_feed_forward_length(hf["intermediate_size"])
-    writer.add_head_count(hf["num_attention_heads"])
-    writer.add_head_count_kv(hf["num_key_value_heads"])
-    writer.add_key_length(hf["head_dim"])
-    writer.add_value_length(hf["head_dim"])
-    writer.add_layer_norm_rms_eps(hf["rms_norm_eps"])
+    _add_shape_metadata(writer, hf)
     rope = hf.get("rope_parameters") or {}
     writer.add_rope_freq_base(float(rope["rope_theta"]))
     writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
@@ -184,13 +147,7 @@ def write_gpt_oss_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tok
     writer.add_expert_count(hf["num_local_experts"])
     writer.add_expert_used_count(hf["num_experts_per_tok"])
     writer.add_expert_feed_forward_length(hf["intermediate_size"])
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    tokens = list(tokens[:-2]) + ["\u0120", "\u0120\u0120"]
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
-    writer.add_token_merges(["\u0120 \u0120"])
-    writer.add_eos_token_id(eos)
+    _add_bpe_tokens(writer, gguf, tokens, eos, "default")
     out: dict[str, np.ndarray] = {}
     for name, w in weights.items():
         w = np.asarray(w, dtype=np.float32)
@@ -225,6 +182,34 @@ def write_gpt_oss_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tok
             writer.add_tensor(gname, gguf.quants.quantize(w, experts_as), raw_dtype=experts_as)
         else:
             writer.add_tensor(gname, w)
+    _write_and_close(writer)
+
+
+def _add_shape_metadata(writer, hf: dict) -> None:
+    """The block, width, head and norm metadata every llama-family writer starts with (HF config keys)."""
+    writer.add_block_count(hf["num_hidden_layers"])
+    writer.add_context_length(hf["max_position_embeddings"])
+    writer.add_embedding_length(hf["hidden_size"])
+    writer.add_feed_forward_length(hf["intermediate_size"])
+    writer.add_head_count(hf["num_attention_heads"])
+    writer.add_head_count_kv(hf["num_key_value_heads"])
+    writer.add_key_length(hf["head_dim"])
+    writer.add_value_length(hf["head_dim"])
+    writer.add_layer_norm_rms_eps(hf["rms_norm_eps"])
+
+
+def _add_bpe_tokens(writer, gguf, tokens: list[str], eos: int, pre: str) -> None:
+    """A gpt2-style token list whose last two tokens become "Ġ" and "ĠĠ", for the one merge a BPE tokenizer needs."""
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    tokens = list(tokens[:-2]) + ["\u0120", "\u0120\u0120"]
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
+    writer.add_token_merges(["\u0120 \u0120"])
+    writer.add_eos_token_id(eos)
+
+
+def _write_and_close(writer) -> None:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

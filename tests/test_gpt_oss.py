@@ -6,7 +6,6 @@ quantized weights, speculation is lossless, and bad sources are named in one lin
 from __future__ import annotations
 
 import json
-import re
 import shutil
 
 import numpy as np
@@ -17,7 +16,9 @@ from safetensors.numpy import load_file, save_file
 from specrt.cli import main
 from specrt.runtime.sampling import SamplingParams
 from tests.test_qwen3_moe import speculate_with_every_drafter, write_eagle3_and_dflash
-from tests.tiny_models import hf_model, save_tiny_bundle_source
+from tests.tiny_models import (
+    assert_greedy_equals_transformers, assert_refused_in_one_line, hf_model, save_tiny_bundle_source,
+)
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
 GREEDY = SamplingParams(max_new_tokens=64, stop_token_ids=())
@@ -88,14 +89,7 @@ def test_plain_greedy_equals_transformers(bundle):
     assert sum(n.op_type == "MoE" for n in graph.node) == 4
     engine = specrt.load(str(bundle), device="cpu")
     model = hf_model("gpt_oss")
-    for prompt in PROMPTS:
-        ids = engine.prompt_ids(prompt)
-        engine.reset()
-        out = engine.generate(prompt, GREEDY, drafter=None).wait().token_ids
-        assert len(out) == 64
-        with torch.no_grad():
-            logits = model(torch.tensor([ids + out])).logits[0, len(ids) - 1:-1]
-        assert logits.argmax(-1).tolist() == out, prompt
+    assert_greedy_equals_transformers(engine, model, PROMPTS, GREEDY)
 
 
 def test_mxfp4_dequantizes_as_transformers_does():
@@ -180,11 +174,7 @@ def test_bad_gpt_oss_sources_are_named(sources, tmp_path, capsys, edit, message)
     shutil.copytree(sources["mxfp4"], src)
     edit(src)
     out = tmp_path / "out"
-    code = main(["convert", str(src), "-o", str(out)])
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert code == 2 and len(errors) == 1
-    assert re.search(message, errors[0]), errors[0]
-    assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
+    assert_refused_in_one_line(["convert", str(src), "-o", str(out)], out, capsys, message)
 
 
 @pytest.mark.parametrize("experts", ["f32", "mxfp4"])

@@ -5,6 +5,7 @@ transformers, the state of an accepted prefix is replayed exactly, and every dra
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -16,7 +17,9 @@ from specrt.models.config import config_from_hf
 from specrt.runtime.drafter import Draft, Drafter
 from specrt.runtime.sampling import SamplingParams
 from tests.test_mtp import random_mtp_tensors
-from tests.tiny_models import hf_model, read_config, save_tiny_bundle_source
+from tests.tiny_models import (
+    assert_greedy_equals_transformers, assert_refused_in_one_line, hf_model, read_config, save_tiny_bundle_source,
+)
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
 GREEDY = SamplingParams(max_new_tokens=64, stop_token_ids=())
@@ -65,14 +68,7 @@ def test_plain_greedy_equals_transformers(bundles, arch):
     assert manifest.recurrent and manifest.kv.layer_ids == (3,) and manifest.states.layers == (0, 1, 2)
     engine = specrt.load(str(bundles[arch]), device="cpu")
     model = hf_model(arch)
-    for prompt in PROMPTS:
-        ids = engine.prompt_ids(prompt)
-        engine.reset()
-        out = engine.generate(prompt, GREEDY, drafter=None).wait().token_ids
-        assert len(out) == 64
-        with torch.no_grad():
-            logits = model(torch.tensor([ids + out])).logits[0, len(ids) - 1:-1]
-        assert logits.argmax(-1).tolist() == out, prompt
+    assert_greedy_equals_transformers(engine, model, PROMPTS, GREEDY)
 
 
 class PartlyRightDrafter(Drafter):
@@ -258,13 +254,7 @@ def test_bad_hybrid_sources_are_named(sources, tmp_path, capsys, edit, message):
     shutil.copytree(sources["qwen3_5"], src)
     edit(src)
     out = tmp_path / "out"
-    code = main(["convert", str(src), "-o", str(out), "--drafter", "mtp"])
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert code == 2 and len(errors) == 1
-    import re
-
-    assert re.search(message, errors[0]), errors[0]
-    assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
+    assert_refused_in_one_line(["convert", str(src), "-o", str(out), "--drafter", "mtp"], out, capsys, message)
 
 
 def _rewrite(src, shard: str, change):
@@ -378,10 +368,9 @@ def test_gguf_in_llama_cpps_qwen35_layout_converts_and_drafts_with_its_mtp_block
 ])
 def test_inconsistent_qwen35_gguf_metadata_is_named(tmp_path, capsys, edit, message):
     _write_gguf(tmp_path / "m.gguf", edit)
-    code = main(["convert", str(tmp_path / "m.gguf"), "-o", str(tmp_path / "out")])
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert code == 2 and len(errors) == 1 and message in errors[0], errors
-    assert not (tmp_path / "out").exists()
+    out = tmp_path / "out"
+    assert_refused_in_one_line(["convert", str(tmp_path / "m.gguf"), "-o", str(out)], out, capsys,
+                               re.escape(message))
 
 
 def test_replay_follows_the_recurrence_and_snapshots_expire():

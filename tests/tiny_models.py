@@ -145,3 +145,30 @@ def convert_tiny_llama(root: Path, name: str, seed: int, *args: str) -> Path:
     out = Path(root) / name
     assert main(["convert", str(src), "-o", str(out), "--max-context", "96", *args]) == 0
     return out
+
+
+def assert_greedy_equals_transformers(engine, model, prompts, params) -> None:
+    """Each prompt's greedy output (params.max_new_tokens of them, from a reset cache) is transformers' own argmax
+    after the same prefix, token by token (one full forward of its class over prompt + output)."""
+    for prompt in prompts:
+        ids = engine.prompt_ids(prompt)
+        engine.reset()
+        out = engine.generate(prompt, params, drafter=None).wait().token_ids
+        assert len(out) == params.max_new_tokens
+        with torch.no_grad():
+            logits = model(torch.tensor([ids + out])).logits[0, len(ids) - 1:-1]
+        assert logits.argmax(-1).tolist() == out, prompt
+
+
+def assert_refused_in_one_line(argv: list[str], out: Path, capsys, message: str) -> None:
+    """`specrt ARGV` exits 2 with exactly one error line, which matches the regex `message`, and leaves nothing at
+    `out` (no half-written bundle beside it either)."""
+    import re
+
+    from specrt.cli import main
+
+    code = main(argv)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert code == 2 and len(errors) == 1, errors
+    assert re.search(message, errors[0]), errors[0]
+    assert not out.exists() and not list(Path(out).parent.glob(f".{Path(out).name}.partial-*"))
