@@ -31,14 +31,23 @@ def expert_names(layer: int, expert: int) -> tuple[str, str, str]:
     return p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"
 
 
+def _interleave(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """Gate and up along the first axis, gate's row r at 2r and up's at 2r + 1 (swiglu_fusion=1): [2I, ...]."""
+    fused = np.empty((2 * gate.shape[0], *gate.shape[1:]), dtype=np.float32)
+    fused[0::2], fused[1::2] = gate, up
+    return fused
+
+
 def _fc1_rows(builder, layer: int, expert: int) -> np.ndarray:
     """One expert's gate and up rows interleaved: [2I, H] float32."""
     gate_name, up_name, _ = expert_names(layer, expert)
-    gate = np.asarray(builder.tensor(gate_name), dtype=np.float32)
-    up = np.asarray(builder.tensor(up_name), dtype=np.float32)
-    fused = np.empty((2 * gate.shape[0], gate.shape[1]), dtype=np.float32)
-    fused[0::2], fused[1::2] = gate, up
-    return fused
+    return _interleave(np.asarray(builder.tensor(gate_name), dtype=np.float32),
+                       np.asarray(builder.tensor(up_name), dtype=np.float32))
+
+
+def _fc2_rows(builder, layer: int, expert: int) -> np.ndarray:
+    """One expert's down projection: [H, I] float32."""
+    return np.asarray(builder.tensor(expert_names(layer, expert)[2]), dtype=np.float32)
 
 
 def _biases(builder, layer: int, name: str) -> tuple[str, str]:
@@ -47,10 +56,8 @@ def _biases(builder, layer: int, name: str) -> tuple[str, str]:
     fc1, fc2 = [], []
     for e in range(cfg.num_experts):
         gate, up, down = (n.replace(".weight", ".bias") for n in expert_names(layer, e))
-        g_b, u_b = np.asarray(builder.tensor(gate), np.float32), np.asarray(builder.tensor(up), np.float32)
-        both = np.empty(2 * len(g_b), dtype=np.float32)
-        both[0::2], both[1::2] = g_b, u_b
-        fc1.append(both)
+        fc1.append(_interleave(np.asarray(builder.tensor(gate), np.float32),
+                               np.asarray(builder.tensor(up), np.float32)))
         fc2.append(np.asarray(builder.tensor(down), np.float32))
     return (builder.g.weight(name + ".fc1_bias", np.stack(fc1).astype(builder.dtype)),
             builder.g.weight(name + ".fc2_bias", np.stack(fc2).astype(builder.dtype)))
@@ -62,8 +69,7 @@ def _quantized_experts(builder, layer: int, which: str, block: int):
     cfg, bits = builder.cfg, builder.opts.bits
     packed, scales, zero_points = [], [], []
     for e in range(cfg.num_experts):
-        w = _fc1_rows(builder, layer, e) if which == "fc1" else np.asarray(
-            builder.tensor(expert_names(layer, e)[2]), dtype=np.float32)
+        w = _fc1_rows(builder, layer, e) if which == "fc1" else _fc2_rows(builder, layer, e)
         q = quantize_blocks(w, block, bits=bits)
         packed.append(q.packed.reshape(q.n, -1))
         scales.append(q.scales.reshape(q.n, -1))
@@ -101,8 +107,7 @@ def _routed_experts(builder, layer: int, h: str) -> str:
     bias1, bias2 = _biases(builder, layer, name) if cfg.moe_bias else ("", "")
     if not builder.opts.bits:
         fc1 = np.stack([_fc1_rows(builder, layer, e) for e in range(cfg.num_experts)])  # [E, 2I, H]
-        fc2 = np.stack([np.asarray(builder.tensor(expert_names(layer, e)[2]), dtype=np.float32)
-                        for e in range(cfg.num_experts)])  # [E, H, I]
+        fc2 = np.stack([_fc2_rows(builder, layer, e) for e in range(cfg.num_experts)])  # [E, H, I]
         ins = [h, logits, g.weight(name + ".fc1", fc1.astype(builder.dtype)), bias1,
                g.weight(name + ".fc2", fc2.astype(builder.dtype)), bias2]
         while ins[-1] == "":
@@ -123,7 +128,8 @@ def _routed_experts(builder, layer: int, h: str) -> str:
         stored[which] = (g.weight(f"{name}.{which}.qweight", packed),
                          g.weight(f"{name}.{which}.scales", (scales.reshape(shape) if per_row else scales)
                                   .astype(builder.dtype)),
-                         g.weight(f"{name}.{which}.zero_points", zero_points.reshape(shape) if per_row else zero_points),
+                         g.weight(f"{name}.{which}.zero_points",
+                                  zero_points.reshape(shape) if per_row else zero_points),
                          q.n, q.k, q.block_size)
         del packed, scales, zero_points
     (w1, s1, z1, n1, k1, b1), (w2, s2, z2, n2, k2, b2) = stored["fc1"], stored["fc2"]

@@ -242,10 +242,11 @@ def _with_common(reader, hf: dict, arch: str, extra_blocks: bool = False) -> dic
         hf.setdefault("intermediate_size", hf.get("moe_intermediate_size"))
         hf["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(len(blocks))]
         if field_value(reader, "gpt-oss.rope.scaling.type") == "yarn":
-            hf["rope_scaling"] = {"rope_type": "yarn", "factor": float(field_value(reader, "gpt-oss.rope.scaling.factor", 1.0)),
-                                  "original_max_position_embeddings": int(field_value(
-                                      reader, "gpt-oss.rope.scaling.original_context_length", 4096)),
-                                  "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+            hf["rope_scaling"] = {
+                "rope_type": "yarn", "factor": float(field_value(reader, "gpt-oss.rope.scaling.factor", 1.0)),
+                "original_max_position_embeddings": int(field_value(
+                    reader, "gpt-oss.rope.scaling.original_context_length", 4096)),
+                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
     if arch == "qwen3moe":  # llama.cpp divides the top-k routing weights by their sum (as Qwen3-30B-A3B's config)
         hf["norm_topk_prob"] = True
         # a block without a router keeps a dense MLP (HF's mlp_only_layers; llama.cpp's own files have none)
@@ -383,9 +384,8 @@ def _expert_refs(path: Path, t, proj: str) -> dict[str, TensorRef]:
     if len(shape) != (3 if suffix == "weight" else 2) or int(t.n_bytes) % shape[0]:
         want = "[experts, rows, columns]" if suffix == "weight" else "[experts, rows]"
         raise SourceError(f"tensor {t.name} has shape {list(shape)}, expected {want}")
-    layer, per = t.name.split(".")[1], int(t.n_bytes) // shape[0]
-    return {f"model.layers.{layer}.mlp.experts.{e}.{proj}.{suffix}":
-            TensorRef(f"{t.name}[{e}]", path, int(t.data_offset) + e * per, per, shape[1:], _decoder(t.tensor_type))
+    stacked = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape, _decoder(t.tensor_type))
+    return {f"model.layers.{t.name.split('.')[1]}.mlp.experts.{e}.{proj}.{suffix}": stacked.expert(e, shape[1:])
             for e in range(shape[0])}
 
 

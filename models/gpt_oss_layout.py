@@ -38,23 +38,19 @@ def dequantize_mxfp4(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
     return out.reshape(blocks.shape[:-2] + (-1,))
 
 
-def _expert_ref(ref: TensorRef, expert: int, name: str, shape: tuple[int, ...], take) -> TensorRef:
+def _expert_ref(ref: TensorRef, expert: int, shape: tuple[int, ...], take) -> TensorRef:
     """Expert `expert`'s slice of a fused [E, ...] tensor, decoded then cut by take(array) to `shape`."""
-    per = ref.nbytes // ref.shape[0]
     stored = tuple(ref.shape[1:])
 
     def read(raw, _shape):
         return np.ascontiguousarray(take(ref.decode(raw, stored).reshape(stored)), dtype=np.float32)
 
-    return TensorRef(f"{ref.name}[{expert}]", ref.file, ref.offset + expert * per, per, shape, read,
-                     rows_apart=False, dtype=ref.dtype)
+    return ref.expert(expert, shape, read, rows_apart=False)
 
 
 def _mxfp4_ref(blocks: TensorRef, scales: TensorRef, expert: int, shape: tuple[int, ...], take) -> TensorRef:
     """Expert `expert`'s MXFP4 matrix, dequantized (its scales read beside its blocks) and cut by take."""
-    per, per_scales = blocks.nbytes // blocks.shape[0], scales.nbytes // scales.shape[0]
-    scale_ref = dataclasses.replace(scales, offset=scales.offset + expert * per_scales, nbytes=per_scales,
-                                    shape=scales.shape[1:])
+    scale_ref = scales.expert(expert, scales.shape[1:])
 
     def read(raw, _shape):
         b = np.frombuffer(raw, dtype=np.uint8).reshape(blocks.shape[1:])
@@ -62,8 +58,7 @@ def _mxfp4_ref(blocks: TensorRef, scales: TensorRef, expert: int, shape: tuple[i
             scales.shape[1:])
         return np.ascontiguousarray(take(dequantize_mxfp4(b, s)))
 
-    return TensorRef(f"{blocks.name}[{expert}]", blocks.file, blocks.offset + expert * per, per, shape, read,
-                     rows_apart=False, dtype="MXFP4")
+    return dataclasses.replace(blocks.expert(expert, shape, read, rows_apart=False), dtype="MXFP4")
 
 
 def expert_view(refs: dict[str, TensorRef]) -> dict[str, TensorRef]:
@@ -107,9 +102,9 @@ def expert_view(refs: dict[str, TensorRef]) -> dict[str, TensorRef]:
                     out[q + proj + ".weight"] = _mxfp4_ref(ref, scales, e, (n, width),
                                                            lambda w, pick=pick: w[pick])
                 else:
-                    out[q + proj + ".weight"] = _expert_ref(ref, e, q + proj + ".weight", (n, width),
+                    out[q + proj + ".weight"] = _expert_ref(ref, e, (n, width),
                                                             lambda w, pick=pick: w[:, pick].T)
                 if bias is not None:
-                    out[q + proj + ".bias"] = _expert_ref(bias, e, q + proj + ".bias", (n,),
+                    out[q + proj + ".bias"] = _expert_ref(bias, e, (n,),
                                                           lambda b, pick=pick: b[pick])
     return out

@@ -50,6 +50,13 @@ class TensorRef:
             out[lo:lo + n] = part
         return out
 
+    def expert(self, index: int, shape: tuple[int, ...], decode=None, rows_apart: bool = True) -> "TensorRef":
+        """Slice `index` of a tensor stacked along its leading axis (an MoE layer's experts: each one's bytes are
+        contiguous), decoded to `shape` by `decode` (default: this tensor's own decoder)."""
+        per = self.nbytes // self.shape[0]
+        return TensorRef(f"{self.name}[{index}]", self.file, self.offset + index * per, per, tuple(shape),
+                         decode or self.decode, rows_apart, self.dtype)
+
     def read_rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` of a matrix [rows, cols], reading only those rows' bytes (an embedding lookup)."""
         if not self.rows_apart or len(self.shape) != 2:
