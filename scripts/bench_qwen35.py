@@ -96,7 +96,7 @@ def main() -> None:
     params = SamplingParams(max_new_tokens=args.tokens, stop_token_ids=())
     prompts = PROMPTS[:args.prompts]
     results: dict[str, dict] = {}
-    mtp = None if args.inner == "none" else make_drafter(args.inner, bundle, engine.manifest, providers)
+    inner = None if args.inner == "none" else make_drafter(args.inner, bundle, engine.manifest, providers)
     auto = make_drafter("auto", bundle, engine.manifest, providers)
     lengths = [int(k) for k in args.lengths.split(",")]
     plain: dict[str, list[int]] = {}
@@ -108,12 +108,12 @@ def main() -> None:
 
     def replay(acceptance):
         return lambda p: ReplayDrafter(len(engine.prompt_ids(p)), plain[p], engine.manifest.vocab_size, acceptance,
-                                       inner=mtp)
+                                       inner=inner)
 
     # label -> (drafter for a prompt, fixed draft length or None, batch-invariant)
     configs = {"plain": (lambda p: None, None, True), "plain, default mode": (lambda p: None, None, False)}
-    if mtp is not None:
-        configs.update({f"{args.inner} k={k} (random weights)": (lambda p: mtp, k, True) for k in lengths})
+    if inner is not None:
+        configs.update({f"{args.inner} k={k} (random weights)": (lambda p: inner, k, True) for k in lengths})
     for acceptance in [float(a) for a in args.acceptance.split(",")]:
         configs.update({f"replay {acceptance:.0%} k={k}": (replay(acceptance), k, True) for k in lengths})
         configs[f"replay {acceptance:.0%} adaptive"] = (replay(acceptance), None, True)
