@@ -1,8 +1,11 @@
 """`specrt bench`: plain decoding, each drafter and (with --compare) other systems on the same prompts, side by side.
 
 Per precision one engine is loaded; for every prompt each contestant (specrt's plain decoding first, its drafters,
-then the compared systems' variants) generates once from a reset cache, in an order rotated by one per prompt
-(A B C, B C A, ...) so that a slow stretch of this shared machine does not land on one system. Every system gets
+then the compared systems' variants) generates from a reset cache, in an order rotated by one per prompt
+(A B C, B C A, ...) so that a slow stretch of this shared machine does not land on one system. With repeats > 1
+each prompt runs that many rounds, every other one in mirrored order (A B C, C B A, ...), and a contestant's
+tokens/s on the prompt pools its rounds (all tokens over all decode seconds): a drift of the machine's speed
+within a prompt then falls on every contestant alike. Every system gets
 the same prompt token ids (specrt's chat template) and the same number of new tokens, greedy. Reported per row
 and dataset: tokens/s (median over prompts, decode phase, and its range), mean accepted tokens per target call
 and acceptance by draft depth (specrt's drafters, all prompts pooled), speedup (median of the per-prompt ratio
@@ -46,10 +49,14 @@ class SystemRuns:
     steps_by_drafter: dict[str, int] = field(default_factory=dict)  # decode steps per member drafter; "none": plain
     error: str | None = None
 
-    def add(self, sample) -> None:
-        self.tokens_per_second.append(sample.tokens_per_second)
-        self.outputs.append(sample.token_ids)
-        s = sample.stats
+    def add(self, samples: list) -> None:
+        """One prompt's rounds: tokens/s pooled over them, the first round's output, every round's statistics."""
+        self.tokens_per_second.append(pooled_rate(samples))
+        self.outputs.append(samples[0].token_ids)
+        for sample in samples:
+            self._add_stats(sample.stats)
+
+    def _add_stats(self, s) -> None:
         if s is None:  # another system: no acceptance statistics
             return
         for d, (share, n) in enumerate(zip(s.acceptance_by_position, s.drafted_by_position)):
@@ -63,6 +70,16 @@ class SystemRuns:
         steps = dict(s.drafts_by_drafter, none=s.target_calls - 1 - sum(s.drafts_by_drafter.values()))
         for name, n in steps.items():
             self.steps_by_drafter[name] = self.steps_by_drafter.get(name, 0) + n
+
+
+def pooled_rate(samples: list) -> float:
+    """Tokens per second over several rounds of one prompt: all their tokens over all their decode seconds."""
+    if len(samples) == 1:
+        return samples[0].tokens_per_second
+    tokens = [max(1, len(s.token_ids)) for s in samples]
+    if any(s.tokens_per_second <= 0 for s in samples):
+        return 0.0
+    return sum(tokens) / sum(n / s.tokens_per_second for n, s in zip(tokens, samples))
 
 
 def is_bundle(model: str) -> bool:
@@ -109,11 +126,11 @@ def rotation(items: list, i: int) -> list:
 def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str], precisions: list[str],
               params: SamplingParams, device: str = "auto", threads: int = 0, stages=None, log=_log,
               batch_invariant: bool | None = None, compare: list[str] = (), systems: dict | None = None,
-              draft_length: int | None = None) -> dict:
+              draft_length: int | None = None, repeats: int = 1) -> dict:
     """prompt_sets: dataset name -> prompts. compare: names in `systems` (default: compare.systems.SYSTEMS).
     batch_invariant: None runs each specrt row as specrt.load would (not batch-invariant); True or False sets it
     for every specrt row. draft_length: every drafter row drafts exactly this many
-    tokens per target call (None: adaptive)."""
+    tokens per target call (None: adaptive). repeats: rounds per prompt (every other one in mirrored order)."""
     from specrt.app.compare.systems import SYSTEMS
 
     systems = SYSTEMS if systems is None else systems
@@ -124,6 +141,8 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
             raise SpecrtError(f"unknown system {name!r} for --compare (known: {', '.join(systems)})")
     if compare and not params.greedy:
         raise SpecrtError("--compare measures greedy decoding: use --temperature 0")
+    if repeats < 1:
+        raise SpecrtError("--repeats must be a positive integer")
     pythons, install_errors = _install(compare, systems, log)
     results = []
     if is_bundle(model):  # a bundle folder has one precision: its own
@@ -138,7 +157,7 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
         try:
             contestants += externals
             for dataset, prompts in prompt_sets.items():
-                results += _run_dataset(dataset, prompts, contestants, engine, params, log)
+                results += _run_dataset(dataset, prompts, contestants, engine, params, log, repeats)
         finally:
             for c in externals:
                 c.close()
@@ -146,6 +165,7 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
     return {"model": model, "datasets": {k: len(v) for k, v in prompt_sets.items()},
             "prompts": sum(len(v) for v in prompt_sets.values()), "max_new_tokens": params.max_new_tokens,
             "temperature": params.temperature, "batch_invariant": batch_invariant, "draft_length": draft_length,
+            "repeats": repeats,
             "machine": machine_info(providers_for(device)), "results": results}
 
 
@@ -160,34 +180,41 @@ def _install(compare, systems, log) -> tuple[dict, dict]:
     return pythons, errors
 
 
-def _run_dataset(dataset, prompts, contestants, engine, params, log) -> list[dict]:
+def _run_dataset(dataset, prompts, contestants, engine, params, log, repeats: int = 1) -> list[dict]:
     runs = {c.key: SystemRuns(c.system, c.drafter, c.precision, c.version, getattr(c, "batch_invariant", None))
             for c in contestants}
     warm = SamplingParams(max_new_tokens=8, temperature=params.temperature)
     for c in contestants:  # warm-up: first-call costs (allocation, thread start) stay out of the numbers
-        _attempt(c, runs[c.key], prompts[0], engine.prompt_ids(prompts[0]), warm, record=False, log=log)
+        _attempt(c, runs[c.key], prompts[0], engine.prompt_ids(prompts[0]), warm, log=log)
     for i, prompt in enumerate(prompts):
         ids = engine.prompt_ids(prompt)
         seeded = dataclasses.replace(params, seed=(params.seed or 0) + i)
-        for c in rotation(contestants, i):
-            _attempt(c, runs[c.key], prompt, ids, seeded, record=True, log=log)
+        samples = {c.key: [] for c in contestants}
+        order = rotation(contestants, i)
+        for round_ in range(repeats):
+            for c in order if round_ % 2 == 0 else order[::-1]:
+                sample = _attempt(c, runs[c.key], prompt, ids, seeded, log=log)
+                if sample is not None:
+                    samples[c.key].append(sample)
+        for c in contestants:
+            if runs[c.key].error is None and samples[c.key]:
+                runs[c.key].add(samples[c.key])
         line = "  ".join(f"{c.label} {runs[c.key].tokens_per_second[-1]:.1f}" for c in contestants
                          if runs[c.key].error is None)
         log(f"[{dataset} {contestants[0].precision} {i + 1}/{len(prompts)}] tok/s: {line}")
     return summarize(runs, params.greedy, dataset)
 
 
-def _attempt(contestant, runs: SystemRuns, prompt, ids, params, record: bool, log) -> None:
+def _attempt(contestant, runs: SystemRuns, prompt, ids, params, log):
+    """One generation (its Sample), or None where the contestant has failed (its row then says why)."""
     if runs.error is not None:
-        return
+        return None
     try:
-        sample = contestant.generate(prompt, ids, params)
+        return contestant.generate(prompt, ids, params)
     except SystemUnavailable as exc:  # another system failed mid-run: its row says so, the others go on
         runs.error = str(exc)
         log(f"{contestant.label}: {exc}")
-        return
-    if record:
-        runs.add(sample)
+        return None
 
 
 def machine_info(providers) -> dict:

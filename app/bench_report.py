@@ -37,6 +37,8 @@ def _title(report: dict) -> str:
             f"temperature {report['temperature']}"
             + (" (identical: outputs equal to specrt plain decoding's)" if report["temperature"] == 0 else "")
             + (f"; draft length {report['draft_length']} (fixed)" if report.get("draft_length") else "")
+            + (f"; {report['repeats']} rounds per prompt (mirrored order, pooled)" if report.get("repeats", 1) > 1
+               else "")
             + (f"; {m.get('cpu')}, {m.get('cores')} cores, onnxruntime {m.get('onnxruntime')}" if m else ""))
 
 

@@ -302,13 +302,16 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
                    "equals plain decoding's bit for bit) [default: off, as specrt.load]")
 @click.option("--draft-length", type=int, default=None, metavar="K",
               help="every drafter row drafts exactly K tokens per target call (adaptive length off) [default: adaptive]")
+@click.option("--repeats", type=int, default=1, show_default=True, metavar="N",
+              help="rounds per prompt, every other one in mirrored order; a row's tokens/s pools them (steadier "
+                   "ratios on a noisy machine)")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write the results here")
 @click.option("--markdown", "markdown_out", type=click.Path(path_type=Path), default=None,
               help="write the results as a Markdown table (with the command) here")
 @click.option("--plot", "plot_out", type=click.Path(path_type=Path), default=None,
               help="write a PNG: tokens/s per system and dataset, acceptance by draft depth (needs matplotlib)")
 def bench(model, prompts_file, datasets, limit, max_new_tokens, drafters, precisions, compare, temperature, device,
-          batch_invariant, draft_length, json_out, markdown_out, plot_out):
+          batch_invariant, draft_length, repeats, json_out, markdown_out, plot_out):
     """specrt's plain decoding vs each --drafter (and each --compare system) on the same prompts, interleaved."""
     import json as jsonlib
 
@@ -329,7 +332,7 @@ def bench(model, prompts_file, datasets, limit, max_new_tokens, drafters, precis
     try:
         report = run_bench(model, prompt_sets, [d for d in drafters if d != "none"], list(precisions) or ["int4"],
                            params, device=device, stages=stages, batch_invariant=batch_invariant,
-                           compare=list(dict.fromkeys(compare)), draft_length=draft_length)
+                           compare=list(dict.fromkeys(compare)), draft_length=draft_length, repeats=repeats)
     finally:
         stages.close()
     click.echo(format_table(report))

@@ -180,3 +180,34 @@ def test_environment_is_reused_once_installed(tmp_path, monkeypatch):
     subprocess.run([str(python), "-c", "import numpy"], check=True)
     with pytest.raises(SystemUnavailable, match="could not install"):
         ensure_environment("empty", ("specrt-test-no-such-package==0.0.0",), messages.append)
+
+
+def test_repeats_run_mirrored_rounds_and_pool_them(bundle, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    fake = FakeSystem("fake", log, {"none": 400.0, "prompt-lookup": 100.0})
+    report = _bench(bundle, {"fake": fake}, ["fake"], prompts=PROMPTS[:3], repeats=2)
+    assert report["repeats"] == 2 and "2 rounds per prompt" in format_table(report)
+    rows = {(r["system"], r["drafter"]): r for r in report["results"]}
+    assert all(r["prompts"] == 3 for r in rows.values())  # rounds pool into one figure per prompt
+    assert rows[("fake", "none")]["tokens_per_second"] == pytest.approx(400.0)
+    # each prompt: the rotated order, then the same order mirrored
+    contestants = ["specrt/none", "specrt/ngram", "fake/none", "fake/prompt-lookup"]
+    expected = [n for i in range(3) for order in [rotation(contestants, i)] for n in order + order[::-1]
+                if n.startswith("fake")]
+    calls = [json.loads(line)["name"] for line in log.read_text().splitlines()][2:]  # after the warm-ups
+    assert calls == expected and calls[:4] == ["fake/none", "fake/prompt-lookup", "fake/prompt-lookup", "fake/none"]
+    ngram = rows[("specrt", "ngram")]
+    assert ngram["identical_to_plain"] == 3
+    with pytest.raises(SpecrtError, match="--repeats"):
+        _bench(bundle, {"fake": fake}, ["fake"], repeats=0)
+
+
+def test_pooled_rate_is_all_tokens_over_all_seconds():
+    from specrt.app.bench import pooled_rate
+    from specrt.app.bench_contestants import Sample
+
+    # 10 tokens at 10 tok/s (1 s) and 30 tokens at 60 tok/s (0.5 s): 40 tokens in 1.5 s
+    samples = [Sample(list(range(10)), 10.0), Sample(list(range(30)), 60.0)]
+    assert pooled_rate(samples) == pytest.approx(40 / 1.5)
+    assert pooled_rate(samples[:1]) == 10.0
+    assert pooled_rate([Sample([1, 2], 5.0), Sample([1, 2], 0.0)]) == 0.0
