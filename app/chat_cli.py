@@ -88,6 +88,42 @@ class ReasoningView:
         return text
 
 
+class HarmonyView:
+    """A harmony answer (gpt-oss) shown as ReasoningView shows one: the analysis channel dimmed on a terminal (between
+    [thinking] and [answer] lines otherwise), the final and commentary channels as the answer, a tool call's
+    arguments after a [call RECIPIENT] line; the format's markers are not shown."""
+
+    def __init__(self, parser, terminal: bool):
+        self.parser, self.terminal = parser, terminal
+        self.mode = None  # what the last piece shown was: "reasoning", "answer" or a tool call's recipient
+
+    def _show(self, pieces) -> str:
+        out = []
+        for piece in pieces:
+            mode = "reasoning" if piece.reasoning else (piece.recipient or "answer")
+            if mode != self.mode:
+                if self.mode == "reasoning":
+                    out.append("\x1b[0m\n" if self.terminal else "\n")
+                elif self.mode is not None:
+                    out.append("\n")
+                if mode == "reasoning":
+                    out.append("\x1b[2m" if self.terminal else "[thinking]\n")
+                elif mode == "answer":
+                    out.append("" if self.terminal else "[answer]\n")
+                else:
+                    out.append(f"[call {mode}]\n")
+                self.mode = mode
+            out.append(piece.text)
+        return "".join(out)
+
+    def feed(self, chunk: str) -> str:
+        return self._show(self.parser.feed(chunk))
+
+    def finish(self) -> str:
+        text = self._show(self.parser.finish())
+        return text + ("\x1b[0m" if self.terminal and self.mode == "reasoning" else "")
+
+
 def _status(result) -> str:
     s = result.stats
     line = f"[{s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, prefill {s.prefill_seconds * 1000:.0f} ms"
@@ -143,8 +179,10 @@ def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
             continue
         gen = None
         try:
-            view = ReasoningView(engine.reasoning_open(session.messages + [{"role": "user", "content": text}]),
-                                 interactive)
+            messages = session.messages + [{"role": "user", "content": text}]
+            harmony = engine.harmony_parser(messages)
+            view = (HarmonyView(harmony, interactive) if harmony is not None
+                    else ReasoningView(engine.reasoning_open(messages), interactive))
             gen = session.send(text, params)
             for chunk in gen:
                 out.write(view.feed(chunk))

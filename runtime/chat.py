@@ -46,4 +46,8 @@ class ChatSession:
             outer.result = inner.result
             self.last = inner.result
             text = inner.result.text if inner.result else "".join(parts)
+            if self.engine.tokenizer.harmony:  # the conversation keeps the answer; the template drops the reasoning
+                from specrt.runtime.harmony import split
+
+                text = split(text)[1]
             self.messages.append({"role": "assistant", "content": text})

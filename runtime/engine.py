@@ -133,6 +133,20 @@ class Engine:
             return False
         return text.rfind("<think>") > text.rfind("</think>")
 
+    def harmony_parser(self, messages: list[dict]):
+        """For a harmony bundle (gpt-oss), a parser of the answer's channels that starts where the rendered prompt
+        leaves off (inside the assistant's header); None for other bundles."""
+        if not self.tokenizer.harmony:
+            return None
+        from specrt.runtime.harmony import START, HarmonyParser
+
+        variables = {} if self.thinking is None else {"enable_thinking": self.thinking}
+        text = self.tokenizer.render(list(messages), add_generation_prompt=True, variables=variables)
+        parser = HarmonyParser(in_header=False)
+        parser.feed(text[text.rfind(START):] if START in text else "")
+        parser.pending = ""
+        return parser
+
     def _encode(self, text: str) -> list[int]:
         """Token ids of text; a text too long to fit the context whatever its tokens (more characters than the
         context times the longest token's) is refused before the tokenizer spends memory on it."""
@@ -238,7 +252,7 @@ class Engine:
             drafter.prefill(ids)  # a draft model reads the prompt too: part of the time to first token
         stepper = self._stepper(params, drafter)  # calibrates the call costs on first use: before the first token
         t_first = time.perf_counter()
-        decoder = StreamDecoder(self.tokenizer.tok)
+        decoder = StreamDecoder(self.tokenizer.tok, skip_special_tokens=not self.tokenizer.harmony)
         stops = StopStringFilter(params.stop)
         out: list[int] = []
         finish, hit, stop_token = "length", False, False

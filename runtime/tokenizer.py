@@ -91,6 +91,17 @@ class BundleTokenizer:
         return items
 
     @property
+    def harmony(self) -> bool:
+        """The vocabulary has gpt-oss's harmony markers (runtime/harmony.py): answers are decoded with them kept, so
+        that their channels (reasoning, answer, tool calls) can be told apart."""
+        if not hasattr(self, "_harmony"):
+            from specrt.runtime.harmony import CHANNEL, MESSAGE, START
+
+            vocab = self.tok.get_vocab(with_added_tokens=True)
+            self._harmony = all(m in vocab for m in (START, CHANNEL, MESSAGE, "<|end|>"))
+        return self._harmony
+
+    @property
     def max_token_chars(self) -> int:
         """Characters of the longest vocabulary entry: no token covers more of a text (byte-level and
         sentencepiece entries spell at least the characters they stand for)."""

@@ -109,6 +109,8 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         try:
             job = parse(load_body(await _read_body(request)), chat, model_id, engine.max_context)
             _check_prompt(job)  # over the context or refused by the template: 400 before anything streams
+            # gpt-oss (harmony): the analysis channel goes out as reasoning_content, the rest as content
+            harmony = engine.harmony_parser(job.prompt) if chat and not job.raw else None
             ticket = worker.submit(job)
         except RequestError as exc:
             return _error(exc)
@@ -117,7 +119,7 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         kind = "chat.completion" if chat else "text_completion"
         if job.stream:
-            return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage),
+            return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage, harmony),
                                      media_type="text/event-stream")
         parts, checked = [], time.monotonic()
         try:
@@ -142,7 +144,12 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         finally:
             ticket.cancel()  # a client that went away while waiting frees its place
         text = "".join(parts)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": value.finish_reason}
+        message = {"role": "assistant", "content": text}
+        if harmony is not None:
+            pieces = harmony.feed(text) + harmony.finish()
+            message = {"role": "assistant", "content": "".join(p.text for p in pieces if not p.reasoning),
+                       "reasoning_content": "".join(p.text for p in pieces if p.reasoning)}
+        choice = ({"index": 0, "message": message, "finish_reason": value.finish_reason}
                   if chat else {"index": 0, "text": text, "finish_reason": value.finish_reason, "logprobs": None})
         return JSONResponse({"id": rid, "object": kind, "created": int(time.time()), "model": model_id,
                              "choices": [choice], "usage": _usage(value), "specrt": _extension(value)})
@@ -159,7 +166,7 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                                "messages" if not job.raw else "prompt", "context_length_exceeded")
         job.ids = ids  # the worker generates from these: the template is rendered and the text encoded once
 
-    async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool):
+    async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool, harmony=None):
         def chunk(choice: dict | None, **extra) -> str:
             body = {"id": rid, "object": kind + ".chunk" if chat else kind, "created": int(time.time()),
                     "model": model_id, "choices": [choice] if choice is not None else [], **extra}
@@ -176,12 +183,19 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                 yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
             while True:
                 event, value = await ticket.events.get()
-                if event == "text":
+                if event == "text" and harmony is not None:
+                    for p in harmony.feed(value):
+                        yield chunk({"index": 0, "delta": {"reasoning_content" if p.reasoning else "content": p.text},
+                                     "finish_reason": None})
+                elif event == "text":
                     yield chunk(piece(value))
                 elif event == "error":
                     yield f"data: {json.dumps(_generation_error(value).body())}\n\n"
                     break
                 else:
+                    for p in harmony.finish() if harmony is not None else ():
+                        yield chunk({"index": 0, "delta": {"reasoning_content" if p.reasoning else "content": p.text},
+                                     "finish_reason": None})
                     yield chunk(piece(None, value.finish_reason), specrt=_extension(value))
                     if include_usage:
                         yield chunk(None, usage=_usage(value))

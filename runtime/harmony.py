@@ -1,0 +1,114 @@
+"""gpt-oss's harmony format: split a streamed answer into its channels (analysis = reasoning, final = the answer).
+
+A harmony answer is a run of messages, each `<|start|>HEADER<|message|>CONTENT` ended by `<|end|>` (more follow),
+`<|return|>` (the last one) or `<|call|>` (a tool call); the header names the role, `<|channel|>analysis | commentary
+| final`, for a tool call ` to=functions.NAME` and `<|constrain|>json`. The prompt ends inside the first header
+(`<|start|>assistant`), so the generated text starts with `<|channel|>analysis<|message|>`. These markers are
+special tokens: the engine keeps them in the text of a bundle whose vocabulary has them (runtime/tokenizer.py
+`harmony`), and this parser turns that text, chunk by chunk as it streams, into (channel, text) pieces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
+ENDS = ("<|end|>", "<|return|>", "<|call|>")
+MARKERS = (START, CHANNEL, MESSAGE, CONSTRAIN, *ENDS)
+REASONING = "analysis"  # the channel shown apart as thinking; final and commentary are the answer
+
+
+@dataclass(frozen=True)
+class Piece:
+    channel: str  # analysis, final, commentary (or whatever the header named)
+    text: str
+    recipient: str | None = None  # a tool call's "functions.NAME" (header " to=...")
+
+    @property
+    def reasoning(self) -> bool:
+        return self.channel == REASONING
+
+
+def _header_fields(header: str) -> tuple[str, str | None]:
+    """'assistant<|channel|>commentary to=functions.f <|constrain|>json' -> ('commentary', 'functions.f')."""
+    channel, recipient = "final", None
+    head = header.split(CONSTRAIN)[0]
+    if CHANNEL in head:
+        rest = head.split(CHANNEL, 1)[1].split()
+        if rest:
+            channel = rest[0]
+        head = " ".join(rest[1:])
+    for word in head.split():
+        if word.startswith("to="):
+            recipient = word[3:]
+    return channel, recipient
+
+
+class HarmonyParser:
+    """Incremental: feed() text chunks (the engine's stream), get Pieces of message content; marker text never
+    comes out, and text that may be the start of a marker is held back until the next chunk says."""
+
+    def __init__(self, in_header: bool = True):
+        self.state = "header" if in_header else "between"  # header | content | between (after an end marker)
+        self.header = ""
+        self.channel, self.recipient = "final", None
+        self.pending = ""
+
+    def feed(self, chunk: str) -> list[Piece]:
+        self.pending += chunk
+        out: list[Piece] = []
+        while self.pending:
+            cut, marker = min(((self.pending.find(m), m) for m in MARKERS if m in self.pending),
+                              default=(-1, ""))
+            if cut < 0:
+                keep = _partial_marker(self.pending)
+                self._take(self.pending[:len(self.pending) - keep], out)
+                self.pending = self.pending[len(self.pending) - keep:]
+                break
+            self._take(self.pending[:cut], out)
+            self.pending = self.pending[cut + len(marker):]
+            self._marker(marker)
+        return out
+
+    def finish(self) -> list[Piece]:
+        """What is still held back (an answer cut off by its token limit may end in part of a marker)."""
+        rest, self.pending = self.pending, ""
+        out: list[Piece] = []
+        self._take(rest, out)
+        return out
+
+    def _take(self, text: str, out: list[Piece]) -> None:
+        if not text:
+            return
+        if self.state == "header":
+            self.header += text
+        elif self.state == "content":
+            out.append(Piece(self.channel, text, self.recipient))
+        # between messages: stray text (none in a well-formed answer) is dropped
+
+    def _marker(self, marker: str) -> None:
+        if marker == START:
+            self.state, self.header = "header", ""
+        elif marker in (CHANNEL, CONSTRAIN):
+            if self.state == "header":
+                self.header += marker
+        elif marker == MESSAGE:
+            if self.state == "header":
+                self.channel, self.recipient = _header_fields(self.header)
+                self.state = "content"
+        else:  # an end marker
+            self.state, self.header = "between", ""
+
+
+def _partial_marker(text: str) -> int:
+    """Characters at the end of text that could begin a marker."""
+    return max((k for k in range(1, min(len(text), max(map(len, MARKERS))) + 1)
+                if any(m.startswith(text[-k:]) for m in MARKERS)), default=0)
+
+
+def split(text: str, in_header: bool = True) -> tuple[str, str]:
+    """A whole harmony answer -> (reasoning, answer): the analysis channel's text, and the rest (final and
+    commentary) joined."""
+    parser = HarmonyParser(in_header)
+    pieces = parser.feed(text) + parser.finish()
+    return ("".join(p.text for p in pieces if p.reasoning), "".join(p.text for p in pieces if not p.reasoning))
