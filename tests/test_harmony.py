@@ -128,6 +128,9 @@ def test_the_engine_keeps_harmony_markers_where_the_vocabulary_has_them(harmony_
 
     engine = specrt.load(str(harmony_bundle), device="cpu")
     assert engine.tokenizer.harmony
+    vocab = engine.tokenizer.tok.get_vocab(with_added_tokens=True)
+    # an answer stops at <|return|>; <|end|> only ends its analysis message (other chat models stop at <|end|>)
+    assert vocab["<|return|>"] in engine.stop_ids and vocab["<|end|>"] not in engine.stop_ids
     ids = engine.tokenizer.encode("<|channel|> analysis <|message|> the world <|end|>")
     decoder = StreamDecoder(engine.tokenizer.tok, skip_special_tokens=not engine.tokenizer.harmony)
     text = "".join(decoder.push(i) for i in ids) + decoder.finish()
