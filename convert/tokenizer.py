@@ -41,6 +41,28 @@ def _save_with_transformers(out: Path, **kwargs) -> None:
     tok.save_pretrained(str(out))
 
 
+def _save_gguf_tokenizer(source: Path, out: Path) -> None:
+    """tokenizer.json and tokenizer_config.json from a GGUF's metadata, through transformers' loader; where that
+    loader cannot build the file's model config (transformers 5.25 fails on gpt-oss's rope.scaling keys), from
+    its GGUF tokenizer builder alone, which reads only the tokenizer.* keys (the same vocabulary, merges,
+    pre-tokenizer split and special tokens)."""
+    try:
+        _save_with_transformers(out, pretrained_model_name_or_path=str(source.parent), gguf_file=source.name)
+        return
+    except SourceError as first:
+        error = first
+    try:
+        from transformers import PreTrainedTokenizerFast
+        from transformers.integrations.gguf import convert_gguf_tokenizer, get_gguf_tokenizer
+
+        architecture, tokenizer_dict, tokenizer_config = get_gguf_tokenizer(str(source))
+        backend, extra = convert_gguf_tokenizer(architecture, tokenizer_dict)
+        settings = {k: v for k, v in {**tokenizer_config, **extra}.items() if v is not None}
+        PreTrainedTokenizerFast(tokenizer_object=backend, **settings).save_pretrained(str(out))
+    except Exception as exc:
+        raise SourceError(f"{error} (and from its tokenizer keys alone: {type(exc).__name__}: {exc})") from None
+
+
 def _read_template(out: Path) -> str | None:
     jinja = out / "chat_template.jinja"
     if jinja.is_file():
@@ -71,7 +93,7 @@ def write_tokenizer(source: Path, kind: str, out: Path, config_eos: tuple[int, .
         else:
             raise SourceError(f"{source}: no tokenizer (tokenizer.json or tokenizer.model)")
     else:
-        _save_with_transformers(out, pretrained_model_name_or_path=str(source.parent), gguf_file=source.name)
+        _save_gguf_tokenizer(source, out)
     if not (out / "tokenizer.json").is_file():
         raise SourceError(f"{source}: tokenizer could not be converted to tokenizer.json")
 

@@ -181,9 +181,9 @@ def test_bad_gpt_oss_sources_are_named(sources, tmp_path, capsys, edit, message)
 def test_gguf_in_llama_cpps_gpt_oss_layout_reads_as_the_checkpoint(tmp_path, experts):
     """llama.cpp's gpt-oss layout (gate and up split into ffn_{gate,up}_exps with their biases, the router as
     ffn_gate_inp, attn_sinks, post_attention_norm, yarn and the sliding window in the metadata, even layers sliding):
-    every tensor read back per expert as the HF checkpoint's own (MXFP4 experts as gguf dequantizes them), and the
-    config as transformers'. (Converting such a file stops at its tokenizer for now: transformers 5.25's GGUF reader
-    fails on gpt-oss's rope.scaling keys.)"""
+    every tensor read back per expert as the HF checkpoint's own (MXFP4 experts as gguf dequantizes them), the
+    config as transformers', and the F32 file converts (its tokenizer from the GGUF's tokenizer keys: transformers
+    5.25's whole-file reader fails on gpt-oss's rope.scaling keys) to a bundle that decodes as transformers does."""
     import gguf
 
     from specrt.models.config import config_from_hf
@@ -211,3 +211,16 @@ def test_gguf_in_llama_cpps_gpt_oss_layout_reads_as_the_checkpoint(tmp_path, exp
         if qtype is not None and ".experts." in name and name.endswith("_proj.weight"):
             want = gguf.quants.dequantize(gguf.quants.quantize(want, qtype), qtype)
         np.testing.assert_allclose(loaded[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
+    if qtype is not None:
+        return
+    import specrt
+
+    out = tmp_path / "bundle"
+    assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(out), "--max-context", "128"]) == 0
+    engine = specrt.load(str(out), device="cpu")
+    assert [engine.tokenizer.tok.id_to_token(i) for i in (0, 5, 71)] == ["<|endoftext|>", "the", "world"]
+    ids = [5, 9, 30, 41, 7, 60]
+    plain = engine.generate("", SamplingParams(max_new_tokens=32, stop_token_ids=()), ids=ids, drafter=None).wait()
+    with torch.no_grad():
+        logits = model(torch.tensor([ids + plain.token_ids])).logits[0, len(ids) - 1:-1]
+    assert logits.argmax(-1).tolist() == plain.token_ids
