@@ -23,7 +23,7 @@ SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "
 
 # GGUF architecture -> HF model_type
 GGUF_ARCHS = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text",
-              "qwen35": "qwen3_5_text",  # qwen35: models/gguf_qwen35.py
+              "qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text",  # models/gguf_qwen35.py
               "qwen3moe": "qwen3_moe",  # experts stacked [E, rows, cols] per tensor: read one expert at a time
               "gpt-oss": "gpt_oss"}  # + sinks, biased experts (docs/research-gguf-moe-layouts.md)
 
@@ -208,8 +208,8 @@ def gguf_hf_config(reader) -> dict:
     arch = field_value(reader, "general.architecture")
     if arch not in GGUF_ARCHS:
         raise SourceError(f"unsupported GGUF architecture {arch!r} (supported: {', '.join(GGUF_ARCHS)})")
-    if arch == gguf_qwen35.ARCH:
-        return _with_common(reader, gguf_qwen35.hf_config(reader, field_value), arch, extra_blocks=True)
+    if arch in gguf_qwen35.ARCHS:
+        return _with_common(reader, gguf_qwen35.hf_config(reader, field_value, arch), arch, extra_blocks=True)
     hf = {"model_type": GGUF_ARCHS[arch]}
     for key, hf_key in META_KEYS.items():
         value = field_value(reader, f"{arch}.{key}")
@@ -323,7 +323,11 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
     block_map = {"gemma3": GEMMA_BLOCK_TENSORS, "gpt-oss": GPT_OSS_BLOCK_TENSORS}.get(arch, LLAMA_BLOCK_TENSORS)
     refs: dict[str, TensorRef] = {}
     for t in reader.tensors:
-        if arch == gguf_qwen35.ARCH:
+        if arch in gguf_qwen35.ARCHS:
+            kind = t.name.split(".")[2] if t.name.startswith("blk.") and t.name.count(".") >= 3 else ""
+            if kind in gguf_qwen35.EXPERTS or kind == gguf_qwen35.FUSED_EXPERTS:
+                refs.update(_qwen35_expert_refs(path, t, hf))
+                continue
             found = gguf_qwen35.hf_tensor(t.name, hf)
             if found is None:
                 continue
@@ -334,6 +338,8 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
             shape = tuple(int(x) for x in reversed(t.shape))
             if name.endswith("conv1d.weight") and len(shape) == 2:
                 shape = (shape[0], 1, shape[1])  # stored squeezed [C, K]; HF's depthwise conv weight is [C, 1, K]
+            if name.endswith("shared_expert_gate.weight") and len(shape) == 1:
+                shape = (1, shape[0])  # one row, stored as a vector
             refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
                                    _decoder(t.tensor_type, after), rows_apart=after is None)
             continue
@@ -368,7 +374,7 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
             after = _minus_one
         refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
                                _decoder(t.tensor_type, after), rows_apart=after is None or after is _minus_one)
-    if arch != gguf_qwen35.ARCH:  # a qwen35 file's tensors are checked against its config by the converter
+    if arch not in gguf_qwen35.ARCHS:  # a qwen35 file's tensors are checked against its config by the converter
         _check_shapes(hf, refs)
     return hf, LazyWeights(refs), reader
 
@@ -387,6 +393,35 @@ def _expert_refs(path: Path, t, proj: str) -> dict[str, TensorRef]:
     stacked = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape, _decoder(t.tensor_type))
     return {f"model.layers.{t.name.split('.')[1]}.mlp.experts.{e}.{proj}.{suffix}": stacked.expert(e, shape[1:])
             for e in range(shape[0])}
+
+
+def _qwen35_expert_refs(path: Path, t, hf: dict) -> dict[str, TensorRef]:
+    """A qwen35moe block's stacked experts (ffn_{gate,up,down}_exps [E, rows, cols], or ffn_gate_up_exps [E, 2 x
+    rows, cols]: each expert's gate rows, then its up rows) as per-expert HF tensors; the block after the layers
+    is the MTP module's."""
+    block = int(t.name.split(".")[1])
+    if block > hf["num_hidden_layers"]:
+        return {}  # a second MTP module: only the first is read
+    prefix = "model.mtp.layers.0" if block == hf["num_hidden_layers"] else f"model.layers.{block}"
+    kind = t.name.split(".")[2]
+    if kind != gguf_qwen35.FUSED_EXPERTS:
+        return {name.replace(f"model.layers.{block}", prefix, 1): ref
+                for name, ref in _expert_refs(path, t, gguf_qwen35.EXPERTS[kind]).items()}
+    if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
+        raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
+                          f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
+    experts, rows, cols = tuple(int(x) for x in reversed(t.shape)) if len(t.shape) == 3 else (0, 0, 0)
+    if not experts or rows % 2 or int(t.n_bytes) % (2 * experts):
+        raise SourceError(f"tensor {t.name} has shape {list(reversed([int(x) for x in t.shape]))}, expected "
+                          f"[experts, 2 x expert rows, columns]")
+    # as 2E stacked halves: half 2e is expert e's gate rows, half 2e + 1 its up rows
+    halves = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), (2 * experts, rows // 2, cols),
+                       _decoder(t.tensor_type))
+    out = {}
+    for e in range(experts):
+        out[f"{prefix}.mlp.experts.{e}.gate_proj.weight"] = halves.expert(2 * e, (rows // 2, cols))
+        out[f"{prefix}.mlp.experts.{e}.up_proj.weight"] = halves.expert(2 * e + 1, (rows // 2, cols))
+    return out
 
 
 def _check_shapes(hf: dict, refs: dict[str, TensorRef]) -> None:

@@ -72,9 +72,10 @@ def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], en
 
 
 def write_qwen35_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int,
-                      mtp_layers: int = 0, encode=None, names_from: dict | None = None) -> None:
+                      mtp_layers: int = 0, encode=None, names_from: dict | None = None,
+                      fused_experts: bool = False) -> None:
     """A Qwen3.5 model (HF names, mtp.* included) as llama.cpp's converter writes it (models/gguf_qwen35.py: its
-    names, value transforms and qwen35 metadata); F32 tensors unless encode(gguf_name, array) -> (data, raw_dtype)
+    names, value transforms and qwen35 metadata; a Qwen3.5-MoE config: qwen35moe, experts stacked); F32 tensors unless encode(gguf_name, array) -> (data, raw_dtype)
     picks another storage; a gpt2-style token list (its last two tokens become "Ġ" and "ĠĠ", for the one merge
     a BPE tokenizer needs). names_from: the config the tensors are laid out by, where `hf` (the metadata) is made
     to disagree with them."""
@@ -82,11 +83,14 @@ def write_qwen35_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], toke
 
     from specrt.models import gguf_qwen35
 
-    writer = gguf.GGUFWriter(str(path), gguf_qwen35.ARCH)
+    moe = bool(hf.get("num_experts"))  # Qwen3.5-MoE: qwen35moe, its experts stacked per projection
+    writer = gguf.GGUFWriter(str(path), gguf_qwen35.MOE_ARCH if moe else gguf_qwen35.ARCH)
     gguf_qwen35.write_metadata(writer, hf, mtp_layers)
     _add_bpe_tokens(writer, gguf, tokens, eos, "qwen35")
-    for name, w in weights.items():
-        gname, data = gguf_qwen35.gguf_tensor(name, w, names_from or hf)
+    tensors = [gguf_qwen35.gguf_tensor(name, w, names_from or hf) for name, w in weights.items()
+               if ".mlp.experts." not in name]
+    tensors += list(gguf_qwen35.stacked_experts(weights, names_from or hf, fused_experts).items())
+    for gname, data in tensors:
         stored, raw_dtype = encode(gname, data) if encode else (data, None)
         writer.add_tensor(gname, stored, raw_dtype=raw_dtype)
     _write_and_close(writer)

@@ -244,3 +244,39 @@ def test_gguf_in_llama_cpps_qwen3moe_layout_reads_every_expert(tmp_path, encode)
     with torch.no_grad():
         logits = model(torch.tensor([ids + plain.token_ids])).logits[0, len(ids) - 1:-1]
     assert logits.argmax(-1).tolist() == plain.token_ids
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["split", "fused-gate-up"])
+def test_gguf_in_llama_cpps_qwen35moe_layout_converts_and_drafts_with_its_moe_mtp(sources, tmp_path, fused):
+    """llama.cpp's qwen35moe layout (qwen35's hybrid names and transforms, the experts stacked per projection or
+    gate and up fused, the shared expert and its gate, the MTP module's MoE block after the layers): every tensor
+    read back as the HF checkpoint's, the bundle decodes as transformers does and the MTP module drafts
+    losslessly."""
+    import specrt
+    from specrt.models.gguf_loader import load_gguf
+    from specrt.models.hf_loader import load_hf_folder
+    from tests.gguf_writer import write_qwen35_gguf
+    from tests.tiny_models import WORDS
+
+    hf, lazy = load_hf_folder(sources["qwen3_5_moe_text"])
+    weights = {name: lazy[name] for name in lazy}
+    write_qwen35_gguf(tmp_path / "m.gguf", hf, weights, ["<|endoftext|>"] + list(WORDS[1:97]), eos=4, mtp_layers=1,
+                      fused_experts=fused)
+    got, loaded, _ = load_gguf(tmp_path / "m.gguf")
+    assert got["model_type"] == "qwen3_5_moe_text" and got["num_experts"] == hf["num_experts"]
+    assert set(loaded) == set(weights)
+    for name, w in weights.items():
+        np.testing.assert_allclose(loaded[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+    out = tmp_path / "bundle"
+    assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(out), "--max-context", "128", "--drafter", "mtp"]) == 0
+    engine = specrt.load(str(out), device="cpu", drafter="mtp")
+    engine.adaptive = False
+    ids = [5, 9, 30, 41, 7, 60]
+    plain = engine.generate("", GREEDY, ids=ids, drafter=None).wait().token_ids
+    model = hf_model("qwen3_5_moe_text")
+    with torch.no_grad():
+        logits = model(torch.tensor([ids + plain])).logits[0, len(ids) - 1:-1]
+    assert logits.argmax(-1).tolist() == plain
+    engine.reset()
+    spec = engine.generate("", GREEDY, ids=ids).wait()
+    assert spec.token_ids == plain and sum(spec.stats.drafted_by_position) > 0

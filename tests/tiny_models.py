@@ -44,6 +44,8 @@ def hf_config(arch: str):
         return tf.Qwen3Config(**COMMON, tie_word_embeddings=False)
     if arch == "qwen3_moe":
         return tf.Qwen3MoeConfig(**QWEN3_MOE)
+    if arch == "qwen3_moe_sparse":  # every layer a mixture of experts, as llama.cpp's qwen3moe requires
+        return tf.Qwen3MoeConfig(**dict(QWEN3_MOE, mlp_only_layers=[]))
     if arch == "qwen3_moe_unnormalized":  # softmax weights of the top k used as they are
         return tf.Qwen3MoeConfig(**dict(QWEN3_MOE, norm_topk_prob=False, mlp_only_layers=[]))
     if arch == "gpt_oss":  # 8 experts of width 64, 2 a token; sliding (4) and full layers; yarn rope; sinks
