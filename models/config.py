@@ -458,6 +458,8 @@ def config_from_hf(hf: dict) -> ModelConfig:
             attention_sinks=model_type == "gpt_oss",
             **_moe_fields(hf, layers),
         ))
+    except SourceError:
+        raise  # already one line naming the field
     except KeyError as exc:
         raise SourceError(f"config.json lacks {exc.args[0]!r}") from None
     except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:  # a field of the wrong type or zero

@@ -280,3 +280,23 @@ def test_gguf_in_llama_cpps_qwen35moe_layout_converts_and_drafts_with_its_moe_mt
     engine.reset()
     spec = engine.generate("", GREEDY, ids=ids).wait()
     assert spec.token_ids == plain and sum(spec.stats.drafted_by_position) > 0
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(num_experts=6), "layer 0 has tensor model.layers.0.mlp.experts.6.gate_proj.weight, but the config says "
+                          "num_experts = 6"),
+    (dict(moe_intermediate_size=16), r"tensor model.layers.0.mlp.experts.0.gate_proj.weight has shape \(32, 64\), "
+                                     r"expected \(16, 64\)"),
+])
+def test_inconsistent_qwen35moe_gguf_metadata_is_named(sources, tmp_path, capsys, edit, message):
+    """expert_count or expert_feed_forward_length that disagree with the stacked experts: one line naming the
+    tensor, nothing written."""
+    from specrt.models.hf_loader import load_hf_folder
+    from tests.gguf_writer import write_qwen35_gguf
+    from tests.tiny_models import WORDS
+
+    hf, lazy = load_hf_folder(sources["qwen3_5_moe_text"])
+    write_qwen35_gguf(tmp_path / "m.gguf", {**hf, **edit}, {n: lazy[n] for n in lazy},
+                      ["<|endoftext|>"] + list(WORDS[1:97]), eos=4, mtp_layers=1, names_from=hf)
+    out = tmp_path / "out"
+    assert_refused_in_one_line(["convert", str(tmp_path / "m.gguf"), "-o", str(out)], out, capsys, message)
