@@ -168,11 +168,13 @@ def auto_drafter(manifest: Manifest) -> str:
 # speculation is), and a plain step stays a one-row call. On request (--batch-invariant) every call feeds >= 2 rows
 # so that int4/int8 greedy output equals plain decoding bit for bit (README: "Lossless").
 DEFAULT_BATCH_INVARIANT = False
+REASONING_EFFORTS = ("low", "medium", "high")  # gpt-oss's chat template: "Reasoning: <effort>"
 
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",
          threads: int = 0, stages=None, batch_invariant: bool | None = None,
-         draft_length: int | None = None, thinking: bool | None = None) -> Engine:
+         draft_length: int | None = None, thinking: bool | None = None,
+         reasoning_effort: str | None = None) -> Engine:
     """drafter: a name (a kind of specrt/drafter_kinds.py; eagle3/mtp also as NAME:tree), None or "none" for plain
     decoding, or "auto" (every drafter the bundle has, mixed with ngram: the adaptive loop picks one per step by
     measured speed, or none); "A+B" mixes drafters.
@@ -183,7 +185,11 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
     draft_length: draft exactly this many tokens per target call (adaptive length and the confidence cut off), as
     vLLM and SGLang draft a fixed num_speculative_tokens; None: the adaptive controller chooses.
     thinking: reasoning models' thinking on (True) or off (False) through the chat template's enable_thinking
-    (Qwen3, Qwen3.5); None: the template's default."""
+    (Qwen3, Qwen3.5); None: the template's default.
+    reasoning_effort: "low", "medium" or "high" through the chat template's reasoning_effort (gpt-oss); None: the
+    template's default."""
+    if reasoning_effort not in (None, *REASONING_EFFORTS):
+        raise SpecrtError(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, not {reasoning_effort!r}")
     if drafter is not None:
         check_drafter_name(drafter)
     providers = providers_for(device)
@@ -195,7 +201,7 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
         batch_invariant = DEFAULT_BATCH_INVARIANT
     engine = Engine(bundle, manifest, providers, threads=threads, drafter=drafter_obj, batch_invariant=batch_invariant,
                     draft_length=draft_length)
-    engine.thinking = thinking
+    engine.thinking, engine.reasoning_effort = thinking, reasoning_effort
     return engine
 
 

@@ -106,11 +106,22 @@ class Engine:
         self.pays = PaysMemory()  # calibrated call costs and the drafters' records across requests
         # reasoning models (Qwen3, Qwen3.5): True / False sets the template's enable_thinking; None: its default
         self.thinking: bool | None = None
+        # gpt-oss: "low" | "medium" | "high" sets the template's reasoning_effort; None: its default
+        self.reasoning_effort: str | None = None
 
     # -- prompts -------------------------------------------------------------------------------
-    def prompt_ids(self, prompt, system: str | None = None, raw: bool = False, thinking: bool | None = None) -> list[int]:
-        """Token ids of a prompt: a string (through the chat template unless raw) or a message list. thinking:
-        this prompt's enable_thinking (None: the engine's `thinking`)."""
+    def template_variables(self, thinking: bool | None = None, reasoning_effort: str | None = None) -> dict:
+        """The chat template's reasoning variables for a prompt: enable_thinking and reasoning_effort where set
+        (for the prompt, else on the engine)."""
+        thinking = self.thinking if thinking is None else thinking
+        effort = self.reasoning_effort if reasoning_effort is None else reasoning_effort
+        return {**({} if thinking is None else {"enable_thinking": thinking}),
+                **({} if effort is None else {"reasoning_effort": effort})}
+
+    def prompt_ids(self, prompt, system: str | None = None, raw: bool = False, thinking: bool | None = None,
+                   reasoning_effort: str | None = None) -> list[int]:
+        """Token ids of a prompt: a string (through the chat template unless raw) or a message list. thinking,
+        reasoning_effort: this prompt's enable_thinking / reasoning_effort (None: the engine's)."""
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise PromptError("empty prompt")
@@ -119,14 +130,13 @@ class Engine:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         else:
             messages = list(prompt)
-        thinking = self.thinking if thinking is None else thinking
-        variables = {} if thinking is None else {"enable_thinking": thinking}
+        variables = self.template_variables(thinking, reasoning_effort)
         return self._encode(self.tokenizer.render(messages, add_generation_prompt=True, variables=variables))
 
     def reasoning_open(self, messages: list[dict]) -> bool:
         """The chat template leaves a reasoning block open for the answer (Qwen3.5 with thinking on ends the prompt
         with <think>): the answer starts with the model's reasoning."""
-        variables = {} if self.thinking is None else {"enable_thinking": self.thinking}
+        variables = self.template_variables()
         try:
             text = self.tokenizer.render(list(messages), add_generation_prompt=True, variables=variables)
         except SpecrtError:
@@ -140,7 +150,7 @@ class Engine:
             return None
         from specrt.runtime.harmony import START, HarmonyParser
 
-        variables = {} if self.thinking is None else {"enable_thinking": self.thinking}
+        variables = self.template_variables()
         text = self.tokenizer.render(list(messages), add_generation_prompt=True, variables=variables)
         parser = HarmonyParser(in_header=False)
         parser.feed(text[text.rfind(START):] if START in text else "")

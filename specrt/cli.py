@@ -189,13 +189,15 @@ def _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop=()):
                           seed=seed, stop=tuple(stop))
 
 
-def _load_engine(model, device, drafter, precision, batch_invariant=None, draft_length=None, thinking=None):
+def _load_engine(model, device, drafter, precision, batch_invariant=None, draft_length=None, thinking=None,
+                 reasoning_effort=None):
     import specrt
 
     stages = TqdmStages()
     try:
         return specrt.load(model, device=device, drafter=drafter, precision=precision, stages=stages,
-                           batch_invariant=batch_invariant, draft_length=draft_length, thinking=thinking)
+                           batch_invariant=batch_invariant, draft_length=draft_length, thinking=thinking,
+                           reasoning_effort=reasoning_effort)
     finally:
         stages.close()
 
@@ -223,6 +225,9 @@ sampling_options = [
     click.option("--think/--no-think", "thinking", default=None,
                  help="reasoning models (Qwen3, Qwen3.5): thinking on or off through the chat template's "
                       "enable_thinking [default: the template's own]"),
+    click.option("--reasoning-effort", type=click.Choice(["low", "medium", "high"]), default=None,
+                 help="gpt-oss: how long it reasons, through the chat template's reasoning_effort "
+                      "[default: the template's own]"),
 ]
 
 
@@ -241,12 +246,13 @@ def with_sampling(f):
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of streaming text")
 @with_sampling
 def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperature, top_p, top_k, seed, drafter, device,
-             precision, batch_invariant, draft_length, thinking):
+             precision, batch_invariant, draft_length, thinking, reasoning_effort):
     """Generate a continuation of --prompt with MODEL (bundle folder or catalog name)."""
     import json as jsonlib
 
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed, stop)
-    engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length, thinking)
+    engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length, thinking,
+                          reasoning_effort)
     gen = engine.generate(prompt, params, system=system, raw=raw)
     for chunk in gen:
         if not as_json:
@@ -272,12 +278,13 @@ def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperat
 @click.option("--system", default=None, help="system message")
 @with_sampling
 def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision, batch_invariant,
-         draft_length, thinking):
+         draft_length, thinking, reasoning_effort):
     """Chat with MODEL (default: smollm2-135m-instruct). /reset, /stats, /exit; Ctrl-C stops an answer."""
     from specrt.app.chat_cli import run_chat
 
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed)
-    engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length, thinking)
+    engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length, thinking,
+                          reasoning_effort)
     run_chat(engine, params, system)
 
 

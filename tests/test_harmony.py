@@ -186,3 +186,33 @@ def test_the_server_sends_reasoning_apart_from_the_answer(harmony_bundle, monkey
         assert "".join(d.get("reasoning_content", "") for d in deltas) == message["reasoning_content"]
         raw = client.post("/v1/completions", json={"model": "m", "prompt": "the dog", "max_tokens": 4}).json()
         assert raw["choices"][0]["text"] == ANSWER  # completions are raw text: the markers stay
+
+
+def test_reasoning_effort_reaches_the_template(harmony_bundle):
+    """gpt-oss's template takes reasoning_effort ("Reasoning: low"): set on the engine (specrt.load, --reasoning-effort)
+    or per request (the server's OpenAI parameter), refused in one line when not low / medium / high."""
+    import specrt
+    from specrt.app.serve.requests import RequestError, parse
+    from specrt.errors import SpecrtError
+    from specrt.runtime.tokenizer import BundleTokenizer
+
+    engine = specrt.load(str(harmony_bundle), device="cpu", reasoning_effort="low")
+    engine.tokenizer = BundleTokenizer(harmony_bundle, "<|start|>system<|message|>Reasoning: "
+                                       "{{ reasoning_effort | default('medium') }}<|end|>{% for m in messages %}"
+                                       "<|start|>{{ m['role'] }}<|message|>{{ m['content'] }}<|end|>{% endfor %}")
+    rendered = []
+    render = engine.tokenizer.render
+    engine.tokenizer.render = lambda *a, **kw: rendered.append(render(*a, **kw)) or rendered[-1]
+    engine.prompt_ids("the dog")
+    engine.prompt_ids("the dog", reasoning_effort="high")
+    engine.reasoning_effort = None
+    engine.prompt_ids("the dog")
+    assert [r.split("<|end|>")[0] for r in rendered] == [
+        "<|start|>system<|message|>Reasoning: low", "<|start|>system<|message|>Reasoning: high",
+        "<|start|>system<|message|>Reasoning: medium"]
+    with pytest.raises(SpecrtError, match="reasoning_effort must be one of low, medium, high"):
+        specrt.load(str(harmony_bundle), device="cpu", reasoning_effort="max")
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    assert parse({**body, "reasoning_effort": "high"}, True, "m", 64).reasoning_effort == "high"
+    with pytest.raises(RequestError, match="reasoning_effort"):
+        parse({**body, "reasoning_effort": "extreme"}, True, "m", 64)

@@ -158,7 +158,8 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         from specrt.errors import SpecrtError
 
         try:
-            ids = engine.prompt_ids(job.prompt, raw=job.raw, thinking=job.thinking)
+            ids = engine.prompt_ids(job.prompt, raw=job.raw, thinking=job.thinking,
+                                    reasoning_effort=job.reasoning_effort)
         except SpecrtError as exc:
             raise _generation_error(exc) from None
         if len(ids) >= engine.max_context:

@@ -3,7 +3,8 @@
 Accepted: model, messages (chat) or prompt (completions), max_tokens / max_completion_tokens, temperature,
 top_p, seed, stop (a string or up to 4), stream, stream_options.include_usage, n = 1, `ignore_eos` (vLLM's
 extension: generate max_tokens even past the end-of-text token), `chat_template_kwargs` {"enable_thinking": bool}
-(vLLM's: a reasoning model's thinking on or off), and the parameters that
+(vLLM's: a reasoning model's thinking on or off), `reasoning_effort` low | medium | high (gpt-oss's chat
+template; OpenAI's name), and the parameters that
 change nothing here at their neutral values (presence/frequency penalty 0, logprobs false, user). Anything
 else that would change the output is refused (400), not silently ignored.
 """
@@ -28,7 +29,7 @@ NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "n"
            "response_format": {"type": "text"}, "tool_choice": "none", "parallel_tool_calls": None}
 IGNORED = {"user", "metadata", "store", "service_tier", "stream_options"}
 KNOWN = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
-         "stop", "stream", "ignore_eos", "chat_template_kwargs", *NEUTRAL, *IGNORED}
+         "stop", "stream", "ignore_eos", "chat_template_kwargs", "reasoning_effort", *NEUTRAL, *IGNORED}
 
 
 class RequestError(Exception):
@@ -52,6 +53,7 @@ class Job:
     include_usage: bool
     ids: list[int] | None = None  # the prompt's token ids, once the server has checked its length
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking (None: the template's default)
+    reasoning_effort: str | None = None  # gpt-oss: "low" | "medium" | "high" (None: the template's default)
 
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string literal, escapes included
@@ -191,7 +193,11 @@ def parse(body, chat: bool, model_id: str, max_context: int) -> Job:
         raise RequestError(400, "'stream' must be a boolean", "stream", "invalid_type")
     options = body.get("stream_options") or {}
     include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-    return Job(prompt, raw, params, stream, include_usage, thinking=_thinking(body))
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in ("low", "medium", "high"):
+        raise RequestError(400, "'reasoning_effort' must be one of low, medium, high", "reasoning_effort",
+                           "invalid_value")
+    return Job(prompt, raw, params, stream, include_usage, thinking=_thinking(body), reasoning_effort=effort)
 
 
 def _thinking(body: dict) -> bool | None:
