@@ -335,7 +335,6 @@ def _write_gguf(path, edit_metadata=None, mtp: bool = True):
 def test_gguf_in_llama_cpps_qwen35_layout_converts_and_drafts_with_its_mtp_block(tmp_path):
     """Names, -exp(A_log), 1 + w norms, tiled value heads and the MTP block (nextn) undone exactly; the bundle
     decodes as transformers does and its MTP module (read from the GGUF's last block) drafts losslessly."""
-    import specrt
     from specrt.models.gguf_loader import load_gguf
 
     model, weights = _write_gguf(tmp_path / "m.gguf")
@@ -344,9 +343,17 @@ def test_gguf_in_llama_cpps_qwen35_layout_converts_and_drafts_with_its_mtp_block
     for name, w in weights.items():
         np.testing.assert_allclose(loaded["model." + name if name.startswith("mtp.") else name], w, rtol=1e-5,
                                    atol=1e-6)
-    out = tmp_path / "bundle"
-    assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(out), "--max-context", "128", "--drafter", "mtp"]) == 0
+    assert_gguf_converts_and_mtp_drafts(tmp_path / "m.gguf", tmp_path / "bundle", model)
+
+
+def assert_gguf_converts_and_mtp_drafts(gguf, out, model) -> None:
+    """The GGUF converts with its MTP module; plain greedy decoding equals transformers' model's argmax, token by
+    token, and greedy speculation with the MTP module (fixed length) equals plain decoding, drafting."""
+    import specrt
+
+    assert main(["convert", str(gguf), "-o", str(out), "--max-context", "128", "--drafter", "mtp"]) == 0
     engine = specrt.load(str(out), device="cpu", drafter="mtp")
+    engine.adaptive = False
     params = SamplingParams(max_new_tokens=32, stop_token_ids=())
     ids = [5, 9, 30, 41, 7, 60]
     plain = engine.generate("", params, ids=ids, drafter=None).wait().token_ids

@@ -15,7 +15,7 @@ from safetensors.numpy import load_file, save_file
 
 from specrt.cli import main
 from specrt.runtime.sampling import SamplingParams
-from tests.test_qwen3_5 import add_mtp
+from tests.test_qwen3_5 import add_mtp, assert_gguf_converts_and_mtp_drafts
 from tests.tiny_models import (
     assert_greedy_equals_transformers, assert_refused_in_one_line, hf_model, read_config, save_tiny_bundle_source,
 )
@@ -252,7 +252,6 @@ def test_gguf_in_llama_cpps_qwen35moe_layout_converts_and_drafts_with_its_moe_mt
     gate and up fused, the shared expert and its gate, the MTP module's MoE block after the layers): every tensor
     read back as the HF checkpoint's, the bundle decodes as transformers does and the MTP module drafts
     losslessly."""
-    import specrt
     from specrt.models.gguf_loader import load_gguf
     from specrt.models.hf_loader import load_hf_folder
     from tests.gguf_writer import write_qwen35_gguf
@@ -267,19 +266,7 @@ def test_gguf_in_llama_cpps_qwen35moe_layout_converts_and_drafts_with_its_moe_mt
     assert set(loaded) == set(weights)
     for name, w in weights.items():
         np.testing.assert_allclose(loaded[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
-    out = tmp_path / "bundle"
-    assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(out), "--max-context", "128", "--drafter", "mtp"]) == 0
-    engine = specrt.load(str(out), device="cpu", drafter="mtp")
-    engine.adaptive = False
-    ids = [5, 9, 30, 41, 7, 60]
-    plain = engine.generate("", GREEDY, ids=ids, drafter=None).wait().token_ids
-    model = hf_model("qwen3_5_moe_text")
-    with torch.no_grad():
-        logits = model(torch.tensor([ids + plain])).logits[0, len(ids) - 1:-1]
-    assert logits.argmax(-1).tolist() == plain
-    engine.reset()
-    spec = engine.generate("", GREEDY, ids=ids).wait()
-    assert spec.token_ids == plain and sum(spec.stats.drafted_by_position) > 0
+    assert_gguf_converts_and_mtp_drafts(tmp_path / "m.gguf", tmp_path / "bundle", hf_model("qwen3_5_moe_text"))
 
 
 @pytest.mark.parametrize("edit, message", [
