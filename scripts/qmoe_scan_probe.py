@@ -1,7 +1,8 @@
 """Probe (issue 35): QMoE in one batched call vs one call per token inside a Scan, on random int4 experts of
 Qwen3-30B-A3B's widths (32 of its 128 experts, top-8): is a token's output independent of its call, and what each
 costs for 1, 2, 4, 8 tokens.    python scripts/qmoe_scan_probe.py"""
-import numpy as np, onnx, onnxruntime as ort
+import numpy as np
+import onnxruntime as ort
 from onnx import helper as oh, TensorProto as T, numpy_helper as nh
 rng = np.random.default_rng(0)
 E, K, H, I, B = 32, 8, 2048, 768, 32
