@@ -30,17 +30,12 @@ class Piece:
 
 
 def _header_fields(header: str) -> tuple[str, str | None]:
-    """'assistant<|channel|>commentary to=functions.f <|constrain|>json' -> ('commentary', 'functions.f')."""
-    channel, recipient = "final", None
+    """'assistant<|channel|>commentary to=functions.f <|constrain|>json' -> ('commentary', 'functions.f'); the
+    recipient may also come before the channel ('assistant to=functions.f<|channel|>commentary')."""
     head = header.split(CONSTRAIN)[0]
-    if CHANNEL in head:
-        rest = head.split(CHANNEL, 1)[1].split()
-        if rest:
-            channel = rest[0]
-        head = " ".join(rest[1:])
-    for word in head.split():
-        if word.startswith("to="):
-            recipient = word[3:]
+    after = head.split(CHANNEL, 1)[1].split() if CHANNEL in head else []
+    channel = after[0] if after else "final"
+    recipient = next((w[3:] for w in head.replace(CHANNEL, " ").split() if w.startswith("to=")), None)
     return channel, recipient
 
 

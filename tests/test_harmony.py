@@ -31,6 +31,11 @@ def test_a_whole_answer_splits_into_reasoning_and_answer():
     assert _by_channel(pieces) == {("analysis", None): "Need the weather.",
                                    ("commentary", "functions.get_weather"): '{"city": "Paris"}'}
     assert not any(m in p.text for p in pieces for m in ("<|", "|>", "assistant", "json"))
+    # the recipient may come before the channel in the header
+    early = HarmonyParser()
+    pieces = early.feed("<|channel|>final<|message|>ok<|end|><|start|>assistant to=functions.f<|channel|>commentary "
+                        "json<|message|>{}<|call|>")
+    assert [(p.channel, p.recipient, p.text) for p in pieces] == [("final", None, "ok"), ("commentary", "functions.f", "{}")]
 
 
 @pytest.mark.parametrize("text", [ANSWER, TOOL])
