@@ -14,6 +14,7 @@ from specrt.bundle import ATTENTION_ROWS_INPUT, MANIFEST, Manifest, checkpoint_s
 from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir, default_drafter_spec, lookup
 from specrt.errors import SpecrtError
 from specrt.runtime.engine import Engine
+from specrt.runtime.harmony import REASONING_EFFORTS
 from specrt.runtime.providers import providers_for
 
 
@@ -168,7 +169,6 @@ def auto_drafter(manifest: Manifest) -> str:
 # speculation is), and a plain step stays a one-row call. On request (--batch-invariant) every call feeds >= 2 rows
 # so that int4/int8 greedy output equals plain decoding bit for bit (README: "Lossless").
 DEFAULT_BATCH_INVARIANT = False
-REASONING_EFFORTS = ("low", "medium", "high")  # gpt-oss's chat template: "Reasoning: <effort>"
 
 
 def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None = None, precision: str = "int4",

@@ -16,6 +16,7 @@ START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", 
 ENDS = ("<|end|>", "<|return|>", "<|call|>")
 MARKERS = (START, CHANNEL, MESSAGE, CONSTRAIN, *ENDS)
 REASONING = "analysis"  # the channel shown apart as thinking; final and commentary are the answer
+REASONING_EFFORTS = ("low", "medium", "high")  # the chat template's reasoning_effort ("Reasoning: low")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specrt.errors import SpecrtError
+from specrt.runtime.harmony import REASONING_EFFORTS
 from specrt.runtime.sampling import SamplingParams
 
 MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413) before it is parsed
@@ -194,9 +195,9 @@ def parse(body, chat: bool, model_id: str, max_context: int) -> Job:
     options = body.get("stream_options") or {}
     include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
     effort = body.get("reasoning_effort")
-    if effort is not None and effort not in ("low", "medium", "high"):
-        raise RequestError(400, "'reasoning_effort' must be one of low, medium, high", "reasoning_effort",
-                           "invalid_value")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise RequestError(400, f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)}",
+                           "reasoning_effort", "invalid_value")
     return Job(prompt, raw, params, stream, include_usage, thinking=_thinking(body), reasoning_effort=effort)
 
 
