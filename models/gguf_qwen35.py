@@ -95,6 +95,10 @@ def hf_config(reader, field_value, arch: str = ARCH) -> dict:
         moe = {"num_experts": experts, "num_experts_per_tok": int(need("expert_used_count")),
                "moe_intermediate_size": int(need("expert_feed_forward_length")),
                "shared_expert_intermediate_size": int(_field("expert_shared_feed_forward_length", 0) or 0)}
+        if not moe["shared_expert_intermediate_size"]:  # the key is optional: the shared expert's own rows say
+            shexp = next((t for t in reader.tensors if t.name == "blk.0.ffn_up_shexp.weight"), None)
+            if shexp is not None:
+                moe["shared_expert_intermediate_size"] = int(shexp.shape[-1])
     width = _field("feed_forward_length")
     if width is None and not moe:
         need("feed_forward_length")

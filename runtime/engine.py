@@ -143,17 +143,20 @@ class Engine:
             return False
         return text.rfind("<think>") > text.rfind("</think>")
 
-    def harmony_parser(self, messages: list[dict]):
-        """For a harmony bundle (gpt-oss), a parser of the answer's channels that starts where the rendered prompt
-        leaves off (inside the assistant's header); None for other bundles."""
+    def harmony_parser(self, messages: list[dict], thinking: bool | None = None,
+                       reasoning_effort: str | None = None):
+        """For a harmony bundle (gpt-oss), a parser of the answer's channels that starts where the prompt, rendered
+        with these template variables, leaves off (inside the assistant's header); None for other bundles."""
         if not self.tokenizer.harmony:
             return None
         from specrt.runtime.harmony import START, HarmonyParser
 
-        variables = self.template_variables()
+        variables = self.template_variables(thinking, reasoning_effort)
         text = self.tokenizer.render(list(messages), add_generation_prompt=True, variables=variables)
+        if START not in text:  # a template that opens no message: the answer starts with its own header
+            return HarmonyParser(in_header=True)
         parser = HarmonyParser(in_header=False)
-        parser.feed(text[text.rfind(START):] if START in text else "")
+        parser.feed(text[text.rfind(START):])
         parser.pending = ""
         return parser
 

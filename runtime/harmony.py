@@ -5,7 +5,9 @@ A harmony answer is a run of messages, each `<|start|>HEADER<|message|>CONTENT` 
 | final`, for a tool call ` to=functions.NAME` and `<|constrain|>json`. The prompt ends inside the first header
 (`<|start|>assistant`), so the generated text starts with `<|channel|>analysis<|message|>`. These markers are
 special tokens: the engine keeps them in the text of a bundle whose vocabulary has them (runtime/tokenizer.py
-`harmony`), and this parser turns that text, chunk by chunk as it streams, into (channel, text) pieces.
+`harmony`), and this parser turns that text, chunk by chunk as it streams, into (channel, text) pieces. Known
+limit: it reads the text, so a marker's spelling written with ordinary tokens (an answer explaining harmony)
+reads as the marker; telling them apart needs the token ids.
 """
 
 from __future__ import annotations

@@ -141,6 +141,12 @@ def test_the_engine_keeps_harmony_markers_where_the_vocabulary_has_them(harmony_
     text = "".join(decoder.push(i) for i in ids) + decoder.finish()
     parser = engine.harmony_parser([{"role": "user", "content": "the dog"}])
     assert parser.state == "header"
+    from specrt.runtime.tokenizer import BundleTokenizer
+
+    plain_template = engine.tokenizer
+    engine.tokenizer = BundleTokenizer(harmony_bundle, "{{ messages[0]['content'] }}")  # opens no message
+    assert engine.harmony_parser([{"role": "user", "content": "the dog"}]).state == "header"
+    engine.tokenizer = plain_template
     assert [(p.channel, p.text.strip()) for p in parser.feed(text)] == [("analysis", "the world")]
     made = []  # the engine's own stream decodes with the markers kept
 

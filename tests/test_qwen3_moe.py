@@ -263,6 +263,15 @@ def test_gguf_in_llama_cpps_qwen35moe_layout_converts_and_drafts_with_its_moe_mt
                       fused_experts=fused)
     got, loaded, _ = load_gguf(tmp_path / "m.gguf")
     assert got["model_type"] == "qwen3_5_moe_text" and got["num_experts"] == hf["num_experts"]
+    # expert_shared_feed_forward_length is optional: without it the shared expert's own rows give its width
+    from specrt.models import gguf_qwen35
+    from specrt.models.gguf_loader import field_value, open_gguf
+
+    reader = open_gguf(tmp_path / "m.gguf")
+    without = lambda r, key, default=None: (  # noqa: E731
+        default if key.endswith("expert_shared_feed_forward_length") else field_value(r, key, default))
+    assert gguf_qwen35.hf_config(reader, without, gguf_qwen35.MOE_ARCH)["shared_expert_intermediate_size"] == \
+        hf["shared_expert_intermediate_size"] > 0
     assert set(loaded) == set(weights)
     for name, w in weights.items():
         np.testing.assert_allclose(loaded[name], w, rtol=1e-5, atol=1e-6, err_msg=name)

@@ -110,7 +110,8 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
             job = parse(load_body(await _read_body(request)), chat, model_id, engine.max_context)
             _check_prompt(job)  # over the context or refused by the template: 400 before anything streams
             # gpt-oss (harmony): the analysis channel goes out as reasoning_content, the rest as content
-            harmony = engine.harmony_parser(job.prompt) if chat and not job.raw else None
+            harmony = (engine.harmony_parser(job.prompt, job.thinking, job.reasoning_effort)
+                       if chat and not job.raw else None)
             ticket = worker.submit(job)
         except RequestError as exc:
             return _error(exc)
