@@ -14,10 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specrt.errors import SourceError
+from specrt.runtime import harmony
 
-# gpt-oss's harmony format (runtime/harmony.py): an answer ends at <|return|> or at a tool call's <|call|>
-HARMONY_MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>")
-HARMONY_ENDS = ("<|return|>", "<|call|>")
 # end-of-turn / end-of-text tokens that chat models emit; any present in the vocabulary stops generation
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<eos>", "</s>", "<|end|>")
 COPY_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -106,12 +104,10 @@ def write_tokenizer(source: Path, kind: str, out: Path, config_eos: tuple[int, .
     eos = _token_id(vocab, tcfg.get("eos_token"))
     if eos is not None:
         stops.append(eos)
-    if all(t in vocab for t in HARMONY_MARKERS):  # gpt-oss: <|end|> ends a message, not the answer
-        stops = [i for i in stops if i != vocab["<|end|>"]]
-        stops += [vocab[t] for t in HARMONY_ENDS if t in vocab]
-        stops += [vocab[t] for t in END_TOKENS if t in vocab and t != "<|end|>"]
-    else:
-        stops += [vocab[t] for t in END_TOKENS if t in vocab]
+    speaks_harmony = all(t in vocab for t in harmony.VOCAB_MARKERS)  # gpt-oss: <|end|> ends a message, not the answer
+    if speaks_harmony:
+        stops = [i for i in stops if i != vocab["<|end|>"]] + [vocab[t] for t in harmony.ANSWER_ENDS if t in vocab]
+    stops += [vocab[t] for t in END_TOKENS if t in vocab and not (speaks_harmony and t == "<|end|>")]
     bos = config_bos if config_bos is not None else _token_id(vocab, tcfg.get("bos_token"))
 
     template = _read_template(out)

@@ -287,6 +287,13 @@ def _hf_name(gguf_name: str, block_map: dict) -> str | None:
     return f"{hf}.{suffix}" if hf else None
 
 
+def _check_supported(t) -> None:
+    """A GGUF tensor specrt reads must be in a storage type it decodes (a SourceError naming the tensor)."""
+    if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
+        raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
+                          f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
+
+
 def _decoder(qtype, after=None):
     """raw bytes of (whole rows of) a GGUF tensor -> float32 array [rows, cols] (numpy order), then `after` (an
     undoing of llama.cpp's converter) if given."""
@@ -323,8 +330,8 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
     block_map = {"gemma3": GEMMA_BLOCK_TENSORS, "gpt-oss": GPT_OSS_BLOCK_TENSORS}.get(arch, LLAMA_BLOCK_TENSORS)
     refs: dict[str, TensorRef] = {}
     for t in reader.tensors:
+        kind = t.name.split(".")[2] if t.name.startswith("blk.") and t.name.count(".") >= 3 else ""
         if arch in gguf_qwen35.ARCHS:
-            kind = t.name.split(".")[2] if t.name.startswith("blk.") and t.name.count(".") >= 3 else ""
             if kind in gguf_qwen35.EXPERTS or kind == gguf_qwen35.FUSED_EXPERTS:
                 refs.update(_qwen35_expert_refs(path, t, hf))
                 continue
@@ -332,9 +339,7 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
             if found is None:
                 continue
             name, after = found
-            if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
-                raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
-                                  f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
+            _check_supported(t)
             shape = tuple(int(x) for x in reversed(t.shape))
             if name.endswith("conv1d.weight") and len(shape) == 2:
                 shape = (shape[0], 1, shape[1])  # stored squeezed [C, K]; HF's depthwise conv weight is [C, 1, K]
@@ -343,7 +348,6 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
             refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
                                    _decoder(t.tensor_type, after), rows_apart=after is None)
             continue
-        kind = t.name.split(".")[2] if t.name.startswith("blk.") and t.name.count(".") >= 3 else ""
         if kind in EXPERT_TENSORS:  # stacked experts [E, rows, cols]: each expert's bytes are contiguous
             refs.update(_expert_refs(path, t, EXPERT_TENSORS[kind]))
             continue
@@ -355,9 +359,7 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
         name = _hf_name(t.name, block_map)
         if name is None:
             continue  # rope_freqs and other tensors the HF layout recomputes
-        if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
-            raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
-                              f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
+        _check_supported(t)
         after = None
         shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims fastest-first
         if arch in ("llama", "mistral") and name.endswith(("q_proj.weight", "k_proj.weight")):
@@ -382,9 +384,7 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
 def _expert_refs(path: Path, t, proj: str) -> dict[str, TensorRef]:
     """One stacked expert tensor (blk.{i}.ffn_{gate,up,down}_exps.weight [E, rows, cols], or gpt-oss's .bias
     [E, rows]) as model.layers.{i}.mlp.experts.{e}.{proj}.weight / .bias, each read from its own expert's bytes."""
-    if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
-        raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
-                          f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
+    _check_supported(t)
     shape = tuple(int(x) for x in reversed(t.shape))  # weights [E, rows, cols]; gpt-oss's biases [E, rows]
     suffix = t.name.rpartition(".")[2]
     if len(shape) != (3 if suffix == "weight" else 2) or int(t.n_bytes) % shape[0]:
@@ -407,9 +407,7 @@ def _qwen35_expert_refs(path: Path, t, hf: dict) -> dict[str, TensorRef]:
     if kind != gguf_qwen35.FUSED_EXPERTS:
         return {name.replace(f"model.layers.{block}", prefix, 1): ref
                 for name, ref in _expert_refs(path, t, gguf_qwen35.EXPERTS[kind]).items()}
-    if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
-        raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
-                          f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
+    _check_supported(t)
     experts, rows, cols = tuple(int(x) for x in reversed(t.shape)) if len(t.shape) == 3 else (0, 0, 0)
     if not experts or rows % 2 or int(t.n_bytes) % (2 * experts):
         raise SourceError(f"tensor {t.name} has shape {list(reversed([int(x) for x in t.shape]))}, expected "

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
 ENDS = ("<|end|>", "<|return|>", "<|call|>")
 MARKERS = (START, CHANNEL, MESSAGE, CONSTRAIN, *ENDS)
+VOCAB_MARKERS = (START, CHANNEL, MESSAGE, "<|end|>")  # a vocabulary with all of these speaks harmony
+ANSWER_ENDS = ("<|return|>", "<|call|>")  # an answer ends here (the last message, or a tool call); <|end|> does not
 REASONING = "analysis"  # the channel shown apart as thinking; final and commentary are the answer
 REASONING_EFFORTS = ("low", "medium", "high")  # the chat template's reasoning_effort ("Reasoning: low")
 

@@ -95,10 +95,10 @@ class BundleTokenizer:
         """The vocabulary has gpt-oss's harmony markers (runtime/harmony.py): answers are decoded with them kept, so
         that their channels (reasoning, answer, tool calls) can be told apart."""
         if not hasattr(self, "_harmony"):
-            from specrt.runtime.harmony import CHANNEL, MESSAGE, START
+            from specrt.runtime.harmony import VOCAB_MARKERS
 
             vocab = self.tok.get_vocab(with_added_tokens=True)
-            self._harmony = all(m in vocab for m in (START, CHANNEL, MESSAGE, "<|end|>"))
+            self._harmony = all(m in vocab for m in VOCAB_MARKERS)
         return self._harmony
 
     @property

@@ -17,7 +17,8 @@ from specrt.cli import main
 from specrt.runtime.sampling import SamplingParams
 from tests.test_qwen3_moe import speculate_with_every_drafter, write_eagle3_and_dflash
 from tests.tiny_models import (
-    assert_greedy_equals_transformers, assert_refused_in_one_line, hf_model, save_tiny_bundle_source,
+    assert_greedy_equals_transformers, assert_ids_decode_as_transformers, assert_refused_in_one_line, hf_model,
+    save_tiny_bundle_source,
 )
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
@@ -219,8 +220,4 @@ def test_gguf_in_llama_cpps_gpt_oss_layout_reads_as_the_checkpoint(tmp_path, exp
     assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(out), "--max-context", "128"]) == 0
     engine = specrt.load(str(out), device="cpu")
     assert [engine.tokenizer.tok.id_to_token(i) for i in (0, 5, 71)] == ["<|endoftext|>", "the", "world"]
-    ids = [5, 9, 30, 41, 7, 60]
-    plain = engine.generate("", SamplingParams(max_new_tokens=32, stop_token_ids=()), ids=ids, drafter=None).wait()
-    with torch.no_grad():
-        logits = model(torch.tensor([ids + plain.token_ids])).logits[0, len(ids) - 1:-1]
-    assert logits.argmax(-1).tolist() == plain.token_ids
+    assert_ids_decode_as_transformers(engine, model)

@@ -9,7 +9,6 @@ import re
 
 import numpy as np
 import pytest
-import torch
 from safetensors.numpy import save_file
 
 from specrt.cli import main
@@ -18,7 +17,8 @@ from specrt.runtime.drafter import Draft, Drafter
 from specrt.runtime.sampling import SamplingParams
 from tests.test_mtp import random_mtp_tensors
 from tests.tiny_models import (
-    assert_greedy_equals_transformers, assert_refused_in_one_line, hf_model, read_config, save_tiny_bundle_source,
+    GGUF_PROMPT_IDS, assert_greedy_equals_transformers, assert_ids_decode_as_transformers, assert_refused_in_one_line,
+    hf_model, read_config, save_tiny_bundle_source,
 )
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
@@ -354,14 +354,9 @@ def assert_gguf_converts_and_mtp_drafts(gguf, out, model) -> None:
     assert main(["convert", str(gguf), "-o", str(out), "--max-context", "128", "--drafter", "mtp"]) == 0
     engine = specrt.load(str(out), device="cpu", drafter="mtp")
     engine.adaptive = False
-    params = SamplingParams(max_new_tokens=32, stop_token_ids=())
-    ids = [5, 9, 30, 41, 7, 60]
-    plain = engine.generate("", params, ids=ids, drafter=None).wait().token_ids
-    with torch.no_grad():
-        logits = model(torch.tensor([ids + plain])).logits[0, len(ids) - 1:-1]
-    assert logits.argmax(-1).tolist() == plain
+    plain = assert_ids_decode_as_transformers(engine, model)
     engine.reset()
-    spec = engine.generate("", params, ids=ids).wait()
+    spec = engine.generate("", SamplingParams(max_new_tokens=32, stop_token_ids=()), ids=GGUF_PROMPT_IDS).wait()
     assert spec.token_ids == plain and sum(spec.stats.drafted_by_position) > 0
 
 

@@ -10,14 +10,14 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 from safetensors.numpy import load_file, save_file
 
 from specrt.cli import main
 from specrt.runtime.sampling import SamplingParams
 from tests.test_qwen3_5 import add_mtp, assert_gguf_converts_and_mtp_drafts
 from tests.tiny_models import (
-    assert_greedy_equals_transformers, assert_refused_in_one_line, hf_model, read_config, save_tiny_bundle_source,
+    assert_greedy_equals_transformers, assert_ids_decode_as_transformers, assert_refused_in_one_line, hf_model,
+    read_config, save_tiny_bundle_source,
 )
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
@@ -239,11 +239,7 @@ def test_gguf_in_llama_cpps_qwen3moe_layout_reads_every_expert(tmp_path, encode)
     out = tmp_path / "bundle"
     assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(out), "--max-context", "128"]) == 0
     engine = specrt.load(str(out), device="cpu")
-    ids = [5, 9, 30, 41, 7, 60]
-    plain = engine.generate("", SamplingParams(max_new_tokens=32, stop_token_ids=()), ids=ids, drafter=None).wait()
-    with torch.no_grad():
-        logits = model(torch.tensor([ids + plain.token_ids])).logits[0, len(ids) - 1:-1]
-    assert logits.argmax(-1).tolist() == plain.token_ids
+    assert_ids_decode_as_transformers(engine, model)
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["split", "fused-gate-up"])

@@ -162,6 +162,23 @@ def assert_greedy_equals_transformers(engine, model, prompts, params) -> None:
         assert logits.argmax(-1).tolist() == out, prompt
 
 
+GGUF_PROMPT_IDS = [5, 9, 30, 41, 7, 60]  # a prompt as token ids, for bundles converted from test GGUFs
+
+
+def assert_ids_decode_as_transformers(engine, model, ids=GGUF_PROMPT_IDS, max_new_tokens: int = 32) -> list[int]:
+    """The engine's plain greedy output after prompt token ids (from a reset cache) is transformers' own argmax,
+    token by token (one full forward of its class over prompt + output); returns that output."""
+    from specrt.runtime.sampling import SamplingParams
+
+    engine.reset()
+    params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=())
+    out = engine.generate("", params, ids=list(ids), drafter=None).wait().token_ids
+    with torch.no_grad():
+        logits = model(torch.tensor([list(ids) + out])).logits[0, len(ids) - 1:-1]
+    assert logits.argmax(-1).tolist() == out
+    return out
+
+
 def assert_refused_in_one_line(argv: list[str], out: Path, capsys, message: str) -> None:
     """`specrt ARGV` exits 2 with exactly one error line, which matches the regex `message`, and leaves nothing at
     `out` (no half-written bundle beside it either)."""
