@@ -14,11 +14,21 @@ scale per row, the only int8 form whose CPU kernel keeps float activations (its 
 them), so a converted graph can still be held exactly to torch running the same weights (convert/pipeline.py).
 Against numpy on the same weights (ONNX Runtime 1.32, CPU): float MoE 3e-7 apart, QMoE int4 in blocks of 32 1e-7,
 int8 per row 1e-7; int8 in blocks 7e-3 (its activations rounded to int8).
+
+Exact calls. The op's CPU kernels round a token differently depending on the other tokens of its call (an expert
+given one row takes another kernel than one given several, and a token's k expert outputs are added in an order set
+by how many tokens each expert received: docs/research-qmoe-rounding.md), so a k-token verification would not equal
+k one-token steps. In graphs with exact calls the op therefore runs inside a Scan over chunks of the call's tokens:
+the input EXPERT_CALLS_INPUT at 1 makes every token a chunk of its own (each expert sees one row, the order of a
+token's contributions follows its own routing only: bitwise the same in any call), at 0 the whole call is one chunk
+(the batched op, as fast as without the Scan). One op node either way, so its weights are prepacked once.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from onnx import TensorProto, helper
 
 from specrt.convert.onnx_graph import MS_DOMAIN
 from specrt.convert.quantize import quantize_blocks
@@ -29,6 +39,11 @@ def expert_names(layer: int, expert: int) -> tuple[str, str, str]:
     """The HF names of one expert's gate, up and down projections."""
     p = f"model.layers.{layer}.mlp.experts.{expert}."
     return p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"
+
+
+def router_logits_name(layer: int) -> str:
+    """The graph value holding an MoE layer's router logits [N, E]."""
+    return f"layers.{layer}.moe.router_logits"
 
 
 def _interleave(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -97,9 +112,12 @@ def _routed_experts(builder, layer: int, h: str) -> str:
     name = f"layers.{layer}.moe"
     router = np.asarray(builder.tensor(p + "gate.weight"), dtype=np.float32)  # [E, H]
     flat = g.op("Reshape", [h, g.const([-1, cfg.hidden_size])])  # [N, H]
-    logits = g.op("MatMul", [flat, g.weight(name + ".router_t", router.T.astype(builder.dtype))])  # [N, E]
+    logits_name = [router_logits_name(layer)]  # named, for scripts that read the routing
+    router_t = g.weight(name + ".router_t", router.T.astype(builder.dtype))
     if cfg.moe_bias:
-        logits = g.op("Add", [logits, builder.param(p + "gate.bias")])
+        logits = g.op("Add", [g.op("MatMul", [flat, router_t]), builder.param(p + "gate.bias")], outputs=logits_name)
+    else:
+        logits = g.op("MatMul", [flat, router_t], outputs=logits_name)  # [N, E]
     common = dict(k=cfg.experts_per_token, activation_type="swiglu", swiglu_fusion=1,
                   activation_alpha=float(cfg.swiglu_alpha), activation_beta=float(cfg.swiglu_beta))
     if cfg.swiglu_limit:
@@ -110,10 +128,7 @@ def _routed_experts(builder, layer: int, h: str) -> str:
         fc2 = np.stack([_fc2_rows(builder, layer, e) for e in range(cfg.num_experts)])  # [E, H, I]
         ins = [h, logits, g.weight(name + ".fc1", fc1.astype(builder.dtype)), bias1,
                g.weight(name + ".fc2", fc2.astype(builder.dtype)), bias2]
-        while ins[-1] == "":
-            ins.pop()
-        return g.op("MoE", ins, domain=MS_DOMAIN, name=name, normalize_routing_weights=int(cfg.norm_topk_prob),
-                    **common)
+        return _expert_op(builder, "MoE", name, ins, "", normalize_routing_weights=int(cfg.norm_topk_prob), **common)
     bits = builder.opts.bits
     per_row = bits == 8
     block = builder.opts.int4_block_size
@@ -136,9 +151,7 @@ def _routed_experts(builder, layer: int, h: str) -> str:
     routing = ""
     if not cfg.norm_topk_prob:  # QMoE always divides by the sum: hand it the plain softmax to mix with
         routing = g.op("Softmax", [logits], axis=-1)
-    ins = [h, logits, w1, s1, bias1, w2, s2, bias2, "", "", "", z1, z2, "", routing]
-    while ins[-1] == "":
-        ins.pop()
+    ins = [h, logits, w1, s1, bias1, w2, s2, bias2, "", "", "", z1, z2]
     for e in range(cfg.num_experts):  # where each expert's rows went, for the torch model of the same weights
         gate_name, up_name, down_name = expert_names(layer, e)
         builder.quant_rows[gate_name] = QuantRows(w1, s1, z1, e * n1, (e + 1) * n1, cfg.num_experts * n1, k1, b1,
@@ -149,4 +162,34 @@ def _routed_experts(builder, layer: int, h: str) -> str:
     attrs = dict(expert_weight_bits=bits, weights_prepacked=0, normalize_routing_weights=int(cfg.norm_topk_prob))
     if not per_row:
         attrs.update(block_size=builder.opts.int4_block_size, accuracy_level=builder.opts.int4_accuracy_level)
-    return g.op("QMoE", ins, domain=MS_DOMAIN, name=name, **common, **attrs)
+    return _expert_op(builder, "QMoE", name, ins, routing, **common, **attrs)
+
+
+def _expert_op(builder, op_type: str, name: str, ins: list[str], routing: str, **attrs) -> str:
+    """The MoE / QMoE node over ins = [h [B, S, H], router logits [N, E], weights...] (routing: QMoE's optional
+    routing weights [N, E], or ""), run inside a Scan over chunks of tokens where the graph has exact calls."""
+    g = builder.g
+    if builder.expert_calls is None:
+        ins = ins + ["", routing] if routing else ins
+        while ins[-1] == "":
+            ins.pop()
+        return g.op(op_type, ins, domain=MS_DOMAIN, name=name, **attrs)
+    h, logits, weights = ins[0], ins[1], ins[2:]
+    width = builder.cfg.hidden_size
+    tokens = g.op("Gather", [g.op("Shape", [logits]), g.const([0])], axis=0)  # [1]: N
+    chunk = g.op("Where", [g.op("Cast", [builder.expert_calls], to=TensorProto.BOOL), g.const([1]), tokens])  # [1]
+    scanned = [h, logits] + ([routing] if routing else [])
+    chunks = [g.op("Reshape", [x, g.op("Concat", [g.const([-1]), chunk, g.op("Shape", [x], start=-1)], axis=0)])
+              for x in scanned]  # each [N / chunk, chunk, width]
+    body_in = [f"{name}.chunk.{j}" for j in range(len(scanned))]
+    body_ins = [body_in[0], body_in[1]] + weights + (["", body_in[2]] if routing else [])
+    while body_ins[-1] == "":
+        body_ins.pop()
+    elem = builder.elem
+    body = helper.make_graph(
+        [helper.make_node(op_type, body_ins, [f"{name}.chunk.out"], name=name, domain=MS_DOMAIN, **attrs)],
+        f"{name}.chunk",
+        [helper.make_tensor_value_info(n, elem, ["chunk", None]) for n in body_in],
+        [helper.make_tensor_value_info(f"{name}.chunk.out", elem, ["chunk", width])])
+    out = g.op("Scan", chunks, name=name + ".tokens", num_scan_inputs=len(chunks), body=body)  # [N / chunk, chunk, H]
+    return g.op("Reshape", [out, g.op("Shape", [h])])  # [B, S, H]

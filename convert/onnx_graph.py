@@ -142,11 +142,22 @@ class GraphWriter:
         return model
 
 
+def walk_nodes(graph: onnx.GraphProto):
+    """Every node of a graph, those inside its subgraphs (Scan, If, Loop bodies) included."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from walk_nodes(attr.g)
+            for sub in attr.graphs:
+                yield from walk_nodes(sub)
+
+
 def float_activation_twin(path: Path) -> Path:
     """A copy of an int4/int8 graph (beside it, sharing its data file) whose MatMulNBits and QMoE keep float
     activations."""
     model = onnx.load(str(path), load_external_data=False)
-    for node in model.graph.node:
+    for node in walk_nodes(model.graph):
         if node.op_type in ("MatMulNBits", "QMoE"):
             for attr in node.attribute:
                 if attr.name == "accuracy_level":

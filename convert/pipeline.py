@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from specrt import __version__
-from specrt.bundle import (ATTENTION_ROWS_INPUT, KVLayout, MANIFEST, PRECISIONS, Manifest, TargetGraph, file_entry,
-                           weight_bits)
+from specrt.bundle import (ATTENTION_ROWS_INPUT, EXPERT_CALLS_INPUT, KVLayout, MANIFEST, PRECISIONS, Manifest,
+                           TargetGraph, file_entry, weight_bits)
 from specrt.convert import sources
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
                                            hidden_layers_for, takes_draft_vocab)
@@ -327,7 +327,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     io = io_names(cfg)
     outputs = ["logits"] + (["hidden_states"] if hidden_layers else [])
     graph = TargetGraph(file=f"{stem}.onnx", data_file=f"{stem}.onnx.data", precision=precision,
-                        inputs=tuple(io["inputs"]) + (ATTENTION_ROWS_INPUT,), outputs=tuple(outputs),
+                        inputs=tuple(io["inputs"]) + (ATTENTION_ROWS_INPUT,) + ((EXPERT_CALLS_INPUT,) if cfg.moe_layers else ()),
+                        outputs=tuple(outputs),
                         hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
                         int4_block_size=int4_block_size if bits else 0)
     return graph, validation

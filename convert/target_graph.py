@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from specrt.bundle import PRECISIONS, weight_bits
+from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
 from specrt.convert.moe_graph import sparse_moe
@@ -91,6 +91,7 @@ class _TargetBuilder:
         # a tied model's lm_head is its embedding table
         self.alias = {} if "lm_head.weight" in weights else {"lm_head.weight": "model.embed_tokens.weight"}
         self.attention_rows: AttentionRows | None = None  # padded attention inputs (attention_rows_input)
+        self.expert_calls: str | None = None  # the graph input EXPERT_CALLS_INPUT, in MoE graphs with exact calls
 
     def tensor(self, name: str) -> np.ndarray:
         """One source weight (read now: the builder keeps none)."""
@@ -312,6 +313,8 @@ class _TargetBuilder:
             biases = ["attention_bias"] + (["sliding_attention_bias"] if cfg.active_sliding_window else [])
             self.attention_rows = pad_attention_rows(g, seqlens_k, total_len, biases)
             seqlens_k, total_len = self.attention_rows.seqlens_k, self.attention_rows.total_len
+            if cfg.moe_layers:  # exact calls through the experts too: convert/moe_graph.py
+                self.expert_calls = g.add_input(EXPERT_CALLS_INPUT, TensorProto.INT64, [1])
 
         x, embed_name = self.embed_lookup()
         if cfg.embed_scale != 1.0:

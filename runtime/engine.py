@@ -330,8 +330,10 @@ class Engine:
         """Output independent of how tokens are grouped into calls (speculative == plain token for token). On a
         rows-invariant graph one-token calls run their attention on two rows (+2-31 % a call, docs/perf.md);
         otherwise every target call feeds >= 2 rows (~1.05-1.3x), and graphs quantized in blocks larger than 32
-        weights feed an even number of rows."""
+        weights feed an even number of rows. MoE graphs run each token's experts in a call of their own (a verification
+        then costs about one token's MoE time per token: convert/moe_graph.py)."""
         self._batch_invariant = on
+        self.target.experts_token_by_token = on
         pad = on and not self.rows_invariant
         self.target.attention_min_rows = 2 if on and self.rows_invariant else 1
         self.target.min_rows = 2 if pad else 1

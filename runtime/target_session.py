@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from specrt.bundle import ATTENTION_ROWS_INPUT, RecurrentStates
+from specrt.bundle import ATTENTION_ROWS_INPUT, EXPERT_CALLS_INPUT, RecurrentStates
 from specrt.errors import BundleError, SpecrtError
 from specrt.kernels.kv_compact import kv_compact_ref
 from specrt.runtime.recurrent_state import Capture, StateBuffers
@@ -140,6 +140,9 @@ class TargetSession:
         # a multi-token call does, exact without padding the whole call; convert/attention_rows.py)
         self.has_attention_rows = ATTENTION_ROWS_INPUT in {i.name for i in self.session.get_inputs()}
         self.attention_min_rows = 1
+        # MoE graphs with exact calls: each token's experts in a call of their own (convert/moe_graph.py)
+        self.has_expert_calls = EXPERT_CALLS_INPUT in {i.name for i in self.session.get_inputs()}
+        self.experts_token_by_token = False
         # hybrids: the linear layers' states in ping-pong buffers (runtime/recurrent_state.py), one binding per
         # direction; the outputs before the logits are the caches, then the states and their captures
         self.states = StateBuffers(spec.states, batch, self.np_dtype) if spec.states is not None else None
@@ -277,6 +280,8 @@ class TargetSession:
             bind.bind_cpu_input("sliding_attention_bias", self._sliding_bias(position_ids, attention_bias))
         if self.has_attention_rows:
             bind.bind_cpu_input(ATTENTION_ROWS_INPUT, np.array([self.attention_min_rows], dtype=np.int64))
+        if self.has_expert_calls:
+            bind.bind_cpu_input(EXPERT_CALLS_INPUT, np.array([int(self.experts_token_by_token)], dtype=np.int64))
         # unallocated (the shape varies): on the host for numpy sampling, or where the session runs
         bind.bind_output("logits", self.device if device_logits else "cpu")
         for name, value in (extra_inputs or {}).items():

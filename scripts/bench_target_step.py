@@ -62,6 +62,7 @@ class GraphRunner:
             "position_ids": np.arange(past, total, dtype=np.int64)[None],
             "attention_bias": np.zeros((1, 1, new, total), np.float32),
             "attention_min_rows": np.ones(1, np.int64),  # specrt graphs: one-token calls as plain decoding makes them
+            "experts_token_by_token": np.zeros(1, np.int64),  # MoE graphs: a call's tokens through the experts at once
         }
         for name, value in feeds.items():
             if name in self.inputs:

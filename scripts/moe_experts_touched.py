@@ -28,8 +28,14 @@ TEXT = ("The history of the bicycle begins in the early nineteenth century, when
 
 def router_twin(target: Path) -> tuple[Path, list[str]]:
     """The graph with each MoE / QMoE node's router logits as extra outputs; returns its path and their names."""
+    from specrt.convert.moe_graph import router_logits_name
+    from specrt.convert.onnx_graph import walk_nodes
+
     model = onnx.load(str(target), load_external_data=False)
-    names = [n.input[1] for n in model.graph.node if n.op_type in ("MoE", "QMoE")]
+    suffix = router_logits_name(0).removeprefix("layers.0")
+    names = [o for n in model.graph.node for o in n.output if o.endswith(suffix)]
+    if not names:  # graphs converted before the router logits were named: the op's own input
+        names = [n.input[1] for n in walk_nodes(model.graph) if n.op_type in ("MoE", "QMoE")]
     for name in names:
         model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
     twin = target.with_name(target.stem + ".routers.onnx")
@@ -62,7 +68,7 @@ def main() -> None:
         n = len(ids)
         feeds = {"input_ids": np.array([ids], np.int64), "position_ids": np.arange(n, dtype=np.int64)[None],
                  "attention_mask": np.ones((1, n), np.int64), "attention_bias": np.zeros((1, 1, n, n), np.float32),
-                 "attention_min_rows": np.ones(1, np.int64)}
+                 "attention_min_rows": np.ones(1, np.int64), "experts_token_by_token": np.zeros(1, np.int64)}
         for inp in session.get_inputs():
             if inp.name.startswith("past_") or inp.name == "sliding_attention_bias":
                 shape = [1 if not isinstance(d, int) else d for d in inp.shape]

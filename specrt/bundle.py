@@ -174,6 +174,10 @@ PRECISIONS = ("fp32", "fp16", "int4", "int8")
 # A target graph input, [1] int64: the fewest rows its attentions run (2 pads a one-token call inside the attention,
 # so that it rounds as a multi-token call does: convert/attention_rows.py). Graphs written before it lack it.
 ATTENTION_ROWS_INPUT = "attention_min_rows"
+# A target graph input of mixture-of-experts graphs, [1] int64: 1 runs every token's experts in a call of their own,
+# so that a token's output no longer depends on the other tokens of its call (exact calls: convert/moe_graph.py);
+# 0 runs the whole call's tokens through the experts at once (faster for calls of several tokens).
+EXPERT_CALLS_INPUT = "experts_token_by_token"
 WEIGHT_BITS = {"int4": 4, "int8": 8}  # the block-quantized precisions (MatMulNBits weights, int8 activations)
 
 

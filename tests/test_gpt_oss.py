@@ -14,6 +14,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from specrt.cli import main
+from specrt.convert.onnx_graph import walk_nodes
 from specrt.runtime.sampling import SamplingParams
 from tests.test_qwen3_moe import speculate_with_every_drafter, write_eagle3_and_dflash
 from tests.tiny_models import (
@@ -87,7 +88,7 @@ def test_plain_greedy_equals_transformers(bundle):
     graph = onnx.load(str(bundle / "target.onnx"), load_external_data=False).graph
     attention = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
     assert len(attention) == 4 and all(len(n.input) == 12 and n.input[11] for n in attention)  # head_sink given
-    assert sum(n.op_type == "MoE" for n in graph.node) == 4
+    assert sum(n.op_type == "MoE" for n in walk_nodes(graph)) == 4
     engine = specrt.load(str(bundle), device="cpu")
     model = hf_model("gpt_oss")
     assert_greedy_equals_transformers(engine, model, PROMPTS, GREEDY)

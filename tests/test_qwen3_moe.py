@@ -13,6 +13,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from specrt.cli import main
+from specrt.convert.onnx_graph import walk_nodes
 from specrt.runtime.sampling import SamplingParams
 from tests.test_qwen3_5 import add_mtp, assert_gguf_converts_and_mtp_drafts
 from tests.tiny_models import (
@@ -69,7 +70,7 @@ def test_plain_greedy_equals_transformers(bundles, arch):
 
     import specrt
 
-    ops = {n.op_type for n in onnx.load(str(bundles[arch] / "target.onnx"), load_external_data=False).graph.node}
+    ops = {n.op_type for n in walk_nodes(onnx.load(str(bundles[arch] / "target.onnx"), load_external_data=False).graph)}
     assert "MoE" in ops
     engine = specrt.load(str(bundles[arch]), device="cpu")
     model = hf_model(arch)
@@ -155,7 +156,7 @@ def test_quantized_experts_are_validated_and_exact(sources, tmp_path, arch, prec
     assert main(["convert", str(sources[arch]), "-o", str(out), "--precision", precision,
                  "--max-context", "128"]) == 0
     graph = onnx.load(str(out / "target.onnx"), load_external_data=False).graph
-    qmoe = [n for n in graph.node if n.op_type == "QMoE"]
+    qmoe = [n for n in walk_nodes(graph) if n.op_type == "QMoE"]
     assert len(qmoe) == len(config_from_hf(read_config(sources[arch])).moe_layers)
     bits = {a.name: a.i for a in qmoe[0].attribute}["expert_weight_bits"]
     assert bits == int(precision[3:])

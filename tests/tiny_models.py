@@ -46,6 +46,9 @@ def hf_config(arch: str):
         return tf.Qwen3MoeConfig(**QWEN3_MOE)
     if arch == "qwen3_moe_sparse":  # every layer a mixture of experts, as llama.cpp's qwen3moe requires
         return tf.Qwen3MoeConfig(**dict(QWEN3_MOE, mlp_only_layers=[]))
+    if arch == "qwen3_moe_top8":  # 32 experts, 8 routed a token as in Qwen3-30B-A3B (exact calls: test_moe_exact_calls)
+        return tf.Qwen3MoeConfig(**dict(QWEN3_MOE, num_experts=32, num_experts_per_tok=8, moe_intermediate_size=64,
+                                        mlp_only_layers=[]))
     if arch == "qwen3_moe_unnormalized":  # softmax weights of the top k used as they are
         return tf.Qwen3MoeConfig(**dict(QWEN3_MOE, norm_topk_prob=False, mlp_only_layers=[]))
     if arch == "gpt_oss":  # 8 experts of width 64, 2 a token; sliding (4) and full layers; yarn rope; sinks
