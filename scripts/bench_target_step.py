@@ -8,7 +8,8 @@ Usage:
         --graph genai-fp32=GENAI_DIR/model.onnx ... [--past 64,512,2048] [--new 1,2,4,8,16] [--reps 15]
 Prints a markdown table of median milliseconds and writes JSON with --json. --session-config NAME:KEY=VALUE adds an
 ONNX Runtime session config entry to graph NAME (the same file may run under two names, e.g. with and without
-mlas.use_lut_gemm).
+mlas.use_lut_gemm). --exact NAME runs graph NAME's calls exact (batch-invariant mode: attention on at least two rows,
+an MoE's experts one token at a time), as specrt does with --batch-invariant.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class GraphRunner:
     """Binds whatever inputs a decoder graph declares; KV buffers of max_len shared past/present."""
 
     def __init__(self, path: str, max_len: int, head_dim: int, config: dict[str, str] | None = None,
-                 random_ids: bool = False):
+                 random_ids: bool = False, exact: bool = False):
+        self.exact = exact
         self.rng = np.random.default_rng(0) if random_ids else None  # distinct tokens: an MoE routes each its own way
         opts = make_session_options()
         for key, value in (config or {}).items():
@@ -61,8 +63,9 @@ class GraphRunner:
             "attention_mask": np.ones((1, total), np.int64),
             "position_ids": np.arange(past, total, dtype=np.int64)[None],
             "attention_bias": np.zeros((1, 1, new, total), np.float32),
-            "attention_min_rows": np.ones(1, np.int64),  # specrt graphs: one-token calls as plain decoding makes them
-            "experts_token_by_token": np.zeros(1, np.int64),  # MoE graphs: a call's tokens through the experts at once
+            # specrt graphs: calls as plain decoding makes them, or exact ones (convert/attention_rows.py, moe_graph.py)
+            "attention_min_rows": np.full(1, 2 if self.exact else 1, np.int64),
+            "experts_token_by_token": np.full(1, int(self.exact), np.int64),
         }
         for name, value in feeds.items():
             if name in self.inputs:
@@ -88,6 +91,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--session-config", action="append", default=[], help="NAME:KEY=VALUE for graph NAME")
     ap.add_argument("--head-dim", type=int, default=64, help="for graphs that leave the KV head dim symbolic")
+    ap.add_argument("--exact", action="append", default=[], help="NAME: graph NAME runs exact (batch-invariant) calls")
     ap.add_argument("--random-ids", action="store_true",
                     help="new tokens drawn at random (default: all token 42, which an MoE routes alike)")
     args = ap.parse_args()
@@ -102,7 +106,7 @@ def main() -> None:
     for spec in args.graph:
         name, path = spec.split("=", 1)
         runners[name] = GraphRunner(path, max(pasts) + max(news) + 1, args.head_dim, configs.get(name),
-                                    args.random_ids)
+                                    args.random_ids, name in args.exact)
     results = {}
     for past in pasts:
         for new in news:
