@@ -83,6 +83,10 @@ def _quantized_experts(builder, layer: int, which: str, block: int):
     zero points [E, N, ceil(K / block * bits / 8)]), read and quantized an expert at a time."""
     cfg, bits = builder.cfg, builder.opts.bits
     packed, scales, zero_points = [], [], []
+    if builder.opts.precision == "gguf":  # QMoE takes one block form for every expert: quantized here, said so
+        for e in range(cfg.num_experts):
+            for n in expert_names(layer, e):
+                builder.gguf_requantized[n] = f"experts (int{bits} in blocks of {block} for QMoE)"
     for e in range(cfg.num_experts):
         w = _fc1_rows(builder, layer, e) if which == "fc1" else _fc2_rows(builder, layer, e)
         q = quantize_blocks(w, block, bits=bits)

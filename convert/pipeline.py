@@ -123,6 +123,9 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
     t0 = time.time()
 
     resolved = sources.resolve(source, log=stages.log)  # may fetch a catalog model (logged)
+    if opts.precision == "gguf" and resolved.kind != "gguf":
+        raise SpecrtError(f"--precision gguf keeps a GGUF file's own quantized weights: {source} is not a .gguf file "
+                          "(use int4 or int8)")
     stages.start("load source")
     loaded = sources.load(resolved)
     cfg = loaded.config
@@ -260,20 +263,23 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
                               int4_block_size=int4_block_size, attention_rows_input=True)
     prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, min(max_context, VALIDATION_TOKENS))
     bits = weight_bits(precision)
-    calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context) if bits else []
+    exact_gguf = precision == "gguf"  # the source's own quantized weights: no calibration, nothing smoothed
+    calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context) if bits and not exact_gguf else []
     # one pass of the source model: calibration statistics (int4/int8) and the validation reference together
     source = run_layerwise(cfg, loaded.weights, calibration + prompts, graph_opts.hidden_layers,
                            observe=len(calibration), outputs_from=len(calibration))
     spill = tmp / ".validation"  # the references wait on disk (removed below, before the bundle is kept)
     source_outputs = SpilledOutputs(spill, "source", list(zip(source.logits, source.taps)))
     weights = loaded.weights
-    if bits:
+    if bits and not exact_gguf:
         weights = smooth_down_proj(weights, source.down_proj_max)
     del source
     stages.done()
 
     stages.start(f"save {stem} graph")  # the weights are written as the graph is built
     written = write_target_graph(cfg, weights, graph_opts, tmp, stem)
+    if exact_gguf:
+        report_gguf_forms(written, stages)
     stages.done()
 
     stages.start(f"validate {stem}")
@@ -281,7 +287,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
                       kv_dtype=kv_dtype_for(precision), hidden_output=bool(hidden_layers),
                       sliding_window=cfg.active_sliding_window,
                       kv_layers=cfg.attention_layers if cfg.linear_layers else (), states=state_layout(cfg))
-    validation = {}
+    validation = {"gguf_requantized": written.gguf_requantized} if exact_gguf else {}
     if bits:
         # The graph must compute what a torch model running the very same quantized weights (read back from the
         # data file) computes. That is checked exactly, as fp32 is, on the same graph with float activations
@@ -332,6 +338,18 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
                         hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
                         int4_block_size=int4_block_size if bits else 0)
     return graph, validation
+
+
+def report_gguf_forms(written, stages: Stages) -> None:
+    """--precision gguf: how many weights kept the GGUF's own blocks exactly, and which did not (a type with no
+    exact form: quantized to 8 bits in blocks of 32, the nearest form)."""
+    requantized = written.gguf_requantized
+    exact = len(written.quant_rows) - len(requantized)
+    stages.log(f"gguf: {exact} weights in the file's own quantization, exactly")
+    if requantized:
+        types = sorted(set(requantized.values()))
+        stages.log(f"gguf: {len(requantized)} weights of type {', '.join(types)} have no exact form: quantized to 8 bits "
+                   f"in blocks of 32 (e.g. {next(iter(requantized))})")
 
 
 def kv_dtype_for(precision: str) -> str:

@@ -30,6 +30,9 @@ class QuantWeight:
     k: int
     block_size: int
     bits: int = 4
+    # a per-block minimum [N * n_blocks] float32, subtracted after scaling (GGUF formats such as Q4_K: w = scale *
+    # (q - zero_point) - min; models/gguf_exact.py); None for specrt's own quantization
+    mins: np.ndarray | None = None
 
 
 def _pack(q: np.ndarray, bits: int) -> np.ndarray:
@@ -112,8 +115,8 @@ def _quantize_rows(w: np.ndarray, block_size: int, search: bool, bits: int) -> Q
 def concat_rows(parts: list[QuantWeight]) -> QuantWeight:
     """Stack quantized weights along N (fused QKV or gate/up); blocks are per row, so this is exact."""
     first = parts[0]
-    if any(p.k != first.k or p.block_size != first.block_size or p.bits != first.bits for p in parts):
-        raise ValueError("can only stack quantized weights with the same K, block size and bits")
+    if not same_form(parts):
+        raise ValueError("can only stack quantized weights with the same K, block size, bits and minimums")
     return QuantWeight(
         packed=np.concatenate([p.packed for p in parts], axis=0),
         scales=np.concatenate([p.scales for p in parts]),
@@ -122,7 +125,15 @@ def concat_rows(parts: list[QuantWeight]) -> QuantWeight:
         k=first.k,
         block_size=first.block_size,
         bits=first.bits,
+        mins=np.concatenate([p.mins for p in parts]) if first.mins is not None else None,
     )
+
+
+def same_form(parts: list[QuantWeight]) -> bool:
+    """The weights can stack into one MatMulNBits: the same K, block size and bits, minimums in all or none."""
+    first = parts[0]
+    return all(p.k == first.k and p.block_size == first.block_size and p.bits == first.bits
+               and (p.mins is None) == (first.mins is None) for p in parts)
 
 
 def is_projection(name: str) -> bool:
@@ -137,10 +148,13 @@ def dequantize(qw: QuantWeight) -> np.ndarray:
     packed = qw.packed.reshape(qw.n, n_blocks, qw.block_size * qw.bits // 8)
     scales = qw.scales.reshape(qw.n, n_blocks)
     zps = _unpack(qw.zero_points.reshape(qw.n, -1), qw.bits)[:, :n_blocks]
+    mins = qw.mins.reshape(qw.n, n_blocks) if qw.mins is not None else None
     out = np.empty((qw.n, qw.k), dtype=np.float32)
     for lo in range(0, qw.n, ROW_CHUNK):
         hi = min(lo + ROW_CHUNK, qw.n)
         q = _unpack(packed[lo:hi], qw.bits).astype(np.float32)  # [rows, n_blocks, block_size]
         w = (q - zps[lo:hi, :, None]) * scales[lo:hi, :, None]
+        if mins is not None:
+            w -= mins[lo:hi, :, None]
         out[lo:hi] = w.reshape(hi - lo, -1)[:, : qw.k]
     return out

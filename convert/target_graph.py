@@ -24,7 +24,7 @@ GatherBlockQuantized over the same blocks (where the width is a whole number of 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +36,9 @@ from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
 from specrt.convert.moe_graph import sparse_moe
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
-from specrt.convert.quantize import ROW_CHUNK, QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks
+from specrt.convert.quantize import (ROW_CHUNK, QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks,
+                                     same_form)
+from specrt.models.gguf_exact import exact_from_ref
 from specrt.models.config import ModelConfig
 from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 
@@ -92,6 +94,8 @@ class _TargetBuilder:
         self.alias = {} if "lm_head.weight" in weights else {"lm_head.weight": "model.embed_tokens.weight"}
         self.attention_rows: AttentionRows | None = None  # padded attention inputs (attention_rows_input)
         self.expert_calls: str | None = None  # the graph input EXPERT_CALLS_INPUT, in MoE graphs with exact calls
+        self.gguf_requantized: dict[str, str] = {}  # --precision gguf: weight -> its GGUF type, where not exact
+        self.block_sums_of: dict[tuple[str, int], str] = {}  # (activation, block) -> its block sums (minimums)
 
     def tensor(self, name: str) -> np.ndarray:
         """One source weight (read now: the builder keeps none)."""
@@ -105,6 +109,15 @@ class _TargetBuilder:
             return self.quantized[name]
         if self.alias.get(name) in self.quantized:  # a tied lm_head: the embedding's quantized rows
             return self.quantized[self.alias[name]]
+        bits, block = self.opts.bits, self.opts.int4_block_size
+        if self.opts.precision == "gguf":
+            ref = self._gguf_ref(self.alias.get(name, name))
+            exact = exact_from_ref(ref) if ref is not None else None
+            if exact is not None:
+                return exact
+            if ref is not None:  # a GGUF type with no exact form: the nearest, 8 bits in blocks of 32, said so
+                bits, block = 8, 32
+                self.gguf_requantized[name] = ref.gguf_type
         reader = self._row_reader(self.alias.get(name, name))
         if reader is not None and len(reader[0]) == 2 and 4 * reader[0][0] * reader[0][1] > QUANTIZE_READ_BYTES:
             # a large table (a 248k-token embedding or lm_head: 4 GB as float32) is read and quantized a chunk of
@@ -112,11 +125,20 @@ class _TargetBuilder:
             (rows, cols), read = reader
             step = max(ROW_CHUNK, QUANTIZE_READ_BYTES // (4 * cols) // ROW_CHUNK * ROW_CHUNK)
             return concat_rows([quantize_blocks(np.asarray(read(lo, min(lo + step, rows)), dtype=np.float32),
-                                                self.opts.int4_block_size, bits=self.opts.bits)
+                                                block, bits=bits)
                                 for lo in range(0, rows, step)])
         # asarray, not astype: a float32 tensor is not copied
         weight = np.asarray(self.tensor(name), dtype=np.float32)
-        return quantize_blocks(weight, self.opts.int4_block_size, bits=self.opts.bits)
+        return quantize_blocks(weight, block, bits=bits)
+
+    def _gguf_ref(self, key: str):
+        """The GGUF tensor behind a weight (models.tensor_source.TensorRef), or None (another source)."""
+        ref = getattr(self.w, "ref", None)
+        try:
+            found = ref(key) if ref is not None else None
+        except KeyError:
+            return None
+        return found if found is not None and found.gguf_type else None
 
     def _row_reader(self, key: str):
         """(shape, read(lo, hi) -> rows lo..hi - 1) where the weights give a matrix's rows without reading all of it
@@ -139,28 +161,52 @@ class _TargetBuilder:
         bias = np.concatenate(biases).astype(self.dtype) if all(b is not None for b in biases) else None
         if self.opts.bits:
             parts = [self.quantize(n + ".weight") for n in names]
-            q = concat_rows(parts)
-            ins = [
-                x,
-                self.g.weight(out_name + ".qweight", q.packed),
-                self.g.weight(out_name + ".scales", q.scales.astype(self.dtype)),
-                self.g.weight(out_name + ".zero_points", q.zero_points),
-                "",
-                self.g.weight(out_name + ".bias", bias) if bias is not None else "",
-            ]
-            row = 0
-            for n, part in zip(names, parts):
-                self.quant_rows[n + ".weight"] = QuantRows(*ins[1:4], row, row + part.n, q.n, q.k, q.block_size, q.bits)
-                row += part.n
-            return self.g.op(
-                "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=q.bits,
-                block_size=q.block_size, accuracy_level=self.opts.int4_accuracy_level,
-            )
+            if not same_form(parts):  # a GGUF may keep q, k and v in different formats: a matmul each, joined
+                outs = [self.matmul_nbits(x, [n], [part], f"{out_name}.{j}", None if bias is None else b)
+                        for j, (n, part, b) in enumerate(zip(names, parts, biases))]
+                return self.g.op("Concat", outs, axis=-1)
+            return self.matmul_nbits(x, names, parts, out_name, bias)
         w = np.concatenate([self.tensor(n + ".weight") for n in names], axis=0).astype(np.float32, copy=False)
         y = self.g.op("MatMul", [x, self.g.weight(out_name + ".weight_t", w.T.astype(self.dtype))], name=out_name)
         if bias is not None:
             y = self.g.op("Add", [y, self.g.weight(out_name + ".bias", bias)])
         return y
+
+    def matmul_nbits(self, x: str, names: list[str], parts: list[QuantWeight], out_name: str, bias) -> str:
+        """x @ concat(parts).T (+ bias) in one MatMulNBits; where the weights have per-block minimums (GGUF
+        formats), minus the block sums of x times the minimums (y = x @ (s * q)^T - blocksums(x) @ M^T)."""
+        q = concat_rows(parts)
+        ins = [
+            x,
+            self.g.weight(out_name + ".qweight", q.packed),
+            self.g.weight(out_name + ".scales", q.scales.astype(self.dtype)),
+            self.g.weight(out_name + ".zero_points", q.zero_points),
+            "",
+            self.g.weight(out_name + ".bias", bias.astype(self.dtype)) if bias is not None else "",
+        ]
+        mins_t = ""
+        if q.mins is not None:  # [n_blocks, N]: a row per block of x
+            mins_t = self.g.weight(out_name + ".mins_t", q.mins.reshape(q.n, -1).T.astype(self.dtype))
+        row = 0
+        for n, part in zip(names, parts):
+            self.quant_rows[n + ".weight"] = QuantRows(*ins[1:4], row, row + part.n, q.n, q.k, q.block_size, q.bits,
+                                                       mins=mins_t)
+            row += part.n
+        y = self.g.op(
+            "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=q.bits,
+            block_size=q.block_size, accuracy_level=self.opts.int4_accuracy_level,
+        )
+        if not mins_t:
+            return y
+        return self.g.op("Sub", [y, self.g.op("MatMul", [self.block_sums(x, q.block_size), mins_t])])
+
+    def block_sums(self, x: str, block: int) -> str:
+        """x [B, S, K] -> the sums of its blocks of `block` features [B, S, K / block] (computed once per x)."""
+        key = (x, block)
+        if key not in self.block_sums_of:
+            blocks = self.g.op("Reshape", [x, self.g.const([0, 0, -1, block])])  # [B, S, K / block, block]
+            self.block_sums_of[key] = self.g.op("ReduceSum", [blocks, self.g.const([-1])], keepdims=0)
+        return self.block_sums_of[key]
 
     def embed_lookup(self) -> tuple[str, str | None]:
         """Token embeddings of input_ids [B, S, H] and the float table's initializer (None when there is none).
@@ -174,10 +220,17 @@ class _TargetBuilder:
             data = g.weight(name + ".qweight", q.packed.reshape(q.n, -1))  # [V, H * bits / 8]
             scales = g.weight(name + ".scales", q.scales.reshape(q.n, -1).astype(self.dtype))  # [V, H / block]
             zero_points = g.weight(name + ".zero_points", q.zero_points.reshape(q.n, -1))
-            self.quant_rows[name] = QuantRows(data, scales, zero_points, 0, q.n, q.n, q.k, q.block_size, q.bits)
+            mins = g.weight(name + ".mins", q.mins.reshape(q.n, -1).astype(self.dtype)) if q.mins is not None else ""
+            self.quant_rows[name] = QuantRows(data, scales, zero_points, 0, q.n, q.n, q.k, q.block_size, q.bits,
+                                              mins=mins, mins_by_row=True)
+            block = q.block_size
             del q
             out = g.op("GatherBlockQuantized", [data, "input_ids", scales, zero_points], domain=MS_DOMAIN,
-                       gather_axis=0, quantize_axis=1, block_size=self.opts.int4_block_size, bits=self.opts.bits)
+                       gather_axis=0, quantize_axis=1, block_size=block, bits=self.quant_rows[name].bits)
+            if mins:  # GGUF formats with minimums: each block of a row minus its minimum
+                per_block = g.op("Unsqueeze", [g.op("Gather", [mins, "input_ids"], axis=0), g.const([-1])])
+                blocks = g.op("Reshape", [out, g.const([0, 0, -1, block])])  # [B, S, H / block, block]
+                out = g.op("Reshape", [g.op("Sub", [blocks, per_block]), g.const([0, 0, -1])])
             return out, None
         table = g.weight(name, self.tensor(name).astype(self.dtype, copy=False))
         return g.op("Gather", [table, "input_ids"], axis=0), table
@@ -391,6 +444,8 @@ class QuantRows:
     block_size: int
     bits: int = 4
     step: int = 1
+    mins: str = ""  # GGUF formats with per-block minimums: their initializer ([n_blocks, n], or [n, n_blocks] by row)
+    mins_by_row: bool = False
 
     @property
     def count(self) -> int:
@@ -404,6 +459,7 @@ class WrittenGraph:
 
     data: ExternalData
     quant_rows: dict[str, QuantRows]
+    gguf_requantized: dict[str, str] = field(default_factory=dict)  # --precision gguf: weight -> its inexact type
 
     def quantized(self, name: str, rows: np.ndarray | None = None) -> QuantWeight:
         """A weight's quantized values (only `rows` of it, when given), read back from the data file: a
@@ -420,8 +476,15 @@ class WrittenGraph:
         packed = self.data.read(r.qweight, span).reshape(n, n_blocks, r.block_size * r.bits // 8)[pick]
         scales = self.data.read(r.scales, span).reshape(n, n_blocks)[pick].astype(np.float32)
         zero_points = self.data.read(r.zero_points, span).reshape(n, -1)[pick]
+        mins = None
+        if r.mins:
+            if r.mins_by_row:
+                mins = self.data.read(r.mins, span).reshape(n, n_blocks)[pick]
+            else:  # [n_blocks, all rows]: small (a float per block), read whole
+                mins = self.data.read(r.mins).reshape(n_blocks, r.n).T[pick + (span[0] if span else 0)]
+            mins = mins.astype(np.float32).reshape(-1)
         return QuantWeight(packed, scales.reshape(-1), zero_points.reshape(-1), len(packed), r.k, r.block_size,
-                           r.bits)
+                           r.bits, mins)
 
 
 class QuantReadback(WeightSource):
@@ -472,7 +535,7 @@ def write_graph(builder: _TargetBuilder, folder: Path, stem: str) -> WrittenGrap
     finally:
         data.close()
     onnx.save_model(model, str(Path(folder) / f"{stem}.onnx"))
-    return WrittenGraph(data, builder.quant_rows)
+    return WrittenGraph(data, builder.quant_rows, builder.gguf_requantized)
 
 
 def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, folder: Path,

@@ -18,8 +18,10 @@ from specrt.errors import SourceError
 from specrt.models import gguf_qwen35
 from specrt.models.tensor_source import LazyWeights, TensorRef, check_inside, file_size
 
+# MXFP4: gpt-oss's experts; the IQ ("i-quant") types: dequantized by gguf-py as ggml does (read as float; under
+# --precision gguf quantized again to 8 bits, the nearest form MatMulNBits has for them: models/gguf_exact.py)
 SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K",
-                         "MXFP4")  # MXFP4: gpt-oss's experts (gguf dequantizes them exactly)
+                         "MXFP4", "IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_S", "IQ1_M")
 
 # GGUF architecture -> HF model_type
 GGUF_ARCHS = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text",
@@ -345,8 +347,10 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
                 shape = (shape[0], 1, shape[1])  # stored squeezed [C, K]; HF's depthwise conv weight is [C, 1, K]
             if name.endswith("shared_expert_gate.weight") and len(shape) == 1:
                 shape = (1, shape[0])  # one row, stored as a vector
+            reorder = after if kind in gguf_qwen35.REORDERING else None
             refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
-                                   _decoder(t.tensor_type, after), rows_apart=after is None)
+                                   _decoder(t.tensor_type, after), rows_apart=after is None,
+                                   gguf_type=t.tensor_type.name, reorder=reorder)
             continue
         if kind in EXPERT_TENSORS:  # stacked experts [E, rows, cols]: each expert's bytes are contiguous
             refs.update(_expert_refs(path, t, EXPERT_TENSORS[kind]))
@@ -375,7 +379,8 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
         elif arch == "gemma3" and "norm" in name:
             after = _minus_one
         refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
-                               _decoder(t.tensor_type, after), rows_apart=after is None or after is _minus_one)
+                               _decoder(t.tensor_type, after), rows_apart=after is None or after is _minus_one,
+                               gguf_type=t.tensor_type.name, reorder=None if after is _minus_one else after)
     if arch not in gguf_qwen35.ARCHS:  # a qwen35 file's tensors are checked against its config by the converter
         _check_shapes(hf, refs)
     return hf, LazyWeights(refs), reader

@@ -144,6 +144,10 @@ def _value_part(fn, w: np.ndarray, start: int, key_heads: int, value_heads: int,
     return w
 
 
+# the kinds whose transform only reorders rows, or whole heads of columns (--precision gguf carries their blocks)
+REORDERING = ("attn_gate", "ssm_beta", "ssm_alpha", "attn_qkv", "ssm_out")
+
+
 def _reader_transform(kind: str, hf: dict):
     """The undoing of llama.cpp's converter for one GGUF tensor kind (None: stored as HF has it)."""
     nk, nv = hf["linear_num_key_heads"], hf["linear_num_value_heads"]

@@ -33,6 +33,10 @@ class TensorRef:
     decode: Callable[[bytes, tuple[int, ...]], np.ndarray]  # raw bytes of whole rows -> float32 array of a shape
     rows_apart: bool = True  # rows decode on their own (false where a decoder mixes rows, e.g. a permutation)
     dtype: str = ""  # as stored, where the file says (safetensors' "F16", "I64", ...)
+    # GGUF: the ggml type (its name: "Q4_K", ...) and, where the loader undoes a converter's reordering, that
+    # reordering (a permutation of whole rows or of whole blocks of columns; None: stored as read)
+    gguf_type: str = ""
+    reorder: Callable[[np.ndarray], np.ndarray] | None = None
 
     def read(self) -> np.ndarray:
         """The whole tensor. A large matrix is read and decoded in row chunks into one output array, so that its
@@ -56,6 +60,10 @@ class TensorRef:
         per = self.nbytes // self.shape[0]
         return TensorRef(f"{self.name}[{index}]", self.file, self.offset + index * per, per, tuple(shape),
                          decode or self.decode, rows_apart, self.dtype)
+
+    def raw(self) -> bytearray:
+        """The tensor's bytes as stored."""
+        return self._pread(self.offset, self.nbytes)
 
     def read_rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` of a matrix [rows, cols], reading only those rows' bytes (an embedding lookup)."""

@@ -170,7 +170,8 @@ class Manifest:
 
 
 MAX_CONTEXT = 1 << 20  # tokens: no real model's context is longer
-PRECISIONS = ("fp32", "fp16", "int4", "int8")
+# gguf: a GGUF source's own quantized weights, exactly (models/gguf_exact.py), in 4 or 8 bits by tensor
+PRECISIONS = ("fp32", "fp16", "int4", "int8", "gguf")
 # A target graph input, [1] int64: the fewest rows its attentions run (2 pads a one-token call inside the attention,
 # so that it rounds as a multi-token call does: convert/attention_rows.py). Graphs written before it lack it.
 ATTENTION_ROWS_INPUT = "attention_min_rows"
@@ -178,7 +179,9 @@ ATTENTION_ROWS_INPUT = "attention_min_rows"
 # so that a token's output no longer depends on the other tokens of its call (exact calls: convert/moe_graph.py);
 # 0 runs the whole call's tokens through the experts at once (faster for calls of several tokens).
 EXPERT_CALLS_INPUT = "experts_token_by_token"
-WEIGHT_BITS = {"int4": 4, "int8": 8}  # the block-quantized precisions (MatMulNBits weights, int8 activations)
+# the block-quantized precisions (MatMulNBits weights, int8 activations); gguf's bits vary by tensor: 4 is what weights
+# with no GGUF form of their own (a drafter's safetensors) are quantized to
+WEIGHT_BITS = {"int4": 4, "int8": 8, "gguf": 4}
 
 
 def weight_bits(precision: str) -> int:

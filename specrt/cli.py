@@ -68,9 +68,10 @@ def cli():
 @cli.command()
 @click.argument("source")
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="bundle folder to create")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8", "int4"]), default="fp32", show_default=True,
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8", "int4", "gguf"]), default="fp32",
+              show_default=True,
               help="int8 / int4: block-quantized weights (MatMulNBits, int8 activations); int8 stays closest to fp32, "
-                   "int4 is fastest")
+                   "int4 is fastest; gguf (a .gguf source): its own quantized weights, exactly as llama.cpp runs them")
 @click.option("--max-context", type=int, default=None, help="KV cache length (default: min(model limit, 4096))")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "rocm"]), default="cpu", show_default=True,
               help="device the bundle is built and validated for")

@@ -38,9 +38,10 @@ def gguf_name(hf_name: str) -> str:
     return f"blk.{idx}.{HF_TO_GGUF_BLOCK[rest]}.{suffix}"
 
 
-def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], encode, tokens: list[str] | None = None) -> None:
+def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], encode, tokens: list[str] | None = None,
+               bpe: bool = False) -> None:
     """encode(hf_name, gguf_ready_array) -> (data, raw_dtype or None) picks each tensor's storage; tokens: a
-    tokenizer.ggml.tokens array to write too."""
+    tokenizer.ggml.tokens array to write too (bpe: as a gpt2-style tokenizer a conversion can build)."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), arch)
@@ -54,9 +55,12 @@ def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], en
     rope = getattr(config, "rope_parameters", None) or {}
     writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
     writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    if tokens is not None:
-        writer.add_token_list(tokens)
+    if bpe:
+        _add_bpe_tokens(writer, gguf, tokens, 2, "default")
+    else:
+        writer.add_eos_token_id(2)
+        if tokens is not None:
+            writer.add_token_list(tokens)
     for name, w in weights.items():
         w = np.ascontiguousarray(w, dtype=np.float32)
         if arch == "llama" and name.endswith("q_proj.weight"):

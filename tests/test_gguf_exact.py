@@ -1,0 +1,190 @@
+"""--precision gguf: a GGUF's own quantized blocks carried into MatMulNBits exactly (models/gguf_exact.py), held to
+gguf-py's dequantization (which matches ggml's C code) bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specrt.models.gguf_exact import FORMS, exact_weight
+from tests.gguf_writer import write_gguf
+from tests.tiny_models import WORDS
+
+# where each format keeps its fp16 d (and dmin): random bytes there would often be inf or nan
+FP16_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q2_K": (80, 82),
+               "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,)}
+
+
+def random_blocks(qtype: str, rows: int, cols: int, rng) -> np.ndarray:
+    """[rows, cols / block * type_size] bytes of random blocks of a format, with small finite fp16 fields."""
+    import gguf
+
+    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
+    count = rows * cols // block
+    raw = rng.integers(0, 256, (count, size), dtype=np.uint8)
+    for at in FP16_FIELDS[qtype]:
+        values = (rng.random(count) * 0.02 + 0.001).astype(np.float16)
+        raw[:, at:at + 2] = values.view(np.uint8).reshape(count, 2)
+    return raw.reshape(rows, -1)
+
+
+def gguf_dequantized(raw: np.ndarray, qtype: str, shape) -> np.ndarray:
+    import gguf
+
+    return gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[qtype]).reshape(shape)
+
+
+def test_every_format_has_its_row():
+    import gguf
+
+    for qtype, form in FORMS.items():
+        assert (form.type_block, form.type_size) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
+
+
+@pytest.mark.parametrize("qtype", list(FORMS))
+def test_every_format_is_carried_bit_for_bit(qtype):
+    from specrt.convert.quantize import dequantize
+
+    rng = np.random.default_rng(len(qtype))
+    raw = random_blocks(qtype, 8, 512, rng)
+    qw = exact_weight(qtype, raw.tobytes(), (8, 512))
+    assert (qw.bits, qw.block_size, qw.mins is not None) == (FORMS[qtype].bits, FORMS[qtype].block,
+                                                              FORMS[qtype].has_min)
+    assert np.array_equal(dequantize(qw), gguf_dequantized(raw, qtype, (8, 512)))
+
+
+@pytest.mark.parametrize("qtype", list(FORMS))
+def test_matmul_with_the_minimums_correction_equals_the_exact_weights(qtype):
+    """MatMulNBits over the exact blocks, minus block sums times the minimums where the format has them: x @ W^T of
+    the dequantized weights to float rounding (float activations)."""
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    from specrt.convert.target_graph import GraphOptions, _TargetBuilder
+    from specrt.models.config import config_from_hf
+    from tests.tiny_models import hf_config
+
+    rng = np.random.default_rng(7)
+    n, k = 48, 512
+    raw = random_blocks(qtype, n, k, rng)
+    w = gguf_dequantized(raw, qtype, (n, k)).astype(np.float64)
+    builder = _TargetBuilder(config_from_hf(hf_config("llama").to_dict()), {},
+                             GraphOptions(precision="gguf", int4_accuracy_level=0), None)
+    builder.g.add_input("x", TensorProto.FLOAT, [1, "s", k])
+    y = builder.matmul_nbits("x", ["w"], [exact_weight(qtype, raw.tobytes(), (n, k))], "w", None)
+    builder.g.op("Identity", [y], outputs=["y"])
+    builder.g.add_output("y", TensorProto.FLOAT, [1, "s", n])
+    session = ort.InferenceSession(builder.g.model().SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((1, 3, k)).astype(np.float32)
+    out = session.run(None, {"x": x})[0]
+    want = x.astype(np.float64) @ w.T
+    assert np.abs(out - want).max() <= 1e-5 * np.abs(want).max()
+
+
+# a two-layer llama whose tensors use every format: layer 0 mixes formats within q/k/v (one matmul each) and takes
+# the minimums' correction in most projections; layer 1 shares one format over q/k/v (one fused matmul)
+TYPES = {
+    "model.embed_tokens.weight": "Q4_1", "lm_head.weight": "Q5_1",
+    "model.layers.0.self_attn.q_proj.weight": "Q4_K", "model.layers.0.self_attn.k_proj.weight": "Q6_K",
+    "model.layers.0.self_attn.v_proj.weight": "Q8_0", "model.layers.0.self_attn.o_proj.weight": "Q5_0",
+    "model.layers.0.mlp.gate_proj.weight": "Q2_K", "model.layers.0.mlp.up_proj.weight": "Q5_K",
+    "model.layers.0.mlp.down_proj.weight": "Q3_K",
+    "model.layers.1.self_attn.q_proj.weight": "Q4_0", "model.layers.1.self_attn.k_proj.weight": "Q4_0",
+    "model.layers.1.self_attn.v_proj.weight": "Q4_0", "model.layers.1.self_attn.o_proj.weight": "Q6_K",
+    "model.layers.1.mlp.gate_proj.weight": "Q4_K", "model.layers.1.mlp.up_proj.weight": "Q4_K",
+    "model.layers.1.mlp.down_proj.weight": "IQ4_NL",  # no exact form: quantized to 8 bits, and said so
+}
+
+
+@pytest.fixture(scope="module")
+def mixed_gguf(tmp_path_factory):
+    """(path, config, {HF name: the dequantized weights in HF's row order})."""
+    import gguf
+    import transformers as tf
+
+    from specrt.models.gguf_loader import _unpermute
+
+    config = tf.LlamaConfig(vocab_size=97, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=False,
+                            max_position_embeddings=256, rms_norm_eps=1e-6)
+    hf = tf.LlamaForCausalLM(config).eval()
+    weights = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    rng = np.random.default_rng(3)
+    expected = {}
+
+    def encode(name, w):
+        t = TYPES.get(name)
+        if t is None:
+            return w, None
+        qtype = gguf.GGMLQuantizationType[t]
+        data = random_blocks(t, *w.shape, rng)
+        want = gguf.quants.dequantize(data, qtype).reshape(w.shape)
+        if name.endswith(("q_proj.weight", "k_proj.weight")):
+            want = _unpermute(want, 4 if "q_proj" in name else 2)
+        expected[name] = want
+        return data, qtype
+
+    path = tmp_path_factory.mktemp("gguf_exact") / "mixed.gguf"
+    write_gguf(path, "llama", config, weights, encode, tokens=["<|endoftext|>"] + list(WORDS[1:97]), bpe=True)
+    return path, config, expected
+
+
+def test_a_mixed_format_gguf_is_written_exactly(mixed_gguf, tmp_path):
+    """The weights the graph holds, read back from its data file, are the GGUF's dequantization bit for bit (the
+    q/k row permutation of llama.cpp's converter undone on the blocks); the one IQ4_NL tensor is named as
+    quantized again."""
+    from specrt.convert.quantize import dequantize
+    from specrt.convert.target_graph import GraphOptions, write_target_graph
+    from specrt.models.config import config_from_hf
+    from specrt.models.gguf_loader import load_gguf
+
+    path, _, expected = mixed_gguf
+    hf, weights, _ = load_gguf(path)
+    cfg = config_from_hf(hf)
+    written = write_target_graph(cfg, weights, GraphOptions(precision="gguf", attention_rows_input=True), tmp_path, "t")
+    assert written.gguf_requantized == {"model.layers.1.mlp.down_proj.weight": "IQ4_NL"}
+    for name, want in expected.items():
+        if name in written.gguf_requantized:
+            continue
+        assert np.array_equal(dequantize(written.quantized(name)), want), name
+
+
+def test_a_gguf_bundle_validates_and_speculates_exactly(mixed_gguf, tmp_path, capsys):
+    import json
+
+    import specrt
+    from specrt.cli import main
+    from specrt.runtime.sampling import SamplingParams
+
+    path, _, _ = mixed_gguf
+    out = tmp_path / "bundle"
+    assert main(["convert", str(path), "-o", str(out), "--precision", "gguf", "--max-context", "128"]) == 0
+    log = capsys.readouterr()
+    assert "gguf: 15 weights in the file's own quantization, exactly" in log.out + log.err
+    manifest = json.loads((out / "specrt.json").read_text())
+    assert manifest["target"]["precision"] == "gguf"
+    validation = manifest["provenance"]["validation"]
+    assert validation["quantized_reference"]["top1_agreement"] == 1.0  # the graph == torch on the same weights
+    engine = specrt.load(str(out), device="cpu", drafter="ngram", batch_invariant=True)
+    params = SamplingParams(max_new_tokens=24, stop_token_ids=())
+    for prompt in ("the cat and the dog and the cat and the dog", "a man in the house of the world"):
+        plain = engine.generate(prompt, params, drafter=None).wait()
+        assert engine.generate(prompt, params).wait().token_ids == plain.token_ids
+
+
+def test_a_short_block_is_named():
+    from specrt.errors import SourceError
+
+    raw = random_blocks("Q4_K", 2, 256, np.random.default_rng(0)).tobytes()
+    with pytest.raises(SourceError, match="tensor blk.0.attn_q.weight: 287 bytes where 2 rows of Q4_K need 288"):
+        exact_weight("Q4_K", raw[:-1], (2, 256), "blk.0.attn_q.weight")
+    with pytest.raises(SourceError, match="rows of 100 weights are not whole Q4_K blocks of 256"):
+        exact_weight("Q4_K", raw, (2, 100), "w")
+
+
+def test_gguf_precision_needs_a_gguf_source(tmp_path, capsys):
+    from tests.tiny_models import assert_refused_in_one_line, save_tiny_bundle_source
+
+    source = save_tiny_bundle_source("llama", tmp_path / "hf")
+    assert_refused_in_one_line(["convert", str(source), "-o", str(tmp_path / "out"), "--precision", "gguf"],
+                               tmp_path / "out", capsys, "--precision gguf keeps a GGUF file's own quantized weights")
