@@ -35,7 +35,7 @@ from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
 from specrt.convert.moe_graph import sparse_moe
-from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
+from specrt.convert.onnx_graph import INT8_ACTIVATION_ROUND, MS_DOMAIN, ExternalData, GraphWriter
 from specrt.convert.quantize import (ROW_CHUNK, QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks,
                                      same_form)
 from specrt.models.gguf_exact import exact_from_ref
@@ -56,6 +56,9 @@ class GraphOptions:
     # the attention_min_rows input: at 2 every GroupQueryAttention runs at least two rows, so that one-token calls
     # round as multi-token ones do (convert/attention_rows.py; the KV cache needs one slot past max_context)
     attention_rows_input: bool = False
+    # GGUF minimums' block sums over x rounded as MLAS rounds activations at accuracy level 4 on the CPU (int8 per
+    # block, scale amax / 127), so that the minimums' term sees the x the quantized matmul saw (block_sums)
+    int8_activation_sums: bool = True
 
     @property
     def bits(self) -> int:
@@ -201,11 +204,29 @@ class _TargetBuilder:
         return self.g.op("Sub", [y, self.g.op("MatMul", [self.block_sums(x, q.block_size), mins_t])])
 
     def block_sums(self, x: str, block: int) -> str:
-        """x [B, S, K] -> the sums of its blocks of `block` features [B, S, K / block] (computed once per x)."""
+        """x [B, S, K] -> the sums of its blocks of `block` features [B, S, K / block] (computed once per x).
+
+        At accuracy level 4 on the CPU, MatMulNBits multiplies by x rounded to int8 per block (MLAS: scale =
+        amax / 127, x * (127 / amax) rounded half to even); the sums are taken over that same rounded x, as
+        llama.cpp's bsums are over its Q8 activations. Against exact sums, the rounding error would otherwise meet
+        the whole uncentered s * q instead of the weight s * q - m (top-1 92 % instead of 97 % on a Q4_1 model,
+        docs/perf.md). The float-activation twin (convert/onnx_graph.py) turns the rounding off with the matmuls'."""
         key = (x, block)
-        if key not in self.block_sums_of:
-            blocks = self.g.op("Reshape", [x, self.g.const([0, 0, -1, block])])  # [B, S, K / block, block]
-            self.block_sums_of[key] = self.g.op("ReduceSum", [blocks, self.g.const([-1])], keepdims=0)
+        if key in self.block_sums_of:
+            return self.block_sums_of[key]
+        g = self.g
+        blocks = g.op("Reshape", [x, g.const([0, 0, -1, block])])  # [B, S, K / block, block]
+        if self.opts.int8_activation_sums and self.opts.int4_accuracy_level == 4:
+            amax = g.op("ReduceMax", [g.op("Abs", [blocks]), g.const([-1])], keepdims=1)  # [B, S, K / block, 1]
+            zero = g.op("Equal", [amax, g.const(0.0, dtype=self.dtype)])
+            inverse = g.op("Where", [zero, g.const(0.0, dtype=self.dtype),
+                                     g.op("Div", [g.const(127.0, dtype=self.dtype), amax])])
+            rounded = g.op("Round", [g.op("Mul", [blocks, inverse])], name=INT8_ACTIVATION_ROUND)
+            scale = g.op("Div", [amax, g.const(127.0, dtype=self.dtype)])
+            sums = g.op("Mul", [g.op("ReduceSum", [rounded, g.const([-1])], keepdims=1), scale])
+            self.block_sums_of[key] = g.op("Squeeze", [sums, g.const([-1])])
+        else:
+            self.block_sums_of[key] = g.op("ReduceSum", [blocks, g.const([-1])], keepdims=0)
         return self.block_sums_of[key]
 
     def embed_lookup(self) -> tuple[str, str | None]:
@@ -413,6 +434,8 @@ class _TargetBuilder:
 
     def lm_head(self, x: str, embed_name: str | None) -> str:
         cfg, g = self.cfg, self.g
+        if self.opts.bits and "lm_head.weight" in self.alias and EMBED in self.quant_rows:
+            return self.tied_quantized_lm_head(x)
         if self.opts.bits or not cfg.tie_word_embeddings or embed_name is None:
             return self.linear(x, ["lm_head"], "lm_head")
         # Tied fp32/fp16: reuse the embedding table through Gemm(transB=1) instead of a transposed copy.
@@ -420,6 +443,23 @@ class _TargetBuilder:
         y = g.op("Gemm", [flat, embed_name], transB=1, name="lm_head")
         out_shape = g.op("Concat", [g.op("Shape", ["input_ids"]), g.const([cfg.vocab_size])], axis=0)
         return g.op("Reshape", [y, out_shape])
+
+
+    def tied_quantized_lm_head(self, x: str) -> str:
+        """A tied model's lm_head over the embedding's own quantized table (stored once: reshaped into MatMulNBits'
+        layout, which ONNX Runtime folds when the session loads), minus its minimums where it has them."""
+        g, r = self.g, self.quant_rows[EMBED]
+        n_blocks = r.k // r.block_size
+        qweight = g.op("Reshape", [r.qweight, g.const([r.n, n_blocks, r.block_size * r.bits // 8])])
+        scales = g.op("Reshape", [r.scales, g.const([-1])])
+        zero_points = g.op("Reshape", [r.zero_points, g.const([-1])])
+        self.quant_rows["lm_head.weight"] = r
+        y = g.op("MatMulNBits", [x, qweight, scales, zero_points], domain=MS_DOMAIN, name="lm_head", K=r.k, N=r.n,
+                 bits=r.bits, block_size=r.block_size, accuracy_level=self.opts.int4_accuracy_level)
+        if not r.mins:
+            return y
+        mins_t = g.op("Transpose", [r.mins], perm=[1, 0])  # [n_blocks, V]
+        return g.op("Sub", [y, g.op("MatMul", [self.block_sums(x, r.block_size), mins_t])])
 
 
 def build_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions,

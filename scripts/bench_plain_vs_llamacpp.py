@@ -23,7 +23,7 @@ PROMPTS = ("Explain how a bicycle stays upright while moving.",
 
 def main() -> None:
     import specrt
-    from specrt.app.compare.environment import ensure_environment
+    from specrt.app.compare.systems import llama_cpp_python
     from specrt.app.compare.worker_client import WorkerProcess
     from specrt.runtime.sampling import SamplingParams
 
@@ -35,7 +35,7 @@ def main() -> None:
     args = ap.parse_args()
     engine = specrt.load(args.bundle, device="cpu")
     params = SamplingParams(max_new_tokens=args.tokens, stop_token_ids=())
-    python = ensure_environment("llama.cpp", ("llama-cpp-python==0.3.36",), log=lambda m: print(m, file=sys.stderr))
+    python = llama_cpp_python(log=lambda m: print(m, file=sys.stderr))
     script = Path(specrt.__file__).resolve().parents[1] / "app" / "compare" / "workers" / "llama_cpp_worker.py"
     worker = WorkerProcess(python, script, {"model": str(Path(args.gguf).resolve()), "threads": 2, "n_ctx": 2048},
                            Path("/tmp/specrt-llamacpp-worker.log"))

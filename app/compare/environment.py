@@ -12,6 +12,8 @@ pip succeeded.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import site
 import subprocess
 import sys
@@ -31,18 +33,23 @@ def system_dir(name: str) -> Path:
 
 
 def ensure_environment(name: str, requirements: tuple[str, ...], log, layered: bool = True,
-                       remove: tuple[str, ...] = ()) -> Path:
+                       remove: tuple[str, ...] = (), build_env: dict[str, str] | None = None) -> Path:
     """The Python of NAME's environment, with requirements installed (pip output in NAME/install.log).
     layered=False: a plain environment that sees none of specrt's packages (a system that pins its own torch
-    stack); remove: packages uninstalled after the install (what a system pulls in but cannot import)."""
+    stack); remove: packages uninstalled after the install (what a system pulls in but cannot import); build_env:
+    environment variables for pip's builds (a package compiled from source), recorded with what was installed, so
+    that other settings install again."""
     root = system_dir(name)
     python = root / "venv" / "bin" / "python"
     marker = root / "installed.json"
-    want = sorted(requirements) + [f"-{r}" for r in sorted(remove)] + ([] if layered else ["(not layered)"])
+    want = (sorted(requirements) + [f"-{r}" for r in sorted(remove)] + ([] if layered else ["(not layered)"])
+            + [f"{k}={v}" for k, v in sorted((build_env or {}).items())])
     if python.is_file() and marker.is_file() and json.loads(marker.read_text()).get("requirements") == want:
         if layered:  # specrt may run from another environment than the one this was first layered over
             _layer_over_running_python(python)
         return python
+    if build_env and python.is_file():  # built with other settings: a fresh environment, nothing kept
+        shutil.rmtree(root / "venv")
     root.mkdir(parents=True, exist_ok=True)
     log(f"installing {name} ({' '.join(want) or 'nothing extra'}) into {root / 'venv'} (first use only)")
     t0 = time.perf_counter()
@@ -55,7 +62,9 @@ def ensure_environment(name: str, requirements: tuple[str, ...], log, layered: b
     if requirements:
         with open(root / "install.log", "w") as logf:
             proc = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
-                                   *sorted(requirements)], stdout=logf, stderr=subprocess.STDOUT)
+                                   *(["--no-cache-dir"] if build_env else []),  # no wheel built with other flags
+                                   *sorted(requirements)], stdout=logf, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **(build_env or {})})
             if proc.returncode == 0 and remove:
                 proc = subprocess.run([str(python), "-m", "pip", "uninstall", "-y", *remove],
                                       stdout=logf, stderr=subprocess.STDOUT)

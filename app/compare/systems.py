@@ -157,10 +157,47 @@ def _composite(target: Path, draft: Path, out: Path) -> Path:
     return out
 
 
+LLAMA_CPP_REQUIREMENTS = ("llama-cpp-python==0.3.36",)  # builds llama.cpp from source on first install (minutes)
+# x86 instruction sets llama.cpp's CMake can enable one by one: /proc/cpuinfo flag -> option
+GGML_ISA_OPTIONS = (("avx", "GGML_AVX"), ("avx2", "GGML_AVX2"), ("bmi2", "GGML_BMI2"), ("fma", "GGML_FMA"),
+                    ("f16c", "GGML_F16C"), ("avx_vnni", "GGML_AVX_VNNI"), ("avx512f", "GGML_AVX512"),
+                    ("avx512vbmi", "GGML_AVX512_VBMI"), ("avx512_vnni", "GGML_AVX512_VNNI"),
+                    ("avx512_bf16", "GGML_AVX512_BF16"))
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def llama_cpp_build_env(flags: set[str] | None = None) -> dict[str, str]:
+    """How llama.cpp is compiled here. Its default (-march=native) emits AMX tile instructions on a CPU that
+    advertises AMX, and where the process is not granted AMX's state (a VM, a container, an older kernel) they trap
+    at the first matrix multiply (SIGILL). On such CPUs: every other instruction set the CPU has, AMX off."""
+    flags = cpu_flags() if flags is None else flags
+    if not any(f.startswith("amx") for f in flags):
+        return {}
+    options = ["-DGGML_NATIVE=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
+    options += [f"-D{option}=ON" for flag, option in GGML_ISA_OPTIONS if flag in flags]
+    return {"CMAKE_ARGS": " ".join(options)}
+
+
+def llama_cpp_python(log) -> Path:
+    """The Python of llama.cpp's environment (llama-cpp-python, built for this CPU as llama_cpp_build_env says)."""
+    return ensure_environment("llama.cpp", LLAMA_CPP_REQUIREMENTS, log, build_env=llama_cpp_build_env())
+
+
 class LlamaCpp(ExternalSystem):
     name = "llama.cpp"
-    requirements = ("llama-cpp-python==0.3.36",)  # builds llama.cpp from source on first install (minutes)
+    requirements = LLAMA_CPP_REQUIREMENTS
     worker = "llama_cpp_worker.py"
+
+    def python(self, log) -> Path:
+        return llama_cpp_python(log)
 
     def variants(self, group, groups, ctx, python):
         if group != preferred(groups, "int4"):

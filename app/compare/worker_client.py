@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from specrt.app.compare.environment import SystemUnavailable
+
+
+SIGNAL_MEANINGS = {
+    signal.SIGILL: "an illegal instruction: the system's build uses CPU instructions this process may not run (a "
+                   "native build's AMX or AVX-512 under a VM or container that does not grant them)",
+    signal.SIGSEGV: "a segmentation fault inside the system",
+    signal.SIGBUS: "a bus error (a memory-mapped model file changed or shrank while in use?)",
+    signal.SIGKILL: "SIGKILL (out of memory? the kernel's OOM killer sends it)",
+    signal.SIGABRT: "an abort inside the system (a failed assertion)",
+}
+
+
+def signal_meaning(number: int) -> str:
+    """'SIGILL (an illegal instruction: ...)' for a signal number."""
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+    meaning = SIGNAL_MEANINGS.get(number)
+    return f"{name} ({meaning})" if meaning and not meaning.startswith(name) else (meaning or name)
 
 
 @dataclass
@@ -33,6 +54,9 @@ class WorkerProcess:
         line = self.proc.stdout.readline()
         if not line:
             self.close()
+            code = self.proc.poll()
+            if code is not None and code < 0:  # killed by a signal: say which, and what it usually means
+                raise SystemUnavailable(f"worker killed by {signal_meaning(-code)} (log: {self.log_path})")
             tail = [x for x in self.log_path.read_text(errors="replace").splitlines() if x.strip()]
             raise SystemUnavailable(f"worker exited: {tail[-1].strip() if tail else 'no output'} (log: {self.log_path})")
         reply = json.loads(line)
