@@ -153,16 +153,11 @@ def walk_nodes(graph: onnx.GraphProto):
                 yield from walk_nodes(sub)
 
 
-INT8_ACTIVATION_ROUND = "int8_activations"  # name of the Round nodes that model MLAS's int8 activations
-
-
 def float_activation_twin(path: Path) -> Path:
     """A copy of an int4/int8 graph (beside it, sharing its data file) whose MatMulNBits and QMoE keep float
-    activations (and whose model of int8 activations, for GGUF minimums, keeps them too)."""
+    activations."""
     model = onnx.load(str(path), load_external_data=False)
     for node in walk_nodes(model.graph):
-        if node.op_type == "Round" and node.name.startswith(INT8_ACTIVATION_ROUND):
-            node.op_type = "Identity"
         if node.op_type in ("MatMulNBits", "QMoE"):
             for attr in node.attribute:
                 if attr.name == "accuracy_level":

@@ -152,9 +152,12 @@ def dequantize(qw: QuantWeight) -> np.ndarray:
     out = np.empty((qw.n, qw.k), dtype=np.float32)
     for lo in range(0, qw.n, ROW_CHUNK):
         hi = min(lo + ROW_CHUNK, qw.n)
-        q = _unpack(packed[lo:hi], qw.bits).astype(np.float32)  # [rows, n_blocks, block_size]
-        w = (q - zps[lo:hi, :, None]) * scales[lo:hi, :, None]
-        if mins is not None:
-            w -= mins[lo:hi, :, None]
+        if mins is None:
+            q = _unpack(packed[lo:hi], qw.bits).astype(np.float32)  # [rows, n_blocks, block_size]
+            w = (q - zps[lo:hi, :, None]) * scales[lo:hi, :, None]
+        else:  # the exact value of scale * (q - zp) - min (float64 holds it), rounded once to float32
+            q = _unpack(packed[lo:hi], qw.bits).astype(np.float64)
+            w = ((q - zps[lo:hi, :, None]) * scales[lo:hi, :, None].astype(np.float64)
+                 - mins[lo:hi, :, None].astype(np.float64)).astype(np.float32)
         out[lo:hi] = w.reshape(hi - lo, -1)[:, : qw.k]
     return out

@@ -35,7 +35,7 @@ from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
 from specrt.convert.moe_graph import sparse_moe
-from specrt.convert.onnx_graph import INT8_ACTIVATION_ROUND, MS_DOMAIN, ExternalData, GraphWriter
+from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
 from specrt.convert.quantize import (ROW_CHUNK, QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks,
                                      same_form)
 from specrt.models.gguf_exact import exact_from_ref
@@ -56,9 +56,6 @@ class GraphOptions:
     # the attention_min_rows input: at 2 every GroupQueryAttention runs at least two rows, so that one-token calls
     # round as multi-token ones do (convert/attention_rows.py; the KV cache needs one slot past max_context)
     attention_rows_input: bool = False
-    # GGUF minimums' block sums over x rounded as MLAS rounds activations at accuracy level 4 on the CPU (int8 per
-    # block, scale amax / 127), so that the minimums' term sees the x the quantized matmul saw (block_sums)
-    int8_activation_sums: bool = True
 
     @property
     def bits(self) -> int:
@@ -204,29 +201,11 @@ class _TargetBuilder:
         return self.g.op("Sub", [y, self.g.op("MatMul", [self.block_sums(x, q.block_size), mins_t])])
 
     def block_sums(self, x: str, block: int) -> str:
-        """x [B, S, K] -> the sums of its blocks of `block` features [B, S, K / block] (computed once per x).
-
-        At accuracy level 4 on the CPU, MatMulNBits multiplies by x rounded to int8 per block (MLAS: scale =
-        amax / 127, x * (127 / amax) rounded half to even); the sums are taken over that same rounded x, as
-        llama.cpp's bsums are over its Q8 activations. Against exact sums, the rounding error would otherwise meet
-        the whole uncentered s * q instead of the weight s * q - m (top-1 92 % instead of 97 % on a Q4_1 model,
-        docs/perf.md). The float-activation twin (convert/onnx_graph.py) turns the rounding off with the matmuls'."""
+        """x [B, S, K] -> the sums of its blocks of `block` features [B, S, K / block] (computed once per x)."""
         key = (x, block)
-        if key in self.block_sums_of:
-            return self.block_sums_of[key]
-        g = self.g
-        blocks = g.op("Reshape", [x, g.const([0, 0, -1, block])])  # [B, S, K / block, block]
-        if self.opts.int8_activation_sums and self.opts.int4_accuracy_level == 4:
-            amax = g.op("ReduceMax", [g.op("Abs", [blocks]), g.const([-1])], keepdims=1)  # [B, S, K / block, 1]
-            zero = g.op("Equal", [amax, g.const(0.0, dtype=self.dtype)])
-            inverse = g.op("Where", [zero, g.const(0.0, dtype=self.dtype),
-                                     g.op("Div", [g.const(127.0, dtype=self.dtype), amax])])
-            rounded = g.op("Round", [g.op("Mul", [blocks, inverse])], name=INT8_ACTIVATION_ROUND)
-            scale = g.op("Div", [amax, g.const(127.0, dtype=self.dtype)])
-            sums = g.op("Mul", [g.op("ReduceSum", [rounded, g.const([-1])], keepdims=1), scale])
-            self.block_sums_of[key] = g.op("Squeeze", [sums, g.const([-1])])
-        else:
-            self.block_sums_of[key] = g.op("ReduceSum", [blocks, g.const([-1])], keepdims=0)
+        if key not in self.block_sums_of:
+            blocks = self.g.op("Reshape", [x, self.g.const([0, 0, -1, block])])  # [B, S, K / block, block]
+            self.block_sums_of[key] = self.g.op("ReduceSum", [blocks, self.g.const([-1])], keepdims=0)
         return self.block_sums_of[key]
 
     def embed_lookup(self) -> tuple[str, str | None]:

@@ -7,6 +7,12 @@ minimum's contribution to x @ w^T is the block sums of x times the minimums, a s
 (convert/target_graph.py), so the weights stay llama.cpp's to the bit. Scales are the products ggml computes (an fp16
 d times a small integer sub-scale: exact in float32, not in fp16).
 
+Formats with a minimum (w = d * q + m) are centred: each block takes the integer zero point z nearest -m / d, and the
+minimum keeps only the rest, m' = -(m + z * d), where that rest is exact in float32 (else z = 0 and m' = -m). The
+weights are the same numbers; what changes is where MatMulNBits' int8 activations (accuracy level 4) err: against
+d * (q - z), as for specrt's own int4, instead of against the whole uncentred d * q (top-1 92 % -> 97 % on a Q4_1
+model, docs/perf.md).
+
 | format | bits | block | zero point | minimum |
 |---|---|---|---|---|
 | Q4_0 | 4 | 32 | 8 | - |
@@ -162,10 +168,24 @@ def exact_weight(qtype: str, raw: bytes, shape: tuple[int, int], name: str = "",
     zp = np.full((n, n_blocks + (n_blocks % 2 if form.bits == 4 else 0)), form.zero_point, np.uint8)
     if form.bits == 4 and n_blocks % 2:
         zp[:, -1] = 0  # the padding nibble, as quantize_blocks writes it
+    if mins is not None:
+        zp[:, :n_blocks], mins = _centred(scales, mins, 2 ** form.bits - 1)
     return QuantWeight(packed=_pack(q.reshape(n, n_blocks, form.block), form.bits),
                        scales=np.ascontiguousarray(scales, np.float32).reshape(-1),
                        zero_points=_pack(zp, form.bits).reshape(-1), n=n, k=k, block_size=form.block, bits=form.bits,
                        mins=None if mins is None else np.ascontiguousarray(mins, np.float32).reshape(-1))
+
+
+def _centred(scales: np.ndarray, mins: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per block (w = s * q - min): the zero point z nearest min / s within [0, top] and the rest min - z * s, where
+    that rest is exact in float32 (else z = 0 and the minimum as it was). Returns (z uint8, rest float32)."""
+    s64, m64 = scales.astype(np.float64), mins.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.clip(np.rint(np.where(s64 != 0, m64 / s64, 0.0)), 0, top)
+    rest = m64 - z * s64  # exact in float64: both terms are float32 numbers of few significant bits
+    exact = rest.astype(np.float32).astype(np.float64) == rest
+    z = np.where(exact, z, 0)
+    return z.astype(np.uint8), np.where(exact, rest, m64).astype(np.float32)
 
 
 def exact_from_ref(ref) -> QuantWeight | None:
@@ -193,9 +213,11 @@ def _reordered(qw: QuantWeight, reorder) -> QuantWeight | None:
 
     scales = spread(qw.scales)
     mins = spread(qw.mins) if qw.mins is not None else None
-    zps = _unpack(qw.zero_points.reshape(n, -1), qw.bits)[:, :nb]
-    if scales is None or (qw.mins is not None and mins is None) or not (zps == zps[0, 0]).all():
+    zps = spread(_unpack(qw.zero_points.reshape(n, -1), qw.bits)[:, :nb])
+    if scales is None or zps is None or (qw.mins is not None and mins is None):
         return None
+    zp = np.zeros((n, -(-nb * qw.bits // 8) * 8 // qw.bits), np.uint8)
+    zp[:, :nb] = zps
     return QuantWeight(packed=_pack(q.reshape(n, nb, block), qw.bits), scales=scales.reshape(-1),
-                       zero_points=qw.zero_points, n=n, k=qw.k, block_size=block, bits=qw.bits,
+                       zero_points=_pack(zp, qw.bits).reshape(-1), n=n, k=qw.k, block_size=block, bits=qw.bits,
                        mins=None if mins is None else mins.reshape(-1))
