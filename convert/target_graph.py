@@ -413,7 +413,7 @@ class _TargetBuilder:
 
     def lm_head(self, x: str, embed_name: str | None) -> str:
         cfg, g = self.cfg, self.g
-        if self.opts.bits and "lm_head.weight" in self.alias and EMBED in self.quant_rows:
+        if self.opts.bits and EMBED in self.quant_rows and self.lm_head_is_the_embedding():
             return self.tied_quantized_lm_head(x)
         if self.opts.bits or not cfg.tie_word_embeddings or embed_name is None:
             return self.linear(x, ["lm_head"], "lm_head")
@@ -423,6 +423,12 @@ class _TargetBuilder:
         out_shape = g.op("Concat", [g.op("Shape", ["input_ids"]), g.const([cfg.vocab_size])], axis=0)
         return g.op("Reshape", [y, out_shape])
 
+
+    def lm_head_is_the_embedding(self) -> bool:
+        """Tied: the weights have no lm_head of their own (or were quantized with the embedding's table as it)."""
+        if "lm_head.weight" in self.quantized:
+            return self.quantized["lm_head.weight"] is self.quantized.get(EMBED)
+        return "lm_head.weight" in self.alias
 
     def tied_quantized_lm_head(self, x: str) -> str:
         """A tied model's lm_head over the embedding's own quantized table (stored once: reshaped into MatMulNBits'
