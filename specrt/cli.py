@@ -68,10 +68,10 @@ def cli():
 @cli.command()
 @click.argument("source")
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="bundle folder to create")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8", "int4", "gguf"]), default="fp32",
-              show_default=True,
-              help="int8 / int4: block-quantized weights (MatMulNBits, int8 activations); int8 stays closest to fp32, "
-                   "int4 is fastest; gguf (a .gguf source): its own quantized weights, exactly as llama.cpp runs them")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8", "int4", "gguf"]), default=None,
+              help="gguf (a .gguf source or catalog name): the file's own quantized weights, exactly as llama.cpp runs "
+                   "them; int8 / int4: block-quantized again (MatMulNBits, int8 activations), int4 is fastest; fp32 / "
+                   "fp16: float [default: gguf for a quantized GGUF, else fp32]")
 @click.option("--max-context", type=int, default=None, help="KV cache length (default: min(model limit, 4096))")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "rocm"]), default="cpu", show_default=True,
               help="device the bundle is built and validated for")
@@ -109,6 +109,10 @@ def convert(source, output, precision, max_context, device, hidden_layers, int4_
     except ValueError:
         raise SpecrtError(f"--hidden-layers must be comma-separated integers, got {hidden_layers!r}") from None
     block = int(int4_block_size) if int4_block_size else CATALOG[source].int4_block_size if source in CATALOG else 32
+    if precision is None:
+        from specrt.convert.sources import default_precision
+
+        precision = default_precision(source)
     opts = ConvertOptions(precision=precision, max_context=max_context, device=device, force=force, hidden_layers=layers,
                           drafter=drafter, int4_block_size=block,
                           draft_vocab=catalog_draft_vocab(source, drafter) if draft_vocab is None else draft_vocab)
@@ -215,8 +219,8 @@ sampling_options = [
                       f"confidence head; A+B to mix), none for plain decoding, or auto: every drafter the bundle has, "
                       f"mixed with ngram, each step drafting with what measurably pays on this machine, or nothing"),
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True),
-    click.option("--precision", type=click.Choice(["fp32", "int8", "int4"]), default="int4", show_default=True,
-                 help="precision a catalog model is converted to on first use"),
+    click.option("--precision", type=click.Choice(["fp32", "int8", "int4", "gguf"]), default="int4", show_default=True,
+                 help="precision a catalog model is converted to on first use (gguf: its GGUF's own weights, exactly)"),
     click.option("--batch-invariant/--no-batch-invariant", default=None,
                  help="feed >= 2 tokens per target call: int4/int8 greedy output then equals with and without a "
                       "drafter bit for bit; plain steps cost more [default: off]"),
@@ -298,7 +302,7 @@ def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter
 @click.option("--limit", type=int, default=None, help="first N prompts of each set only")
 @click.option("--max-new-tokens", type=int, default=128, show_default=True)
 @click.option("--drafter", "drafters", multiple=True, help="drafter to compare with plain decoding (repeatable)")
-@click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "int8", "int4"]),
+@click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "int8", "int4", "gguf"]),
               help="precision(s) of a catalog model (repeatable; default int4)")
 @click.option("--compare", "compare", multiple=True,
               help="another system on the same prompts: onnxruntime-genai | llama.cpp | openvino | transformers | optimum "
@@ -373,8 +377,8 @@ def _write_atomic(path: Path, text: str) -> None:
 @click.option("--drafter", default="auto", show_default=True,
               help="auto (what pays among the bundle's drafters and ngram), none, or a drafter as for generate")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
-@click.option("--precision", type=click.Choice(["fp32", "int8", "int4"]), default="int4", show_default=True,
-              help="precision a catalog model is converted to on first use")
+@click.option("--precision", type=click.Choice(["fp32", "int8", "int4", "gguf"]), default="int4", show_default=True,
+              help="precision a catalog model is converted to on first use (gguf: its GGUF's own weights, exactly)")
 @click.option("--api-key", default=None, envvar="SPECRT_API_KEY",
               help="require Authorization: Bearer KEY on every request (or set SPECRT_API_KEY)")
 @click.option("--queue-size", type=int, default=16, show_default=True,

@@ -188,3 +188,20 @@ def test_gguf_precision_needs_a_gguf_source(tmp_path, capsys):
     source = save_tiny_bundle_source("llama", tmp_path / "hf")
     assert_refused_in_one_line(["convert", str(source), "-o", str(tmp_path / "out"), "--precision", "gguf"],
                                tmp_path / "out", capsys, "--precision gguf keeps a GGUF file's own quantized weights")
+
+
+def test_convert_keeps_a_quantized_ggufs_weights_by_default(mixed_gguf, tmp_path):
+    """No --precision: a quantized GGUF converts as gguf (its own weights), a float GGUF and an HF folder as fp32."""
+    from specrt.convert.sources import default_precision
+    from tests.tiny_models import save_tiny_bundle_source
+
+    path, config, _ = mixed_gguf
+    assert default_precision(str(path)) == "gguf"
+    assert default_precision("smollm2-135m-instruct") == "gguf"  # a catalog model: a Q4_1 GGUF
+    floats = tmp_path / "f32.gguf"
+    import transformers as tf
+
+    weights = {k: v.detach().numpy() for k, v in tf.LlamaForCausalLM(config).state_dict().items()}
+    write_gguf(floats, "llama", config, weights, lambda name, w: (w, None))
+    assert default_precision(str(floats)) == "fp32"
+    assert default_precision(str(save_tiny_bundle_source("llama", tmp_path / "hf"))) == "fp32"
