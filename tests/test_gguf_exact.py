@@ -205,3 +205,50 @@ def test_convert_keeps_a_quantized_ggufs_weights_by_default(mixed_gguf, tmp_path
     write_gguf(floats, "llama", config, weights, lambda name, w: (w, None))
     assert default_precision(str(floats)) == "fp32"
     assert default_precision(str(save_tiny_bundle_source("llama", tmp_path / "hf"))) == "fp32"
+
+
+def test_a_quantized_qwen35_gguf_keeps_its_blocks_through_llama_cpps_reordering(tmp_path):
+    """llama.cpp's qwen35 layout reorders value heads (rows of attn_qkv and attn_gate, columns of ssm_out): the
+    blocks follow, so the graph's weights are the file's dequantized weights in HF's order, bit for bit; the bundle
+    validates and speculates with its MTP module exactly as plain decoding."""
+    import gguf
+
+    import specrt
+    from specrt.cli import main
+    from specrt.convert.quantize import dequantize
+    from specrt.convert.target_graph import GraphOptions, write_target_graph
+    from specrt.models.config import config_from_hf
+    from specrt.models.gguf_loader import load_gguf
+    from specrt.runtime.sampling import SamplingParams
+    from tests.gguf_writer import write_qwen35_gguf
+    from tests.test_qwen3_5 import random_mtp_tensors
+    from tests.tiny_models import hf_model
+
+    model = hf_model("qwen3_5_text_heads32")  # heads of whole blocks, as the published 128 columns are
+    hf = model.config.to_dict()
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    weights.update(random_mtp_tensors("qwen3_next", config_from_hf(hf), 1))
+
+    def encode(name, data):  # every matrix whose rows are whole Q8_0 blocks: Q8_0
+        if data.ndim == 2 and data.shape[1] % 32 == 0:
+            return gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0
+        return data, None
+
+    path = tmp_path / "q.gguf"
+    write_qwen35_gguf(path, hf, weights, ["<|endoftext|>"] + list(WORDS[1:97]), eos=4, mtp_layers=1, encode=encode)
+    got, loaded, _ = load_gguf(path)
+    written = write_target_graph(config_from_hf(got), loaded, GraphOptions(precision="gguf", attention_rows_input=True),
+                                 tmp_path, "t")
+    reordered = [n for n in written.quant_rows if "in_proj_qkv" in n or "out_proj" in n]
+    assert reordered and not written.gguf_requantized
+    for name in written.quant_rows:
+        assert np.array_equal(dequantize(written.quantized(name)), loaded[name]), name
+    out = tmp_path / "bundle"
+    assert main(["convert", str(path), "-o", str(out), "--max-context", "128", "--drafter", "mtp"]) == 0
+    engine = specrt.load(str(out), device="cpu", drafter="mtp", batch_invariant=True)
+    assert engine.manifest.target.precision == "gguf"
+    engine.adaptive = False
+    params = SamplingParams(max_new_tokens=24, stop_token_ids=())
+    plain = engine.generate("the cat and the dog", params, drafter=None).wait()
+    spec = engine.generate("the cat and the dog", params).wait()
+    assert spec.token_ids == plain.token_ids and sum(spec.stats.drafted_by_position) > 0

@@ -56,6 +56,8 @@ def hf_config(arch: str):
                                num_experts_per_tok=2, sliding_window=4, tie_word_embeddings=False)
     if arch == "qwen3_5_text":
         return tf.Qwen3_5TextConfig(**QWEN3_5_TEXT)
+    if arch == "qwen3_5_text_heads32":  # value heads of 32 columns: whole quantization blocks (test_gguf_exact)
+        return tf.Qwen3_5TextConfig(**dict(QWEN3_5_TEXT, linear_value_head_dim=32))
     if arch == "qwen3_5_moe_text":
         return tf.Qwen3_5MoeTextConfig(**QWEN3_5_MOE_TEXT)
     vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=4,
