@@ -157,9 +157,26 @@ def check_header(path: Path) -> None:
                 shape = struct.unpack_from(f"<{dims}Q", data, pos + 4)
                 if not all(1 <= d <= 1 << 40 for d in shape) or math.prod(shape) > 1 << 42:
                     raise SourceError(f"{path}: tensor {name} has an impossible shape {list(shape)}")
+                (qtype,) = struct.unpack_from("<I", data, pos + 4 + 8 * dims)
+                _check_type_and_rows(path, name, qtype, shape)
                 pos += 4 + 8 * dims + 12
         finally:
             data.close()
+
+
+def _check_type_and_rows(path: Path, name: str, qtype: int, shape: tuple[int, ...]) -> None:
+    """A tensor's storage type must be one ggml knows, and its rows (the first, fastest dimension) whole blocks
+    of it: else a SourceError naming the tensor and the type."""
+    import gguf
+
+    try:
+        kind = gguf.GGMLQuantizationType(qtype)
+    except ValueError:
+        raise SourceError(f"{path}: tensor {name} has an unknown GGML type {qtype}") from None
+    block = gguf.GGML_QUANT_SIZES[kind][0]
+    if shape[0] % block:
+        raise SourceError(f"{path}: tensor {name} ({kind.name}) has rows of {shape[0]} weights, not whole "
+                          f"{kind.name} blocks of {block}")
 
 
 def open_gguf(path: Path):
@@ -191,7 +208,8 @@ def open_gguf(path: Path):
         raise SourceError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from None
     size = file_size(path)
     for t in reader.tensors:
-        check_inside(TensorRef(t.name, Path(path), int(t.data_offset), int(t.n_bytes), (), None), size)
+        check_inside(TensorRef(t.name, Path(path), int(t.data_offset), int(t.n_bytes), (), None,
+                               gguf_type=t.tensor_type.name), size)
     return reader
 
 

@@ -160,7 +160,8 @@ def file_size(path: Path) -> int:
 def check_inside(ref: TensorRef, size: int) -> None:
     """A tensor whose bytes run past its file's end (a truncated download) is found before conversion starts."""
     if ref.offset + ref.nbytes > size:
-        raise SourceError(f"{ref.file}: tensor {ref.name} runs past the end of the file "
+        stored = f" ({ref.gguf_type or ref.dtype})" if ref.gguf_type or ref.dtype else ""
+        raise SourceError(f"{ref.file}: tensor {ref.name}{stored} runs past the end of the file "
                           f"(needs bytes up to {ref.offset + ref.nbytes}, the file has {size}: truncated?)")
 
 

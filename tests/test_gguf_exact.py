@@ -252,3 +252,29 @@ def test_a_quantized_qwen35_gguf_keeps_its_blocks_through_llama_cpps_reordering(
     plain = engine.generate("the cat and the dog", params, drafter=None).wait()
     spec = engine.generate("the cat and the dog", params).wait()
     assert spec.token_ids == plain.token_ids and sum(spec.stats.drafted_by_position) > 0
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("type", r"tensor blk\.0\.attn_q\.weight has an unknown GGML type 99"),
+    ("rows", r"tensor blk\.0\.attn_q\.weight \(Q4_K\) has rows of 200 weights, not whole Q4_K blocks of 256"),
+    ("truncated", r"tensor output\.weight \(Q5_1\) runs past the end of the file"),
+])
+def test_a_damaged_quantized_tensor_is_named_with_its_type(mixed_gguf, tmp_path, capsys, damage, message):
+    import struct
+
+    from tests.tiny_models import assert_refused_in_one_line
+
+    data = bytearray(mixed_gguf[0].read_bytes())
+    name = b"blk.0.attn_q.weight"
+    at = data.index(name) + len(name)  # then: dimensions (u32), each dimension (u64), type (u32), offset (u64)
+    dims = struct.unpack_from("<I", data, at)[0]
+    if damage == "type":
+        struct.pack_into("<I", data, at + 4 + 8 * dims, 99)
+    elif damage == "rows":
+        struct.pack_into("<Q", data, at + 4, 200)
+    else:
+        del data[-4000:]
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    assert_refused_in_one_line(["convert", str(bad), "-o", str(out), "--precision", "gguf"], out, capsys, message)
