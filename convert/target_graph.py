@@ -15,10 +15,13 @@ outputs  logits [B, S, V] float32 (every input position), present.{i}.key|value 
 
 Per layer: SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, one fused QKV MatMul,
 GroupQueryAttention with rotary inside (explicit position_ids, so tree tokens get their depth; target graphs
-also take attention_min_rows [1] int64, convert/attention_rows.py) and a past/present buffer that the runtime
-binds to one OrtValue (the cache is written in place, never copied), one fused gate/up MatMul. int4 and int8 turn
-every projection and the lm_head into MatMulNBits (4 or 8 bits a weight), and the embedding table into a
-GatherBlockQuantized over the same blocks (where the width is a whole number of blocks).
+also take attention_min_rows [1] int64, convert/attention_rows.py; MoE graphs experts_token_by_token [1] int64,
+convert/moe_graph.py) and a past/present buffer that the runtime binds to one OrtValue (the cache is written in
+place, never copied), one fused gate/up MatMul. int4 and int8 turn every projection and the lm_head into
+MatMulNBits (4 or 8 bits a weight), and the embedding table into a GatherBlockQuantized over the same blocks (where
+the width is a whole number of blocks); a tied lm_head reads that same table. gguf does the same with a GGUF's own
+blocks (models/gguf_exact.py), each weight in its file's format, minus the block-sum correction of the formats with
+a minimum.
 """
 
 from __future__ import annotations
@@ -422,7 +425,6 @@ class _TargetBuilder:
         y = g.op("Gemm", [flat, embed_name], transB=1, name="lm_head")
         out_shape = g.op("Concat", [g.op("Shape", ["input_ids"]), g.const([cfg.vocab_size])], axis=0)
         return g.op("Reshape", [y, out_shape])
-
 
     def lm_head_is_the_embedding(self) -> bool:
         """Tied: the weights have no lm_head of their own (or were quantized with the embedding's table as it)."""
