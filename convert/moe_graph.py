@@ -27,7 +27,6 @@ token's contributions follows its own routing only: bitwise the same in any call
 from __future__ import annotations
 
 import numpy as np
-
 from onnx import TensorProto, helper
 
 from specrt.convert.onnx_graph import MS_DOMAIN

@@ -165,6 +165,7 @@ def test_a_gguf_bundle_validates_and_speculates_exactly(mixed_gguf, tmp_path, ca
     assert manifest["target"]["precision"] == "gguf"
     validation = manifest["provenance"]["validation"]
     assert validation["quantized_reference"]["top1_agreement"] == 1.0  # the graph == torch on the same weights
+    assert validation["gguf_requantized"] == {"IQ4_NL": 1}  # the one weight with no exact form, by type
     engine = specrt.load(str(out), device="cpu", drafter="ngram", batch_invariant=True)
     params = SamplingParams(max_new_tokens=24, stop_token_ids=())
     for prompt in ("the cat and the dog and the cat and the dog", "a man in the house of the world"):
