@@ -142,11 +142,9 @@ def unpack_blocks(qtype: str, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarra
     raise SourceError(f"GGUF type {qtype} has no exact form")
 
 
-def exact_weight(qtype: str, raw: bytes, shape: tuple[int, int], name: str = "",
-                 rows: np.ndarray | None = None) -> QuantWeight:
+def exact_weight(qtype: str, raw: bytes, shape: tuple[int, int], name: str = "") -> QuantWeight:
     """A GGUF matrix [N, K] (numpy order: rows of K weights) of a FORMS type -> the QuantWeight that MatMulNBits
-    multiplies by exactly, with its minimums where the format has them; `rows` reorders the rows (a converter's
-    row permutation to undo)."""
+    multiplies by exactly, with its minimums (the rest of them, blocks centred) where the format has them."""
     form = FORMS.get(qtype)
     if form is None:
         raise SourceError(f"tensor {name}: GGUF type {qtype} has no exact form")
@@ -161,9 +159,6 @@ def exact_weight(qtype: str, raw: bytes, shape: tuple[int, int], name: str = "",
     q, scales, mins = unpack_blocks(qtype, blocks)
     q, scales = q.reshape(n, k), scales.reshape(n, -1)
     mins = mins.reshape(n, -1) if mins is not None else None
-    if rows is not None:
-        q, scales = q[rows], scales[rows]
-        mins = mins[rows] if mins is not None else None
     n_blocks = k // form.block
     zp = np.full((n, n_blocks + (n_blocks % 2 if form.bits == 4 else 0)), form.zero_point, np.uint8)
     if form.bits == 4 and n_blocks % 2:
