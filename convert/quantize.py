@@ -31,7 +31,7 @@ class QuantWeight:
     block_size: int
     bits: int = 4
     # a per-block minimum [N * n_blocks] float32, subtracted after scaling (GGUF formats such as Q4_K: w = scale *
-    # (q - zero_point) - min; models/gguf_exact.py); None for specrt's own quantization
+    # (q - zero_point) - min; convert/gguf_exact.py); None for specrt's own quantization
     mins: np.ndarray | None = None
 
 

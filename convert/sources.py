@@ -52,7 +52,7 @@ def default_precision(source: str) -> str:
     path = Path(source).expanduser()
     if not (path.is_file() and path.suffix.lower() == ".gguf"):
         return "fp32"
-    from specrt.models.gguf_exact import FORMS
+    from specrt.convert.gguf_exact import FORMS
     from specrt.models.gguf_loader import open_gguf
 
     reader = open_gguf(path)

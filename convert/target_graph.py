@@ -20,7 +20,7 @@ convert/moe_graph.py) and a past/present buffer that the runtime binds to one Or
 place, never copied), one fused gate/up MatMul. int4 and int8 turn every projection and the lm_head into
 MatMulNBits (4 or 8 bits a weight), and the embedding table into a GatherBlockQuantized over the same blocks (where
 the width is a whole number of blocks); a tied lm_head reads that same table. gguf does the same with a GGUF's own
-blocks (models/gguf_exact.py), each weight in its file's format, minus the block-sum correction of the formats with
+blocks (convert/gguf_exact.py), each weight in its file's format, minus the block-sum correction of the formats with
 a minimum.
 """
 
@@ -36,12 +36,12 @@ from onnx import TensorProto
 
 from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
+from specrt.convert.gguf_exact import exact_from_ref
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
 from specrt.convert.moe_graph import sparse_moe
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
 from specrt.convert.quantize import (ROW_CHUNK, QuantWeight, concat_rows, dequantize, is_projection, quantize_blocks,
                                      same_form)
-from specrt.models.gguf_exact import exact_from_ref
 from specrt.models.config import ModelConfig
 from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 

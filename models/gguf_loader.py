@@ -19,7 +19,7 @@ from specrt.models import gguf_qwen35
 from specrt.models.tensor_source import LazyWeights, TensorRef, check_inside, file_size
 
 # MXFP4: gpt-oss's experts; the IQ ("i-quant") types: dequantized by gguf-py as ggml does (read as float; under
-# --precision gguf quantized again to 8 bits, the nearest form MatMulNBits has for them: models/gguf_exact.py)
+# --precision gguf quantized again to 8 bits, the nearest form MatMulNBits has for them: convert/gguf_exact.py)
 SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K",
                          "MXFP4", "IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_S", "IQ1_M")
 

@@ -170,7 +170,7 @@ class Manifest:
 
 
 MAX_CONTEXT = 1 << 20  # tokens: no real model's context is longer
-# gguf: a GGUF source's own quantized weights, exactly (models/gguf_exact.py), in 4 or 8 bits by tensor
+# gguf: a GGUF source's own quantized weights, exactly (convert/gguf_exact.py), in 4 or 8 bits by tensor
 PRECISIONS = ("fp32", "fp16", "int4", "int8", "gguf")
 # A target graph input, [1] int64: the fewest rows its attentions run (2 pads a one-token call inside the attention,
 # so that it rounds as a multi-token call does: convert/attention_rows.py). Graphs written before it lack it.

@@ -1,4 +1,4 @@
-"""--precision gguf: a GGUF's own quantized blocks carried into MatMulNBits exactly (models/gguf_exact.py), held to
+"""--precision gguf: a GGUF's own quantized blocks carried into MatMulNBits exactly (convert/gguf_exact.py), held to
 gguf-py's dequantization (which matches ggml's C code) bit for bit."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specrt.models.gguf_exact import FORMS, exact_weight
+from specrt.convert.gguf_exact import FORMS, exact_weight
 from tests.gguf_writer import write_gguf
 from tests.tiny_models import WORDS
 
