@@ -108,6 +108,7 @@ class Engine:
         self.thinking: bool | None = None
         # gpt-oss: "low" | "medium" | "high" sets the template's reasoning_effort; None: its default
         self.reasoning_effort: str | None = None
+        self._grammar_tokenizer = None  # the tokenizer as the grammar engine reads it (runtime/constraint.py)
 
     # -- prompts -------------------------------------------------------------------------------
     def template_variables(self, thinking: bool | None = None, reasoning_effort: str | None = None) -> dict:
@@ -171,24 +172,38 @@ class Engine:
 
     # -- generation ----------------------------------------------------------------------------
     def generate(self, prompt, params: SamplingParams | None = None, *, system: str | None = None,
-                 raw: bool = False, wait: bool = True, drafter="default", ids: list[int] | None = None) -> Generation:
+                 raw: bool = False, wait: bool = True, drafter="default", ids: list[int] | None = None,
+                 response_format: dict | None = None) -> Generation:
         """drafter: "default" (the engine's), None (plain decoding) or a Drafter (runtime/drafter.py). ids: the
-        prompt's token ids where the caller already has them (prompt_ids of the same prompt): not encoded again."""
+        prompt's token ids where the caller already has them (prompt_ids of the same prompt): not encoded again.
+        response_format: OpenAI's {"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema": S}}:
+        the output is constrained to it (runtime/constraint.py; needs specrt[grammar])."""
         params = params or SamplingParams()
+        constraint = self.output_constraint(response_format, params) if response_format is not None else None
         ids = list(ids) if ids is not None else self.prompt_ids(prompt, system=system, raw=raw)
         if len(ids) >= self.max_context:
             raise ContextOverflowError(
                 f"prompt has {len(ids)} tokens; the bundle's context is {self.max_context} (convert with a larger --max-context)"
             )
         gen = Generation(iter(()))
-        gen._chunks = self._run(ids, params, gen, wait, self.drafter if drafter == "default" else drafter)
+        gen._chunks = self._run(ids, params, gen, wait, self.drafter if drafter == "default" else drafter, constraint)
         return gen
 
-    def _run(self, ids: list[int], params: SamplingParams, gen: Generation, wait: bool, drafter):
+    def output_constraint(self, response_format: dict, params: SamplingParams):
+        """A fresh grammar state for one generation's output (ConstraintError for a format it cannot compile)."""
+        from specrt.runtime.constraint import GrammarTokenizer, OutputConstraint
+
+        grammar = OutputConstraint.grammar_for(response_format)
+        if self._grammar_tokenizer is None:
+            self._grammar_tokenizer = GrammarTokenizer(self.bundle_dir / "tokenizer.json", self.manifest.vocab_size,
+                                                       self.stop_ids)
+        return OutputConstraint(self._grammar_tokenizer, grammar)
+
+    def _run(self, ids: list[int], params: SamplingParams, gen: Generation, wait: bool, drafter, constraint=None):
         if not self._lock.acquire(blocking=wait):
             raise EngineBusyError("another generation is running on this engine")
         try:
-            yield from self._decode(ids, params, gen, drafter)
+            yield from self._decode(ids, params, gen, drafter, constraint)
         finally:
             self._lock.release()
 
@@ -248,22 +263,24 @@ class Engine:
         capacity of a call's tokens (the pending token and capacity - 1 drafts); None: no limit."""
         return self.manifest.states.capacity - 1 if self.manifest.states is not None else None
 
-    def _stepper(self, params: SamplingParams, drafter: Drafter | None):
+    def _stepper(self, params: SamplingParams, drafter: Drafter | None, constraint=None):
         if drafter is None:
-            return PlainStepper(self, params)
+            return PlainStepper(self, params, constraint)
         limit = self.draft_limit or 1 << 30
         if self.draft_length is not None:
-            return SpeculativeStepper(self, params, drafter, max_draft=min(self.draft_length, limit), adaptive=False)
+            return SpeculativeStepper(self, params, drafter, max_draft=min(self.draft_length, limit), adaptive=False,
+                                      constraint=constraint)
         max_draft = drafter.max_draft or self.max_draft  # a tree drafter asks for more nodes
-        return SpeculativeStepper(self, params, drafter, max_draft=min(max_draft, limit), adaptive=self.adaptive)
+        return SpeculativeStepper(self, params, drafter, max_draft=min(max_draft, limit), adaptive=self.adaptive,
+                                  constraint=constraint)
 
-    def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None):
+    def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None, constraint=None):
         t0 = time.perf_counter()
         stop_ids = self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids)
         logits, reused = self._prefill(ids)
         if drafter is not None:
             drafter.prefill(ids)  # a draft model reads the prompt too: part of the time to first token
-        stepper = self._stepper(params, drafter)  # calibrates the call costs on first use: before the first token
+        stepper = self._stepper(params, drafter, constraint)  # calibrates the call costs on first use: before the first token
         t_first = time.perf_counter()
         decoder = StreamDecoder(self.tokenizer.tok, skip_special_tokens=not self.tokenizer.harmony)
         stops = StopStringFilter(params.stop)

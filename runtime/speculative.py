@@ -38,16 +38,24 @@ class StepStats:
 
 
 class PlainStepper:
-    """One target call per token."""
+    """One target call per token (each chosen among the tokens the output constraint allows, if there is one)."""
 
     name = "none"
 
-    def __init__(self, engine, params: SamplingParams):
+    def __init__(self, engine, params: SamplingParams, constraint=None):
         self.engine, self.sampler, self.stats = engine, Sampler(params), StepStats()
+        self.constraint = constraint  # runtime/constraint.OutputConstraint, or None
         self.pending: int | None = None
 
+    def _choose(self, logits: np.ndarray) -> int:  # logits [V]
+        if self.constraint is None:
+            return self.sampler(logits)
+        token = self.sampler(self.constraint.mask(logits))
+        self.constraint.consume([token])
+        return token
+
     def first(self, logits: np.ndarray) -> list[int]:  # logits [V] after the prompt
-        self.pending = self.sampler(logits)
+        self.pending = self._choose(logits)
         return [self.pending]
 
     def step(self, budget: int) -> list[int]:
@@ -56,7 +64,7 @@ class PlainStepper:
         self.last_call_seconds = time.perf_counter() - t
         self.stats.verify_seconds += self.last_call_seconds
         self.stats.target_calls += 1
-        self.pending = self.sampler(logits)
+        self.pending = self._choose(logits)
         return [self.pending]
 
     def finish(self) -> None:
@@ -80,11 +88,22 @@ def tree_bias(draft: Draft, past: int) -> np.ndarray:
     return full
 
 
+def _masked(logits, allowed: np.ndarray):
+    """logits [n, V] (numpy, or a torch tensor on the device) with what allowed [n, V] forbids at -inf."""
+    if isinstance(logits, np.ndarray):
+        return np.where(allowed[:, :logits.shape[-1]], logits, -np.inf).astype(logits.dtype, copy=False)
+    import torch
+
+    keep = torch.from_numpy(allowed[:, :logits.shape[-1]]).to(logits.device)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
 class SpeculativeStepper(PlainStepper):
     """Draft (as long as the adaptive controller says pays), verify in one target call, commit the path."""
 
-    def __init__(self, engine, params: SamplingParams, drafter: Drafter, max_draft: int = 4, adaptive: bool = True):
-        super().__init__(engine, params)
+    def __init__(self, engine, params: SamplingParams, drafter: Drafter, max_draft: int = 4, adaptive: bool = True,
+                 constraint=None):
+        super().__init__(engine, params, constraint)
         self.drafter, self.params, self.max_draft = drafter, params, max_draft
         self.members = drafter.members  # a mix's members, else the drafter itself
         # the target's call costs, calibrated on this machine: one table for every member (runtime/pays.py)
@@ -166,6 +185,13 @@ class SpeculativeStepper(PlainStepper):
         if proposal is None:
             return self._plain(budget)
         member, draft, drafting, behind = proposal
+        masks = None
+        if self.constraint is not None:  # cut the draft where the grammar forbids it; a tree is not walked
+            kept, masks = self.constraint.walk(draft.tokens) if draft.is_chain() else (0, None)
+            if kept == 0:
+                return self._plain(budget)
+            if kept < len(draft):
+                draft = Draft.chain(draft.tokens[:kept], None if draft.probs is None else draft.probs[:kept])
         base = self.engine.target.length
         tokens = [self.pending, *draft.tokens.tolist()]
         depths = draft.depths()
@@ -176,6 +202,8 @@ class SpeculativeStepper(PlainStepper):
             positions = base + np.concatenate([[0], depths])[None]
             logits = self.engine.feed(tokens, position_ids=positions, attention_bias=tree_bias(draft, base),
                                       device_logits=on_device)
+        if masks is not None:  # every position's logits as the grammar allows them after the draft before it
+            logits = _masked(logits, np.stack(masks))
         t2 = time.perf_counter()
         verdict = (verify_on_device if on_device else verify)(draft, logits, self.params, self.sampler.rng)
         self.stats.verify_seconds += time.perf_counter() - t1
@@ -196,7 +224,10 @@ class SpeculativeStepper(PlainStepper):
             controller.observe_catchup(behind, catchup)
             controller.observe_draft(depth, len(verdict.accepted), drafting - catchup, len(draft))
         self.pending = verdict.next_token
-        return [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]
+        out = [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]
+        if self.constraint is not None:
+            self.constraint.consume(out)
+        return out
 
     def _count(self, depth: int, accepted: int) -> None:
         """Per draft depth: how many steps drafted that deep, and how many accepted that far."""

@@ -1,0 +1,112 @@
+"""Constrained output: a grammar (a JSON schema, any JSON object) decides which tokens may come next.
+
+The engine llguidance (the optional extra `specrt[grammar]`; docs/research-grammar-engines.md for why) keeps the
+grammar's state over the output tokens. Plain decoding masks each step's logits to the allowed tokens before
+choosing. Speculative decoding walks the draft through the grammar first: a draft token the grammar forbids cuts
+the draft there (it could never be accepted), and every verified position's logits are masked with the grammar's
+state after the draft tokens before it, so the verifier picks from the constrained distribution, exactly what
+plain constrained decoding picks from (runtime/speculative.py). The state then advances by the tokens kept.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from specrt.errors import SpecrtError
+
+
+class ConstraintError(SpecrtError):
+    """A grammar or schema that cannot be used (named in one line)."""
+
+
+def _llguidance():
+    try:
+        import llguidance
+        import llguidance.numpy  # noqa: F401  (the bitmask helpers)
+    except ImportError:
+        raise ConstraintError("constrained output needs the grammar engine: pip install 'specrt[grammar]'") from None
+    return llguidance
+
+
+class GrammarTokenizer:
+    """A bundle's tokenizer as the grammar engine reads it (built once per bundle: about a second at 150k tokens)."""
+
+    def __init__(self, tokenizer_json: Path, vocab_size: int, stop_ids):
+        llguidance = _llguidance()
+        self.vocab_size = vocab_size
+        self.tokenizer = llguidance.LLTokenizer(Path(tokenizer_json).read_text(encoding="utf-8"), n_vocab=vocab_size,
+                                                eos_token=sorted(stop_ids))
+
+
+class OutputConstraint:
+    """The grammar's state over one generation's output tokens."""
+
+    def __init__(self, tokenizer: GrammarTokenizer, grammar: str):
+        llguidance = _llguidance()
+        self.vocab_size = tokenizer.vocab_size
+        self.matcher = llguidance.LLMatcher(tokenizer.tokenizer, grammar)
+        if self.matcher.is_error():
+            raise ConstraintError(f"the grammar cannot be used: {self.matcher.get_error()}")
+        self._bits = llguidance.numpy.allocate_token_bitmask(1, self.vocab_size)
+        self._fill = llguidance.numpy.fill_next_token_bitmask
+
+    @staticmethod
+    def grammar_for(response_format: dict) -> str:
+        """OpenAI's response_format ({"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema":
+        ...}}) as a grammar the engine compiles."""
+        llguidance = _llguidance()
+        kind = response_format.get("type") if isinstance(response_format, dict) else None
+        if kind == "json_object":
+            schema = {"type": "object"}
+        elif kind == "json_schema":
+            spec = response_format.get("json_schema")
+            schema = spec.get("schema") if isinstance(spec, dict) else None
+            if not isinstance(schema, dict):
+                raise ConstraintError("response_format json_schema needs a json_schema.schema object")
+        else:
+            raise ConstraintError(f"response_format type must be json_object or json_schema, got {kind!r}")
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+        except (TypeError, ValueError) as exc:
+            raise ConstraintError(f"the JSON schema cannot be used: {exc}") from None
+        problem = llguidance.LLMatcher.validate_grammar(grammar)  # "" when it compiles
+        if problem:
+            raise ConstraintError(f"the JSON schema cannot be used: {problem.strip().splitlines()[0]}")
+        return grammar
+
+    def allowed(self) -> np.ndarray:
+        """[V] bool: the tokens the grammar accepts next."""
+        self._fill(self.matcher, self._bits, 0)
+        bits = np.unpackbits(self._bits[0].view(np.uint8), bitorder="little")
+        return bits[:self.vocab_size].astype(bool)
+
+    def mask(self, logits: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+        """logits [V] with every token the grammar forbids at -inf (a copy)."""
+        allowed = self.allowed() if allowed is None else allowed
+        return np.where(allowed[:logits.shape[-1]], logits, -np.inf).astype(logits.dtype, copy=False)
+
+    def consume(self, tokens) -> None:
+        for t in tokens:
+            if not self.matcher.consume_token(int(t)):
+                raise ConstraintError(f"token {int(t)} is not allowed by the grammar here")
+
+    def rollback(self, n: int) -> None:
+        if n and not self.matcher.rollback(n):
+            raise ConstraintError("the grammar state could not be rolled back")
+
+    def walk(self, tokens) -> tuple[int, list[np.ndarray]]:
+        """How many of `tokens` (a chain after the current state) the grammar allows in a row, and the allowed sets
+        at each of the positions before, between and after them ([kept + 1] of [V] bool). The state is left as
+        it was."""
+        masks, kept = [self.allowed()], 0
+        for t in tokens:
+            if not masks[-1][int(t)]:
+                break
+            self.consume([t])
+            kept += 1
+            masks.append(self.allowed())
+        self.rollback(kept)
+        return kept, masks
