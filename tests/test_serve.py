@@ -38,6 +38,9 @@ def test_a_chat_request_becomes_sampling_parameters():
     ({"messages": ASK, "stream": "yes"}, 400, "invalid_type"),
     ({"messages": ASK, "logprobs": True}, 400, "unsupported_value"),
     ({"messages": ASK, "functions": []}, 400, "unsupported_parameter"),
+    ({"messages": ASK, "response_format": {"type": "xml"}}, 400, "invalid_value"),
+    ({"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nonsense"}}}},
+     400, "invalid_value"),
     ({"model": "other", "messages": ASK}, 404, "model_not_found"),
 ])
 def test_bad_requests_are_named(body, status, code):
@@ -125,7 +128,7 @@ class _SlowEngine:
 
         self.release, self.runs = threading.Event(), []
 
-    def generate(self, prompt, params, raw=False, ids=None):
+    def generate(self, prompt, params, raw=False, ids=None, response_format=None):
         self.runs.append(prompt)
         return _FakeGeneration(self.release)
 

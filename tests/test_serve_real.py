@@ -201,3 +201,26 @@ def test_api_key_is_required(server):
     r = httpx.post(f"{server}/v1/chat/completions", json={"model": MODEL, "messages": ASK},
                    headers={"Authorization": "Bearer wrong"})
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+
+
+def test_response_format_json_schema_through_the_openai_client(client):
+    """response_format json_schema: the answer parses and fits the schema, streamed and whole alike."""
+    import jsonschema
+
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+                                               "population": {"type": "integer", "minimum": 0,
+                                                              "maximum": 100000000}},
+              "required": ["city", "population"], "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}}
+    ask = [{"role": "user", "content": "Name a big city and its population, as JSON."}]
+    whole = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=64, temperature=0,
+                                           response_format=rf)
+    jsonschema.validate(json.loads(whole.choices[0].message.content), schema)
+    stream = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=64, temperature=0,
+                                            response_format=rf, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == whole.choices[0].message.content
+    r = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=128, temperature=0,
+                                       response_format={"type": "json_object"})
+    content = r.choices[0].message.content
+    assert content.lstrip().startswith("{")  # an object, whole where the budget let it end
+    assert r.choices[0].finish_reason == "length" or isinstance(json.loads(content), dict)

@@ -4,7 +4,8 @@ Accepted: model, messages (chat) or prompt (completions), max_tokens / max_compl
 top_p, seed, stop (a string or up to 4), stream, stream_options.include_usage, n = 1, `ignore_eos` (vLLM's
 extension: generate max_tokens even past the end-of-text token), `chat_template_kwargs` {"enable_thinking": bool}
 (vLLM's: a reasoning model's thinking on or off), `reasoning_effort` low | medium | high (gpt-oss's chat
-template; OpenAI's name), and the parameters that
+template; OpenAI's name), `response_format` json_object | json_schema (the output constrained to it, with the
+grammar extra installed: runtime/constraint.py), and the parameters that
 change nothing here at their neutral values (presence/frequency penalty 0, logprobs false, user). Anything
 else that would change the output is refused (400), not silently ignored.
 """
@@ -27,10 +28,11 @@ MAX_INT_DIGITS = 24  # an integer literal longer than this is refused (no real p
 MAX_MESSAGES = 4096
 
 NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "n": 1, "echo": False,
-           "response_format": {"type": "text"}, "tool_choice": "none", "parallel_tool_calls": None}
+           "tool_choice": "none", "parallel_tool_calls": None}
 IGNORED = {"user", "metadata", "store", "service_tier", "stream_options"}
 KNOWN = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
-         "stop", "stream", "ignore_eos", "chat_template_kwargs", "reasoning_effort", *NEUTRAL, *IGNORED}
+         "stop", "stream", "ignore_eos", "chat_template_kwargs", "reasoning_effort", "response_format", *NEUTRAL,
+         *IGNORED}
 
 
 class RequestError(Exception):
@@ -55,6 +57,7 @@ class Job:
     ids: list[int] | None = None  # the prompt's token ids, once the server has checked its length
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking (None: the template's default)
     reasoning_effort: str | None = None  # gpt-oss: "low" | "medium" | "high" (None: the template's default)
+    response_format: dict | None = None  # json_object / json_schema (None: text)
 
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string literal, escapes included
@@ -198,7 +201,23 @@ def parse(body, chat: bool, model_id: str, max_context: int) -> Job:
     if effort is not None and effort not in REASONING_EFFORTS:
         raise RequestError(400, f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)}",
                            "reasoning_effort", "invalid_value")
-    return Job(prompt, raw, params, stream, include_usage, thinking=_thinking(body), reasoning_effort=effort)
+    return Job(prompt, raw, params, stream, include_usage, thinking=_thinking(body), reasoning_effort=effort,
+               response_format=_response_format(body))
+
+
+def _response_format(body: dict) -> dict | None:
+    """OpenAI's response_format: text (None), or json_object / json_schema, compiled here so that a schema the
+    grammar engine cannot use is a 400 naming it."""
+    value = body.get("response_format")
+    if value is None or value == {"type": "text"}:
+        return None
+    from specrt.runtime.constraint import ConstraintError, OutputConstraint
+
+    try:
+        OutputConstraint.grammar_for(value)
+    except ConstraintError as exc:
+        raise RequestError(400, f"response_format: {exc}", "response_format", "invalid_value") from None
+    return value
 
 
 def _thinking(body: dict) -> bool | None:

@@ -61,7 +61,8 @@ class EngineWorker:
 
     def _run(self, job, ticket: Ticket) -> None:
         try:
-            gen = self.engine.generate(job.prompt, job.params, raw=job.raw, ids=job.ids)
+            gen = self.engine.generate(job.prompt, job.params, raw=job.raw, ids=job.ids,
+                                       response_format=job.response_format)
             try:
                 for chunk in gen:
                     if ticket.cancelled.is_set():
