@@ -23,8 +23,10 @@ def _bench(bundle, tmp_path, capsys, *args) -> dict:
 
 
 def test_bench_drafters_and_onnxruntime_genai(fp32_bundle, tmp_path, capsys):
+    # a fixed draft length: whether the draft model drafts must not hang on what the controller measures (timings)
     report = _bench(fp32_bundle, tmp_path, capsys, "--dataset", "mt-bench", "--limit", "2", "--max-new-tokens", "24",
-                    "--drafter", "ngram", "--drafter", "draft-model", "--compare", "onnxruntime-genai")
+                    "--drafter", "ngram", "--drafter", "draft-model", "--draft-length", "3",
+                    "--compare", "onnxruntime-genai")
     assert report["prompts"] == 2 and report["datasets"] == {"mt-bench": 2}
     rows = {(r["system"], r["drafter"]): r for r in report["results"]}
     assert set(rows) == {("specrt", "none"), ("specrt", "ngram"), ("specrt", "draft-model"),
