@@ -160,15 +160,22 @@ def exact_weight(qtype: str, raw: bytes, shape: tuple[int, int], name: str = "")
     q, scales = q.reshape(n, k), scales.reshape(n, -1)
     mins = mins.reshape(n, -1) if mins is not None else None
     n_blocks = k // form.block
-    zp = np.full((n, n_blocks + (n_blocks % 2 if form.bits == 4 else 0)), form.zero_point, np.uint8)
-    if form.bits == 4 and n_blocks % 2:
-        zp[:, -1] = 0  # the padding nibble, as quantize_blocks writes it
+    zp = np.full((n, n_blocks), form.zero_point, np.uint8)
     if mins is not None:
-        zp[:, :n_blocks], mins = _centred(scales, mins, 2 ** form.bits - 1)
+        zp, mins = _centred(scales, mins, 2 ** form.bits - 1)
     return QuantWeight(packed=_pack(q.reshape(n, n_blocks, form.block), form.bits),
                        scales=np.ascontiguousarray(scales, np.float32).reshape(-1),
-                       zero_points=_pack(zp, form.bits).reshape(-1), n=n, k=k, block_size=form.block, bits=form.bits,
+                       zero_points=_packed_zero_points(zp, form.bits), n=n, k=k, block_size=form.block, bits=form.bits,
                        mins=None if mins is None else np.ascontiguousarray(mins, np.float32).reshape(-1))
+
+
+def _packed_zero_points(zp: np.ndarray, bits: int) -> np.ndarray:
+    """Zero points [N, n_blocks] uint8 -> MatMulNBits' packing, flat; 4 bits: an odd row count padded with a 0
+    nibble, as quantize_blocks writes it."""
+    n, nb = zp.shape
+    if bits == 4 and nb % 2:
+        zp = np.concatenate([zp, np.zeros((n, 1), np.uint8)], axis=1)
+    return _pack(zp, bits).reshape(-1)
 
 
 def _centred(scales: np.ndarray, mins: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
@@ -211,8 +218,6 @@ def _reordered(qw: QuantWeight, reorder) -> QuantWeight | None:
     zps = spread(_unpack(qw.zero_points.reshape(n, -1), qw.bits)[:, :nb])
     if scales is None or zps is None or (qw.mins is not None and mins is None):
         return None
-    zp = np.zeros((n, -(-nb * qw.bits // 8) * 8 // qw.bits), np.uint8)
-    zp[:, :nb] = zps
     return QuantWeight(packed=_pack(q.reshape(n, nb, block), qw.bits), scales=scales.reshape(-1),
-                       zero_points=_pack(zp, qw.bits).reshape(-1), n=n, k=qw.k, block_size=block, bits=qw.bits,
+                       zero_points=_packed_zero_points(zps, qw.bits), n=n, k=qw.k, block_size=block, bits=qw.bits,
                        mins=None if mins is None else mins.reshape(-1))

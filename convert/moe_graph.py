@@ -82,10 +82,6 @@ def _quantized_experts(builder, layer: int, which: str, block: int):
     zero points [E, N, ceil(K / block * bits / 8)]), read and quantized an expert at a time."""
     cfg, bits = builder.cfg, builder.opts.bits
     packed, scales, zero_points = [], [], []
-    if builder.opts.precision == "gguf":  # QMoE takes one block form for every expert: quantized here, said so
-        for e in range(cfg.num_experts):
-            for n in expert_names(layer, e):
-                builder.gguf_requantized[n] = f"experts (int{bits} in blocks of {block} for QMoE)"
     for e in range(cfg.num_experts):
         w = _fc1_rows(builder, layer, e) if which == "fc1" else _fc2_rows(builder, layer, e)
         q = quantize_blocks(w, block, bits=bits)
@@ -138,6 +134,10 @@ def _routed_experts(builder, layer: int, h: str) -> str:
     if not per_row and (cfg.hidden_size % block or cfg.moe_intermediate_size % block):
         raise SourceError(f"int{bits} experts need hidden_size ({cfg.hidden_size}) and moe_intermediate_size "
                           f"({cfg.moe_intermediate_size}) to be multiples of the {block}-weight block")
+    if builder.opts.precision == "gguf":  # QMoE takes one block form for every expert: quantized here, said so
+        for e in range(cfg.num_experts):
+            for n in expert_names(layer, e):
+                builder.gguf_requantized[n] = f"experts (int{bits} for QMoE)"
     stored = {}
     for which, width in (("fc1", cfg.hidden_size), ("fc2", cfg.moe_intermediate_size)):
         block = width if per_row else builder.opts.int4_block_size

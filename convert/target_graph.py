@@ -199,9 +199,11 @@ class _TargetBuilder:
             "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=q.bits,
             block_size=q.block_size, accuracy_level=self.opts.int4_accuracy_level,
         )
-        if not mins_t:
-            return y
-        return self.g.op("Sub", [y, self.g.op("MatMul", [self.block_sums(x, q.block_size), mins_t])])
+        return self.minus_minimums(x, y, mins_t, q.block_size) if mins_t else y
+
+    def minus_minimums(self, x: str, y: str, mins_t: str, block: int) -> str:
+        """y - blocksums(x) @ mins_t: a MatMulNBits' output less its weights' per-block minimums ([n_blocks, N])."""
+        return self.g.op("Sub", [y, self.g.op("MatMul", [self.block_sums(x, block), mins_t])])
 
     def block_sums(self, x: str, block: int) -> str:
         """x [B, S, K] -> the sums of its blocks of `block` features [B, S, K / block] (computed once per x)."""
@@ -445,8 +447,7 @@ class _TargetBuilder:
                  bits=r.bits, block_size=r.block_size, accuracy_level=self.opts.int4_accuracy_level)
         if not r.mins:
             return y
-        mins_t = g.op("Transpose", [r.mins], perm=[1, 0])  # [n_blocks, V]
-        return g.op("Sub", [y, g.op("MatMul", [self.block_sums(x, r.block_size), mins_t])])
+        return self.minus_minimums(x, y, g.op("Transpose", [r.mins], perm=[1, 0]), r.block_size)  # mins [V, n_blocks]
 
 
 def build_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions,

@@ -31,6 +31,16 @@ def _llguidance():
     return llguidance
 
 
+def masked(logits, allowed: np.ndarray):
+    """logits [..., V] (numpy, or a torch tensor on the device) with what allowed [..., V] bool forbids at -inf."""
+    allowed = allowed[..., :logits.shape[-1]]
+    if isinstance(logits, np.ndarray):
+        return np.where(allowed, logits, -np.inf).astype(logits.dtype, copy=False)
+    import torch
+
+    return logits.masked_fill(~torch.from_numpy(allowed).to(logits.device), float("-inf"))
+
+
 class GrammarTokenizer:
     """A bundle's tokenizer as the grammar engine reads it (built once per bundle: about a second at 150k tokens)."""
 
@@ -83,10 +93,9 @@ class OutputConstraint:
         bits = np.unpackbits(self._bits[0].view(np.uint8), bitorder="little")
         return bits[:self.vocab_size].astype(bool)
 
-    def mask(self, logits: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
-        """logits [V] with every token the grammar forbids at -inf (a copy)."""
-        allowed = self.allowed() if allowed is None else allowed
-        return np.where(allowed[:logits.shape[-1]], logits, -np.inf).astype(logits.dtype, copy=False)
+    def mask(self, logits: np.ndarray) -> np.ndarray:
+        """logits [V] with every token the grammar forbids now at -inf (a copy)."""
+        return masked(logits, self.allowed())
 
     def consume(self, tokens) -> None:
         for t in tokens:

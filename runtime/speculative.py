@@ -21,6 +21,7 @@ import numpy as np
 
 from specrt.runtime.drafter import Draft, Drafter
 from specrt.runtime.adaptive import DraftController
+from specrt.runtime.constraint import masked
 from specrt.runtime.sampling import Sampler, SamplingParams
 from specrt.runtime.verify import verify, verify_on_device
 
@@ -86,16 +87,6 @@ def tree_bias(draft: Draft, past: int) -> np.ndarray:
     full = np.zeros((1, 1, n + 1, past + n + 1), dtype=np.float32)
     full[0, 0, :, past:] = bias
     return full
-
-
-def _masked(logits, allowed: np.ndarray):
-    """logits [n, V] (numpy, or a torch tensor on the device) with what allowed [n, V] forbids at -inf."""
-    if isinstance(logits, np.ndarray):
-        return np.where(allowed[:, :logits.shape[-1]], logits, -np.inf).astype(logits.dtype, copy=False)
-    import torch
-
-    keep = torch.from_numpy(allowed[:, :logits.shape[-1]]).to(logits.device)
-    return logits.masked_fill(~keep, float("-inf"))
 
 
 class SpeculativeStepper(PlainStepper):
@@ -203,7 +194,7 @@ class SpeculativeStepper(PlainStepper):
             logits = self.engine.feed(tokens, position_ids=positions, attention_bias=tree_bias(draft, base),
                                       device_logits=on_device)
         if masks is not None:  # every position's logits as the grammar allows them after the draft before it
-            logits = _masked(logits, np.stack(masks))
+            logits = masked(logits, np.stack(masks))
         t2 = time.perf_counter()
         verdict = (verify_on_device if on_device else verify)(draft, logits, self.params, self.sampler.rng)
         self.stats.verify_seconds += time.perf_counter() - t1

@@ -11,6 +11,7 @@ from specrt.models.config import config_from_hf
 from specrt.models.gguf_loader import load_gguf
 from specrt.models.transformer import CausalLM
 from tests.gguf_writer import write_gguf
+from tests.test_gguf_exact import random_blocks
 from tests.tiny_models import hf_model
 
 
@@ -37,23 +38,6 @@ def test_f32_gguf_gives_the_same_model(arch, tmp_path):
     ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (ours(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
-
-
-def _k_quant_blocks(qtype_name: str, rows: int, rng) -> np.ndarray:
-    """Random bytes for K-quant blocks, with small finite f16 scales where each format keeps them."""
-    import gguf
-
-    qtype = gguf.GGMLQuantizationType[qtype_name]
-    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-    per_row = 256 // block_elems
-    raw = rng.integers(0, 256, (rows * per_row, block_bytes), dtype=np.uint8)
-    scale = np.float16(0.01)
-    if qtype_name in ("Q4_K", "Q5_K"):  # d, dmin first
-        raw[:, 0:2] = np.frombuffer(scale.tobytes(), np.uint8)
-        raw[:, 2:4] = np.frombuffer(np.float16(0.005).tobytes(), np.uint8)
-    else:  # Q6_K: d last
-        raw[:, -2:] = np.frombuffer(scale.tobytes(), np.uint8)
-    return raw.reshape(rows, per_row * block_bytes)
 
 
 def test_quantized_types_load_to_their_dequantized_values(tmp_path):
@@ -87,7 +71,7 @@ def test_quantized_types_load_to_their_dequantized_values(tmp_path):
             data = w.astype(np.float16)
             expected[name] = data.astype(np.float32)
             return data, None
-        data = _k_quant_blocks(t, w.shape[0], rng) if t.endswith("_K") else gguf.quants.quantize(w, qtype)
+        data = random_blocks(t, *w.shape, rng) if t.endswith("_K") else gguf.quants.quantize(w, qtype)
         expected[name] = gguf.quants.dequantize(data, qtype).reshape(w.shape)
         if not t.endswith("_K"):  # quantization keeps values near the originals
             tol = {"BF16": 1e-2, "Q8_0": 1e-2, "Q4_0": 0.2, "Q4_1": 0.2, "Q5_0": 0.1}[t] * np.abs(w).max()
