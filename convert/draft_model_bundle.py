@@ -118,7 +118,7 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     graph, validation = build_graph(tmp, DRAFT_STEM, draft_loaded, draft_precision, max_context, (), providers, stages)
     kv = KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, max_context=max_context,
                   dtype="float16" if draft_precision == "fp16" else "float32",
-                  layer_ids=cfg.attention_layers if cfg.linear_layers else ())
+                  layer_ids=cfg.kv_layer_ids, layer_shapes=cfg.kv_layer_shapes)
     states = state_layout(cfg)
     entry = {
         "kind": kind, "name": kind, "spec": spec,
@@ -151,7 +151,7 @@ def _cut_vocab(tmp: Path, graph_file: str, kv: KVLayout, vocab: int, size: int, 
 
     def logits(v: int) -> np.ndarray:
         spec = TargetSpec(kv.layers, kv.kv_heads, kv.head_dim, 64, v, kv_dtype=kv.dtype, kv_layers=kv.layer_ids,
-                          states=states)
+                          states=states, kv_shapes=kv.layer_shapes)
         return TargetSession(tmp / graph_file, spec, providers).forward(probe)[0]
 
     whole = logits(vocab)[:, keep]

@@ -223,7 +223,7 @@ def _torch_model(cfg, weights: dict):
     default initialization (a tied lm_head is the embedding)."""
     import torch
 
-    from specrt.models.transformer import Attention, CausalLM, RMSNorm
+    from specrt.models.transformer import CausalLM, RMSNorm
 
     with torch.device("meta"):
         model = CausalLM(cfg).eval()
@@ -234,7 +234,7 @@ def _torch_model(cfg, weights: dict):
         model.lm_head.weight = model.model.embed_tokens.weight
     for name, module in model.named_modules():
         lacking = [n for n, _ in module.named_parameters(recurse=False) if f"{name}.{n}".lstrip(".") not in state]
-        if isinstance(module, Attention):
+        if hasattr(module, "rotary_frequencies"):
             module.inv_freq = module.rotary_frequencies()
         if not lacking or module is model.lm_head and cfg.tie_word_embeddings:
             continue
@@ -287,7 +287,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context, cfg.vocab_size,
                       kv_dtype=kv_dtype_for(precision), hidden_output=bool(hidden_layers),
                       sliding_window=cfg.active_sliding_window,
-                      kv_layers=cfg.attention_layers if cfg.linear_layers else (), states=state_layout(cfg))
+                      kv_layers=cfg.kv_layer_ids, states=state_layout(cfg), kv_shapes=cfg.kv_layer_shapes)
     validation = {"gguf_requantized": dict(Counter(written.gguf_requantized.values()))} if exact_gguf else {}
     if bits:
         # The graph must compute what a torch model running the very same quantized weights (read back from the
@@ -381,7 +381,7 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
         target=target,
         kv=KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
                     max_context=max_context, dtype=kv_dtype_for(opts.precision),
-                    layer_ids=cfg.attention_layers if cfg.linear_layers else ()),
+                    layer_ids=cfg.kv_layer_ids, layer_shapes=cfg.kv_layer_shapes),
         states=state_layout(cfg),
         vocab_size=cfg.vocab_size,
         bos_token_id=tok.bos_token_id,

@@ -138,7 +138,8 @@ def same_form(parts: list[QuantWeight]) -> bool:
 
 def is_projection(name: str) -> bool:
     """The weights that int4 and int8 turn into MatMulNBits: every linear layer and the lm_head."""
-    return name.endswith("_proj.weight") or ".in_proj_" in name or name == "lm_head.weight"
+    return (name.endswith(("_proj.weight", ".per_layer_input_gate.weight", ".per_layer_projection.weight",
+                           "per_layer_model_projection.weight")) or ".in_proj_" in name or name == "lm_head.weight")
 
 
 def dequantize(qw: QuantWeight) -> np.ndarray:

@@ -118,6 +118,34 @@ def moe_shapes(cfg: ModelConfig, layer: int, weights, resolved: ResolvedSource) 
     return need
 
 
+def gemma4_layer_shapes(cfg: ModelConfig, i: int) -> dict[str, tuple[int, ...]]:
+    """A Gemma 4 layer's tensors and their shapes (models/gemma4.py): q, k, v per the layer's head size and KV heads
+    (no k or v where it reads another layer's cache, no v where its keys are its values), the MLP of its width,
+    the per-layer input's projections, the router and fused experts of MoE layers."""
+    p, h, d, kv = f"model.layers.{i}.", cfg.hidden_size, cfg.head_dim_of(i), cfg.kv_heads_of(i)
+    width = cfg.intermediate_of(i)
+    need = {p + "self_attn.q_proj.weight": (cfg.num_heads * d, h), p + "self_attn.o_proj.weight": (h, cfg.num_heads * d),
+            p + "self_attn.q_norm.weight": (d,), p + "mlp.gate_proj.weight": (width, h),
+            p + "mlp.up_proj.weight": (width, h), p + "mlp.down_proj.weight": (h, width)}
+    if cfg.kv_source(i) == i:
+        need.update({p + "self_attn.k_proj.weight": (kv * d, h), p + "self_attn.k_norm.weight": (d,)})
+        if not cfg.k_eq_v(i):
+            need[p + "self_attn.v_proj.weight"] = (kv * d, h)
+    if cfg.ple_size:
+        need.update({p + "per_layer_input_gate.weight": (cfg.ple_size, h),
+                     p + "per_layer_projection.weight": (h, cfg.ple_size)})
+        if i == 0:
+            width_ple = cfg.num_layers * cfg.ple_size
+            need.update({"model.embed_tokens_per_layer.weight": (cfg.ple_vocab, width_ple),
+                         "model.per_layer_model_projection.weight": (width_ple, h),
+                         "model.per_layer_projection_norm.weight": (cfg.ple_size,)})
+    if cfg.moe_with_dense:
+        e, w = cfg.num_experts, cfg.moe_intermediate_size
+        need.update({p + "router.proj.weight": (e, h), p + "router.scale": (h,), p + "router.per_expert_scale": (e,),
+                     p + "experts.gate_up_proj": (e, 2 * w, h), p + "experts.down_proj": (e, h, w)})
+    return need
+
+
 def _check_layer_types(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSource) -> None:
     """A layer whose tensors are of the other kind than config's layer_types says: named in one line."""
     for i in range(cfg.num_layers):
@@ -133,6 +161,9 @@ def _check_weights(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSou
     need = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size), "model.norm.weight": (cfg.hidden_size,)}
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
+        if cfg.family == "gemma4":
+            need.update(gemma4_layer_shapes(cfg, i))
+            continue
         if cfg.is_moe(i):
             need.update(moe_shapes(cfg, i, weights, resolved))
         else:

@@ -36,6 +36,7 @@ from onnx import TensorProto
 
 from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
+from specrt.convert.gemma4_graph import gemma4_layer_rest, per_layer_inputs
 from specrt.convert.gguf_exact import exact_from_ref
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
 from specrt.convert.moe_graph import sparse_moe
@@ -99,6 +100,7 @@ class _TargetBuilder:
         self.expert_calls: str | None = None  # the graph input EXPERT_CALLS_INPUT, in MoE graphs with exact calls
         self.gguf_requantized: dict[str, str] = {}  # --precision gguf: weight -> its GGUF type, where not exact
         self.block_sums_of: dict[tuple[str, int], str] = {}  # (activation, block) -> its block sums (minimums)
+        self.layer_kv: dict[int, tuple[str, str]] = {}  # Gemma 4: a layer's new keys and values, for later readers
 
     def tensor(self, name: str) -> np.ndarray:
         """One source weight (read now: the builder keeps none)."""
@@ -213,14 +215,15 @@ class _TargetBuilder:
             self.block_sums_of[key] = self.g.op("ReduceSum", [blocks, self.g.const([-1])], keepdims=0)
         return self.block_sums_of[key]
 
-    def embed_lookup(self) -> tuple[str, str | None]:
-        """Token embeddings of input_ids [B, S, H] and the float table's initializer (None when there is none).
-        int4 and int8 keep the table quantized too (GatherBlockQuantized over the same blocks as MatMulNBits: about
-        a sixth or a third of the float32 table) where the width is a whole number of blocks; otherwise it is float."""
-        g, name = self.g, EMBED
-        if self.opts.bits and self.cfg.hidden_size % self.opts.int4_block_size == 0:
+    def embed_lookup(self, name: str = EMBED, width: int = 0) -> tuple[str, str | None]:
+        """Token embeddings of input_ids [B, S, width] (the table `name`, H wide unless said) and the float table's
+        initializer (None when there is none). int4 and int8 keep the table quantized too (GatherBlockQuantized over
+        the same blocks as MatMulNBits: about a sixth or a third of the float32 table) where the width is a whole
+        number of blocks; otherwise it is float."""
+        g = self.g
+        if self.opts.bits and (width or self.cfg.hidden_size) % self.opts.int4_block_size == 0:
             q = self.quantize(name)
-            if "lm_head.weight" in self.alias:  # tied: the lm_head quantizes the very same table
+            if name == EMBED and "lm_head.weight" in self.alias:  # tied: the lm_head quantizes the very same table
                 self.quantized = {**self.quantized, name: q}
             data = g.weight(name + ".qweight", q.packed.reshape(q.n, -1))  # [V, H * bits / 8]
             scales = g.weight(name + ".scales", q.scales.reshape(q.n, -1).astype(self.dtype))  # [V, H / block]
@@ -256,29 +259,54 @@ class _TargetBuilder:
         )
         return outs[0], outs[3]
 
-    def head_norm(self, x: str, heads: int, weight: str) -> str:
-        """RMSNorm over head_dim: [B, S, heads * D] -> same shape."""
-        d = self.cfg.head_dim
+    def head_norm(self, x: str, heads: int, weight: str | None, d: int = 0) -> str:
+        """RMSNorm over head_dim: [B, S, heads * D] -> same shape. weight None: no weight (Gemma 4's values)."""
+        d = d or self.cfg.head_dim
         x4 = self.g.op("Reshape", [x, self.g.const([0, 0, heads, d])])
-        y = self.norm(x4, weight)
+        if weight is None:
+            ones = self.g.weight(f"ones_{d}", np.ones(d, dtype=self.dtype))
+            y = self.g.op("SimplifiedLayerNormalization", [x4, ones], axis=-1, epsilon=self.cfg.rms_norm_eps,
+                          stash_type=1)
+        else:
+            y = self.norm(x4, weight)
         return self.g.op("Reshape", [y, self.g.const([0, 0, heads * d])])
 
     def rope_cache(self, layer: int) -> tuple[str, str]:
-        rope = self.cfg.rope_for(layer)
-        if rope not in self.rope_caches:
+        rope, dim = self.cfg.rope_for(layer), self.cfg.rotary_dim_of(layer)
+        if (rope, dim) not in self.rope_caches:
             # partial rotary: GroupQueryAttention turns the first 2 * cos_cache.shape[1] channels of each head
-            inv = np.array(rope.inv_freq(self.cfg.rotary_dim), dtype=np.float64)
+            inv = np.array(rope.inv_freq(dim), dtype=np.float64)
             limit = max(self.opts.max_context, 1)
             angles = np.arange(limit, dtype=np.float64)[:, None] * inv[None]  # [M, D/2]
             scale = rope.attention_factor  # yarn scales cos and sin alike (1 otherwise)
-            self.rope_caches[rope] = (
+            self.rope_caches[(rope, dim)] = (
                 self.g.weight("cos_cache", (np.cos(angles) * scale).astype(self.dtype)),
                 self.g.weight("sin_cache", (np.sin(angles) * scale).astype(self.dtype)),
             )
-        return self.rope_caches[rope]
+        return self.rope_caches[(rope, dim)]
+
+    def own_kv(self, i: int, h: str) -> tuple[str, str, str]:
+        """Gemma 4 (per-layer head sizes, keys that may be the values, weightless value norms): q, k, v [B, S, . * D]
+        before rotary."""
+        cfg, p = self.cfg, f"model.layers.{i}.self_attn."
+        d, kv, n = cfg.head_dim_of(i), cfg.kv_heads_of(i), cfg.num_heads
+        if cfg.kv_source(i) != i:  # reads another layer's cache: only the query is its own
+            q = self.head_norm(self.linear(h, [p + "q_proj"], f"layers.{i}.q"), n, p + "q_norm.weight", d)
+            return q, "", ""
+        shared_v = cfg.k_eq_v(i)  # the values are the key projection, normed without a weight
+        names = [p + "q_proj", p + "k_proj"] + ([] if shared_v else [p + "v_proj"])
+        qkv = self.linear(h, names, f"layers.{i}.qkv")
+        sizes = [n * d, kv * d] + ([] if shared_v else [kv * d])
+        parts = self.g.op("Split", [qkv, self.g.const(sizes)], outputs=len(sizes), axis=-1)
+        q, k, v = parts[0], parts[1], parts[1] if shared_v else parts[2]
+        q = self.head_norm(q, n, p + "q_norm.weight", d)
+        v = self.head_norm(v, kv, None, d) if cfg.v_norm else v
+        return q, self.head_norm(k, kv, p + "k_norm.weight", d), v
 
     def attention(self, i: int, h: str, io: dict, seqlens_k: str, total_len: str) -> str:
         cfg, p = self.cfg, f"model.layers.{i}.self_attn."
+        if cfg.family == "gemma4":
+            return self.gemma4_attention(i, h, io, seqlens_k, total_len)
         qkv = self.linear(h, [p + "q_proj", p + "k_proj", p + "v_proj"], f"layers.{i}.qkv")
         nq, nkv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         gate = None
@@ -318,10 +346,41 @@ class _TargetBuilder:
             out = self.g.op("Mul", [out, self.g.op("Sigmoid", [gate])])
         return self.linear(out, [p + "o_proj"], f"layers.{i}.o_proj")
 
+    def gemma4_attention(self, i: int, h: str, io: dict, seqlens_k: str, total_len: str) -> str:
+        """A Gemma 4 layer's attention. A layer that reads another's cache runs GroupQueryAttention over that
+        layer's past with that layer's new keys and values (it writes what the source wrote: the same values to the
+        same slots), into a present of its own that nothing reads."""
+        cfg, p = self.cfg, f"model.layers.{i}.self_attn."
+        source = cfg.kv_source(i)
+        q, k, v = self.own_kv(i, h)
+        cos, sin = self.rope_cache(i)
+        bias = "sliding_attention_bias" if cfg.is_sliding(i) else "attention_bias"
+        positions, rows, name = "position_ids", self.attention_rows, f"layers.{i}.attn"
+        if rows is not None:
+            q = rows.pad(self.g, q)
+            if source == i:
+                k, v = rows.pad(self.g, k), rows.pad(self.g, v)
+            positions, bias, name = rows.position_ids, rows.biases[bias], f"layers.{i}.attn_rows"
+        if source == i:
+            self.layer_kv[i] = (k, v)
+            present = [io["present_key"][i], io["present_value"][i]]
+        else:
+            k, v = self.layer_kv[source]
+            present = [f"layers.{i}.unread_present_key", f"layers.{i}.unread_present_value"]
+        ins = [q, k, v, io["past_key"][source], io["past_value"][source], seqlens_k, total_len, cos, sin, positions,
+               bias]
+        out = self.g.op(
+            "GroupQueryAttention", ins, outputs=[name, *present], domain=MS_DOMAIN, num_heads=cfg.num_heads,
+            kv_num_heads=cfg.kv_heads_of(i), do_rotary=1, rotary_interleaved=0, scale=float(cfg.scale_of(i)),
+            local_window_size=-1)[0]
+        if rows is not None:
+            out = rows.cut(self.g, out, f"layers.{i}.attn")
+        return self.linear(out, [p + "o_proj"], f"layers.{i}.o_proj")
+
     def mlp(self, i: int, h: str) -> str:
-        if self.cfg.is_moe(i):
+        if self.cfg.is_moe(i) and not self.cfg.moe_with_dense:
             return sparse_moe(self, i, h)
-        return self.dense_mlp(h, f"model.layers.{i}.mlp.", self.cfg.intermediate_size, f"layers.{i}")
+        return self.dense_mlp(h, f"model.layers.{i}.mlp.", self.cfg.intermediate_of(i), f"layers.{i}")
 
     def dense_mlp(self, h: str, p: str, size: int, name: str) -> str:
         """down(act(gate(h)) * up(h)) for the projections named p + gate_proj etc. of width `size`."""
@@ -334,8 +393,9 @@ class _TargetBuilder:
         return self.linear(self.g.op("Mul", [act, up]), [p + "down_proj"], f"{name}.down_proj")
 
     # -- whole graph ---------------------------------------------------------------------------
-    def kv_shape(self) -> list:
-        return ["batch_size", self.cfg.num_kv_heads, "max_context", self.cfg.head_dim]
+    def kv_shape(self, layer: int | None = None) -> list:
+        heads, dim = (self.cfg.num_kv_heads, self.cfg.head_dim) if layer is None else self.cfg.kv_shape_of(layer)
+        return ["batch_size", heads, "max_context", dim]
 
     def add_step_inputs(self) -> None:
         """The inputs every decoding graph takes: token ids, their positions, the mask and the additive bias."""
@@ -356,13 +416,12 @@ class _TargetBuilder:
     def build(self) -> onnx.ModelProto:
         cfg, g = self.cfg, self.g
         io = io_names(cfg)
-        kv_shape = self.kv_shape()
         self.add_step_inputs()
         if cfg.active_sliding_window:
             g.add_input("sliding_attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
         for i in cfg.attention_layers:
-            g.add_input(io["past_key"][i], self.elem, kv_shape)
-            g.add_input(io["past_value"][i], self.elem, kv_shape)
+            g.add_input(io["past_key"][i], self.elem, self.kv_shape(i))
+            g.add_input(io["past_value"][i], self.elem, self.kv_shape(i))
         states = state_layout(cfg)
         if states is not None:
             add_state_io(self, states)
@@ -377,6 +436,7 @@ class _TargetBuilder:
         x, embed_name = self.embed_lookup()
         if cfg.embed_scale != 1.0:
             x = g.op("Mul", [x, g.const(cfg.embed_scale, dtype=self.dtype)])
+        ple = per_layer_inputs(self, x) if cfg.ple_size else None
 
         pending, taps, tap_next = None, [], False
         for i in range(cfg.num_layers):
@@ -388,7 +448,9 @@ class _TargetBuilder:
                 attn = linear_attention(self, i, h)
             else:
                 attn = self.attention(i, h, io, seqlens_k, total_len)
-            if cfg.family == "gemma3":
+            if cfg.family == "gemma4":
+                x, pending = gemma4_layer_rest(self, i, x, attn, ple), None
+            elif cfg.family == "gemma3":
                 attn = self.norm(attn, p + "post_attention_layernorm.weight")
                 h, x = self.norm_with_skip(attn, x, p + "pre_feedforward_layernorm.weight")
                 pending = self.norm(self.mlp(i, h), p + "post_feedforward_layernorm.weight")
@@ -401,13 +463,16 @@ class _TargetBuilder:
             taps.append(x)
 
         logits = self.lm_head(final, embed_name)
+        if cfg.final_softcap:  # cap * tanh(logits / cap)
+            cap = g.const(cfg.final_softcap, dtype=self.dtype)
+            logits = g.op("Mul", [g.op("Tanh", [g.op("Div", [logits, cap])]), cap])
         if self.dtype != np.float32:
             logits = g.op("Cast", [logits], to=TensorProto.FLOAT)
         g.op("Identity", [logits], outputs=["logits"])
         g.add_output("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", cfg.vocab_size])
         for i in cfg.attention_layers:
-            g.add_output(io["present_key"][i], self.elem, kv_shape)
-            g.add_output(io["present_value"][i], self.elem, kv_shape)
+            g.add_output(io["present_key"][i], self.elem, self.kv_shape(i))
+            g.add_output(io["present_value"][i], self.elem, self.kv_shape(i))
         if states is not None:
             add_state_outputs(self, states)
         if taps:

@@ -29,12 +29,14 @@ ARCHITECTURES = {
     "qwen3_5_text": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",  # the same hybrid, every MLP a mixture of experts with a shared expert
     "qwen3_5_moe_text": "qwen3_5",
+    "gemma4": "gemma4",  # sliding/full layers of their own head sizes, per-layer embeddings, shared KV (models/gemma4.py)
+    "gemma4_text": "gemma4",
 }
 
 # HF model_type -> the transformers class of a causal LM of that type (what an HF folder's config.json names)
 HF_CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM",
-            "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"}
+            "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM", "gemma4_text": "Gemma4ForCausalLM"}
 
 LINEAR_ATTENTION, FULL_ATTENTION = "linear_attention", "full_attention"
 
@@ -44,7 +46,7 @@ class RopeConfig:
     """Rotary embedding: base frequency plus the optional scaling HF configs describe."""
 
     theta: float = 10000.0
-    scaling_type: str = "default"  # default | linear | llama3 | yarn
+    scaling_type: str = "default"  # default | linear | llama3 | yarn | proportional
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
@@ -55,10 +57,16 @@ class RopeConfig:
     beta_slow: float = 1.0
     truncate: bool = True
     attention_factor: float = 1.0
+    # proportional (Gemma 4's full layers): the first partial * D / 2 frequencies over the whole head size D, the rest
+    # zero (those channel pairs pass through)
+    partial: float = 1.0
 
     def inv_freq(self, head_dim: int) -> list[float]:
         """Inverse frequencies [head_dim // 2] after scaling (HF's rope_init functions)."""
         inv = [1.0 / self.theta ** (2 * i / head_dim) for i in range(head_dim // 2)]
+        if self.scaling_type == "proportional":
+            turned = int(self.partial * head_dim // 2)
+            return [f if i < turned else 0.0 for i, f in enumerate(inv)]
         if self.scaling_type == "linear":
             return [f / self.factor for f in inv]
         if self.scaling_type == "yarn":
@@ -146,10 +154,73 @@ class ModelConfig:
     swiglu_beta: float = 0.0
     o_bias: bool = False  # a bias on the attention's output projection (gpt-oss)
     attention_sinks: bool = False  # gpt-oss: a learned logit per head joins every softmax's denominator
+    # Gemma 4: full (global) layers with their own head size and KV heads (0: as the sliding ones), keys that are
+    # also the values there (no v_proj), values RMS-normalized without a weight, a learned scalar after each layer,
+    # soft-capped logits, per-layer input embeddings of width ple_size, the last kv_shared_layers layers reading
+    # the KV of the last earlier layer of their type, those layers' MLPs twice as wide (double_wide_mlp), and MoE
+    # layers that keep their dense MLP beside the experts (moe_with_dense, gelu-tanh experts, a scaled router)
+    full_head_dim: int = 0
+    full_kv_heads: int = 0
+    full_k_eq_v: bool = False
+    v_norm: bool = False
+    layer_scalar: bool = False
+    final_softcap: float = 0.0
+    ple_size: int = 0
+    ple_vocab: int = 0
+    kv_shared_layers: int = 0
+    double_wide_mlp: bool = False
+    moe_with_dense: bool = False
 
     @property
     def scale(self) -> float:
         return self.attn_scale or self.head_dim**-0.5
+
+    def scale_of(self, layer: int) -> float:
+        return self.attn_scale or self.head_dim_of(layer) ** -0.5
+
+    def head_dim_of(self, layer: int) -> int:
+        """The layer's head size (Gemma 4's full layers have their own)."""
+        return self.full_head_dim if self.full_head_dim and not self.is_sliding(layer) else self.head_dim
+
+    def kv_heads_of(self, layer: int) -> int:
+        return self.full_kv_heads if self.full_kv_heads and not self.is_sliding(layer) else self.num_kv_heads
+
+    def k_eq_v(self, layer: int) -> bool:
+        """The layer's values are its keys' projection (no v_proj)."""
+        return self.full_k_eq_v and not self.is_sliding(layer)
+
+    def kv_source(self, layer: int) -> int:
+        """The layer whose keys and values this one attends over: itself, or for the last kv_shared_layers layers
+        the last earlier layer of the same kind (sliding or full) that keeps its own."""
+        first_shared = self.num_layers - self.kv_shared_layers
+        if not self.kv_shared_layers or layer < first_shared:
+            return layer
+        kind = self.is_sliding(layer)
+        return max(i for i in range(first_shared) if self.is_sliding(i) == kind)
+
+    def intermediate_of(self, layer: int) -> int:
+        """The layer's dense MLP width."""
+        shared = self.kv_source(layer) != layer
+        return 2 * self.intermediate_size if self.double_wide_mlp and shared else self.intermediate_size
+
+    def kv_shape_of(self, layer: int) -> tuple[int, int]:
+        """(KV heads, head size) of the layer's cache."""
+        return self.kv_heads_of(layer), self.head_dim_of(layer)
+
+    @property
+    def uniform_kv(self) -> bool:
+        """Every cached layer has the same KV heads and head size."""
+        return len({self.kv_shape_of(i) for i in self.attention_layers}) <= 1
+
+    @property
+    def kv_layer_ids(self) -> tuple[int, ...]:
+        """The manifest's kv.layer_ids: the cached layers where some layer has none of its own (else empty: all)."""
+        return self.attention_layers if len(self.attention_layers) < self.num_layers else ()
+
+    @property
+    def kv_layer_shapes(self) -> tuple[tuple[int, int], ...]:
+        """The manifest's kv.layer_shapes: (KV heads, head size) per cached layer where they differ (else empty)."""
+        return () if self.uniform_kv else tuple(self.kv_shape_of(i) for i in self.attention_layers)
 
     def is_sliding(self, layer: int) -> bool:
         return bool(self.sliding_window) and bool(self.sliding_layers) and self.sliding_layers[layer]
@@ -164,14 +235,17 @@ class ModelConfig:
         """Channels of each head that rotary embeddings turn (the first rotary_dim; the rest pass through)."""
         return int(self.head_dim * self.partial_rotary)
 
+    def rotary_dim_of(self, layer: int) -> int:
+        return int(self.head_dim_of(layer) * self.partial_rotary)
+
     def is_linear(self, layer: int) -> bool:
         """The layer is Gated DeltaNet linear attention (a recurrent and a conv state, no KV cache)."""
         return bool(self.layer_types) and self.layer_types[layer] == LINEAR_ATTENTION
 
     @property
     def attention_layers(self) -> tuple[int, ...]:
-        """The layers with a KV cache, in order."""
-        return tuple(i for i in range(self.num_layers) if not self.is_linear(i))
+        """The layers with a KV cache of their own, in order (not linear layers, not layers reading another's)."""
+        return tuple(i for i in range(self.num_layers) if not self.is_linear(i) and self.kv_source(i) == i)
 
     @property
     def linear_layers(self) -> tuple[int, ...]:
@@ -216,8 +290,13 @@ def _rope_from_hf(hf: dict, params: dict | None) -> RopeConfig:
         params = dict(hf.get("rope_scaling") or {})
         params.setdefault("rope_theta", hf.get("rope_theta", 10000.0))
     rtype = params.get("rope_type") or params.get("type") or "default"
-    if rtype not in ("default", "linear", "llama3", "yarn"):
-        raise SourceError(f"unsupported rope scaling {rtype!r} (supported: default, linear, llama3, yarn)")
+    if rtype not in ("default", "linear", "llama3", "yarn", "proportional"):
+        raise SourceError(f"unsupported rope scaling {rtype!r} (supported: default, linear, llama3, yarn, proportional)")
+    if rtype == "proportional":
+        partial = float(params.get("partial_rotary_factor", 1.0))
+        if not 0 <= partial <= 1:
+            raise SourceError(f"config: partial_rotary_factor = {partial} must be in [0, 1]")
+        return RopeConfig(theta=float(params.get("rope_theta", 10000.0)), scaling_type="proportional", partial=partial)
     if rtype == "yarn":
         factor = float(params.get("factor") or 1.0)
         attention = params.get("attention_factor")
@@ -329,6 +408,82 @@ def _qwen3_5_config(hf: dict, model_type: str, hidden: int, heads: int, layers: 
     return cfg
 
 
+def _gemma4_config(hf: dict, model_type: str, hidden: int, heads: int, layers: int, head_dim: int) -> ModelConfig:
+    """Gemma 4 (text part): sliding and full layers (full ones with their own head size, KV heads and proportional
+    rope), w (not 1 + w) norms, weightless value norms, attention scale 1, a learned scalar after each layer,
+    soft-capped logits, per-layer input embeddings, KV shared by the last layers; the MoE variant keeps each layer's
+    dense MLP beside its experts. Full layers' sizes come from global_head_dim / num_global_key_value_heads, or from
+    the per_layer_config that transformers 5.25 saves."""
+    layer_types = list(hf.get("layer_types") or [
+        "sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(layers)])
+    if len(layer_types) != layers or any(t not in ("sliding_attention", "full_attention") for t in layer_types):
+        raise SourceError(f"config: layer_types must list {layers} layers of sliding_attention or full_attention")
+    layer_types[-1] = "full_attention"  # as transformers forces it
+    params = hf.get("rope_parameters") or {}
+    if params and not all(isinstance(params.get(t), dict) for t in ("sliding_attention", "full_attention")):
+        raise SourceError("config: rope_parameters must give sliding_attention and full_attention settings")
+    full_rope = _rope_from_hf(hf, params.get("full_attention") or {
+        "rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6})
+    local_rope = _rope_from_hf(hf, params.get("sliding_attention") or {"rope_type": "default", "rope_theta": 1e4})
+    k_eq_v = bool(hf.get("attention_k_eq_v", False))
+    full_dim, full_kv = int(hf.get("global_head_dim") or 512), hf.get("num_global_key_value_heads") if k_eq_v else None
+    per_layer = hf.get("per_layer_config")
+    if per_layer is not None:
+        if not isinstance(per_layer, dict):
+            raise SourceError("config: per_layer_config must be an object")
+        full_dim, full_kv = head_dim, None
+        for key, over in per_layer.items():
+            if not isinstance(over, dict) or not str(key).isdigit() or not 0 <= int(key) < layers:
+                raise SourceError(f"config: per_layer_config has an entry {key!r} that is not a layer's settings")
+            if layer_types[int(key)] == "full_attention":
+                full_dim = int(over.get("head_dim", full_dim))
+                full_kv = over.get("num_key_value_heads", full_kv)
+    kv_heads = int(hf.get("num_key_value_heads") or heads)
+    shared = int(hf.get("num_kv_shared_layers") or 0)
+    if not 0 <= shared < layers:
+        raise SourceError(f"config: num_kv_shared_layers = {shared} must be below num_hidden_layers ({layers})")
+    if shared and {*layer_types[layers - shared:]} - {*layer_types[:layers - shared]}:
+        raise SourceError("config: a layer kind that shares KV has no earlier layer of its kind that keeps its own")
+    act = hf.get("hidden_activation") or "gelu_pytorch_tanh"
+    if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
+        raise SourceError(f"unsupported activation {act!r} for gemma4 (supported: gelu_pytorch_tanh)")
+    moe = {}
+    if hf.get("enable_moe_block"):
+        experts, top_k = int(hf.get("num_experts") or 0), int(hf.get("top_k_experts") or 0)
+        width = int(hf.get("moe_intermediate_size") or 0)
+        if not 1 <= experts <= 1 << 16 or not 1 <= top_k <= experts:
+            raise SourceError(f"config: num_experts = {experts} / top_k_experts = {top_k} are out of range")
+        if not 1 <= width <= LIMITS["intermediate_size"]:
+            raise SourceError(f"config: moe_intermediate_size = {width} is out of range")
+        moe = dict(num_experts=experts, experts_per_token=top_k, moe_intermediate_size=width, norm_topk_prob=True,
+                   moe_with_dense=True)
+    softcap = float(hf.get("final_logit_softcapping") or 0.0)
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise SourceError(f"config: final_logit_softcapping = {softcap} must be finite and >= 0")
+    ple = int(hf.get("hidden_size_per_layer_input", 256) or 0)
+    cfg = ModelConfig(
+        model_type=model_type, family="gemma4", vocab_size=int(hf["vocab_size"]), hidden_size=hidden,
+        intermediate_size=int(hf["intermediate_size"]), num_layers=layers, num_heads=heads, num_kv_heads=kv_heads,
+        head_dim=head_dim, rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        max_position=int(hf.get("max_position_embeddings", 131072)), rope=full_rope,
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", True)), qkv_bias=bool(hf.get("attention_bias", False)),
+        qk_norm=True, norm_offset=0.0, hidden_act="gelu_tanh", embed_scale=math.sqrt(hidden), attn_scale=1.0,
+        sliding_window=int(hf.get("sliding_window") or 512),
+        sliding_layers=tuple(t == "sliding_attention" for t in layer_types), local_rope=local_rope,
+        bos_token_id=hf.get("bos_token_id"), eos_token_ids=_eos_ids(hf.get("eos_token_id")),
+        full_head_dim=full_dim, full_kv_heads=int(full_kv) if full_kv else kv_heads, full_k_eq_v=k_eq_v,
+        v_norm=True, layer_scalar=True, final_softcap=softcap, ple_size=ple,
+        ple_vocab=int(hf.get("vocab_size_per_layer_input") or hf["vocab_size"]) if ple else 0,
+        kv_shared_layers=shared, double_wide_mlp=bool(hf.get("use_double_wide_mlp", False)), **moe)
+    for name in ("full_head_dim", "full_kv_heads", "ple_size", "ple_vocab", "sliding_window"):
+        if not 0 <= getattr(cfg, name) <= 1 << 24:
+            raise SourceError(f"config: {name} = {getattr(cfg, name)} is out of range")
+    if cfg.full_head_dim % 2 or heads % cfg.full_kv_heads:
+        raise SourceError(f"config: full layers' head_dim {cfg.full_head_dim} must be even and their KV heads "
+                          f"{cfg.full_kv_heads} divide the {heads} heads")
+    return cfg
+
+
 def _moe_fields(hf: dict, layers: int) -> dict:
     """The mixture-of-experts fields of a Qwen3-MoE or gpt-oss config (none for a dense model); a top-k larger than
     the expert count, or a count out of range, is a SourceError naming the field."""
@@ -376,6 +531,13 @@ def config_from_hf(hf: dict) -> ModelConfig:
     if model_type == "gemma3" and "text_config" in hf:
         hf = {**hf["text_config"], "model_type": "gemma3_text"}
         model_type = "gemma3_text"
+    if model_type == "gemma4":  # the published multimodal layout: the language model's config is text_config
+        text = hf.get("text_config")
+        if not isinstance(text, dict):
+            raise SourceError("config: a gemma4 config needs a text_config object")
+        tie = text.get("tie_word_embeddings", hf.get("tie_word_embeddings", True))
+        hf = {**text, "model_type": "gemma4_text", "tie_word_embeddings": tie}
+        model_type = "gemma4_text"
     if model_type in ("qwen3_5", "qwen3_5_moe"):  # the published multimodal layout: the language model's config
         text = hf.get("text_config")                # is text_config
         if not isinstance(text, dict):
@@ -400,6 +562,8 @@ def config_from_hf(hf: dict) -> ModelConfig:
         is_hybrid = family == "qwen3_5"
         if is_hybrid:
             return check_ranges(_qwen3_5_config(hf, model_type, hidden, heads, layers, head_dim))
+        if family == "gemma4":
+            return check_ranges(_gemma4_config(hf, model_type, hidden, heads, layers, head_dim))
         if is_gemma:
             per_type = rope_params if rope_params and "full_attention" in rope_params else None
             rope = _rope_from_hf(hf, per_type["full_attention"] if per_type else None)

@@ -17,7 +17,7 @@ import torch
 
 from specrt.models.config import ModelConfig
 from specrt.models.tensor_source import rows_of, shape_of
-from specrt.models.transformer import BLOCKS, Attention, RMSNorm, causal_mask
+from specrt.models.transformer import BLOCKS, RMSNorm, causal_mask
 
 
 @dataclass
@@ -38,7 +38,7 @@ def load_module(module: torch.nn.Module, weights: Mapping, prefix: str) -> torch
     state = {k[len(prefix):]: _tensor(weights[k]) for k in weights if k.startswith(prefix)}
     module.load_state_dict(state, strict=False, assign=True)
     for name, sub in module.named_modules():
-        if isinstance(sub, Attention):
+        if hasattr(sub, "rotary_frequencies"):
             sub.inv_freq = sub.rotary_frequencies()
         lacking = [n for n, _ in sub.named_parameters(recurse=False) if f"{name}.{n}".lstrip(".") not in state]
         if not lacking:
@@ -65,17 +65,27 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
         if cfg.embed_scale != 1.0:
             xs = [x * torch.tensor(cfg.embed_scale, dtype=x.dtype) for x in xs]
         positions = [torch.arange(len(ids))[None] for ids in prompts]
-        empty = torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim)
+        ple = per_layer_inputs(cfg, weights, prompts, xs) if cfg.ple_size else None
+        kept: list[dict[int, tuple]] = [{} for _ in prompts]  # Gemma 4: the caches that later layers read
         taps: list[list[torch.Tensor]] = [[] for _ in prompts]
         for i in range(cfg.num_layers):
             with torch.device("meta"):
                 block = BLOCKS[cfg.family](cfg, i)
             block = load_module(block, weights, f"model.layers.{i}.")
+            empty = torch.zeros(1, cfg.kv_heads_of(i), 0, cfg.head_dim_of(i))
+            source = cfg.kv_source(i)
             for p, (x, pos) in enumerate(zip(xs, positions)):
                 hook = None
                 if p < observe and hasattr(block.mlp, "down_proj"):  # a dense MLP (experts are not smoothed)
                     hook = block.mlp.down_proj.register_forward_hook(_recorder(out.down_proj_max, i))
-                xs[p], _, _ = block(x, pos, empty, empty, causal_mask(cfg, i, pos, 0))
+                extra = {}
+                if ple is not None:
+                    extra["per_layer_input"] = ple[p][:, :, i]
+                if source != i:
+                    extra["shared"] = kept[p][source]
+                xs[p], k, v = block(x, pos, empty, empty, causal_mask(cfg, i, pos, 0), **extra)
+                if cfg.kv_shared_layers and source == i and not cfg.is_linear(i):
+                    kept[p][i] = (k, v)
                 if hook is not None:
                     hook.remove()
                 if i in hidden_layers and p >= outputs_from:
@@ -87,8 +97,24 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
         head_name = "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
         normed = [norm(x)[0] for x in xs[outputs_from:]]  # per prompt [S, H]
         out.logits = head_logits(weights, head_name, normed)
+        if cfg.final_softcap:  # Gemma: cap * tanh(logits / cap)
+            for logits in out.logits:
+                np.multiply(np.tanh(logits / cfg.final_softcap), cfg.final_softcap, out=logits)
         out.taps = [torch.cat(tap, dim=-1)[0].numpy() if tap else None for tap in taps[outputs_from:]]
     return out
+
+
+def per_layer_inputs(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], xs: list[torch.Tensor]):
+    """Gemma 4's per-layer inputs of each prompt [1, S, L, P] from its scaled embeddings xs [1, S, H] (reading only
+    the prompts' rows of the per-layer table)."""
+    from specrt.models.gemma4 import per_layer_inputs as combine
+
+    with torch.device("meta"):
+        norm = RMSNorm(cfg.ple_size, cfg.rms_norm_eps, 0.0)
+    norm = load_module(norm, weights, "model.per_layer_projection_norm.")
+    projection = _tensor(weights["model.per_layer_model_projection.weight"])
+    return [combine(cfg, _tensor(rows_of(weights, "model.embed_tokens_per_layer.weight", np.asarray(ids)))[None],
+                    x, projection, norm) for ids, x in zip(prompts, xs)]
 
 
 HEAD_ROWS = 16384  # output-head rows read at a time (a 248k x 4096 head would be 4 GB of float32 at once)

@@ -103,11 +103,12 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, width: int = 0):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        width = width or cfg.intermediate_size
+        self.gate_proj = nn.Linear(cfg.hidden_size, width, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, width, bias=False)
+        self.down_proj = nn.Linear(width, cfg.hidden_size, bias=False)
         self.act = cfg.hidden_act
 
     def forward(self, x):
@@ -158,7 +159,13 @@ def _hybrid_block(cfg: ModelConfig, layer: int) -> nn.Module:
     return HybridBlock(cfg, layer)
 
 
-BLOCKS = {"llama": LlamaBlock, "gemma3": Gemma3Block, "qwen3_5": _hybrid_block}
+def _gemma4_block(cfg: ModelConfig, layer: int) -> nn.Module:
+    from specrt.models.gemma4 import Gemma4Block  # Gemma 4: own head sizes per layer kind, PLE, shared KV
+
+    return Gemma4Block(cfg, layer)
+
+
+BLOCKS = {"llama": LlamaBlock, "gemma3": Gemma3Block, "qwen3_5": _hybrid_block, "gemma4": _gemma4_block}
 
 
 class Backbone(nn.Module):
@@ -167,6 +174,13 @@ class Backbone(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(BLOCKS[cfg.family](cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
+        if cfg.ple_size:  # Gemma 4 E2B/E4B: per-layer input embeddings (models/gemma4.py)
+            from specrt.models.gemma4 import PerLayerInputs
+
+            ple = PerLayerInputs(cfg)
+            self.embed_tokens_per_layer = ple.embed_tokens_per_layer
+            self.per_layer_model_projection = ple.per_layer_model_projection
+            self.per_layer_projection_norm = ple.per_layer_projection_norm
 
 
 def causal_mask(cfg: ModelConfig, layer: int, position_ids, past_len: int, dtype=torch.float32):
@@ -201,10 +215,10 @@ class CausalLM(nn.Module):
     def empty_cache(self, batch: int = 1, dtype=torch.float32):
         """Per layer (key, value) [B, KV, 0, D]; a linear-attention layer's pair is its (conv, recurrent) state,
         empty here too (the block starts from zeros)."""
-        shape = (batch, self.cfg.num_kv_heads, 0, self.cfg.head_dim)
         dev = self.lm_head.weight.device
+        shapes = [(batch, self.cfg.kv_heads_of(i), 0, self.cfg.head_dim_of(i)) for i in range(self.cfg.num_layers)]
         return [(torch.zeros(shape, dtype=dtype, device=dev), torch.zeros(shape, dtype=dtype, device=dev))
-                for _ in range(self.cfg.num_layers)]
+                for shape in shapes]
 
     def forward(self, input_ids, position_ids=None, past=None, attention_bias=None, hidden_layers=()):
         """input_ids [B, S]; position_ids [B, S] (default: past_len + arange(S));
@@ -220,18 +234,35 @@ class CausalLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         if self.cfg.embed_scale != 1.0:
             x = x * torch.tensor(self.cfg.embed_scale, dtype=x.dtype)
+        ple = None
+        if self.cfg.ple_size:
+            from specrt.models.gemma4 import per_layer_inputs
+
+            m = self.model
+            ple = per_layer_inputs(self.cfg, m.embed_tokens_per_layer(input_ids), x,
+                                   m.per_layer_model_projection.weight, m.per_layer_projection_norm)
         present, taps = [], []
         for i, layer in enumerate(self.model.layers):
             mask = causal_mask(self.cfg, i, position_ids, past_len)
             if attention_bias is not None:
                 mask = mask + attention_bias
-            x, k, v = layer(x, position_ids, past[i][0], past[i][1], mask)
+            extra = {}
+            if ple is not None:
+                extra["per_layer_input"] = ple[:, :, i]
+            source = self.cfg.kv_source(i)
+            if source != i:  # reads the whole cache of an earlier layer (Gemma 4), which is also its present
+                extra["shared"] = present[source]
+            x, k, v = layer(x, position_ids, past[i][0], past[i][1], mask, **extra)
             if self.cfg.is_linear(i):  # the block returns its new (conv, recurrent) state
                 present.append((k, v))
+            elif source != i:
+                present.append(present[source])
             else:
                 present.append((torch.cat((past[i][0], k), 2), torch.cat((past[i][1], v), 2)))
             if i in hidden_layers:
                 taps.append(x)
         logits = self.lm_head(self.model.norm(x))
+        if self.cfg.final_softcap:
+            logits = self.cfg.final_softcap * torch.tanh(logits / self.cfg.final_softcap)
         tap = torch.cat(taps, dim=-1) if taps else None
         return logits, present, tap

@@ -85,7 +85,7 @@ class Engine:
                           manifest.vocab_size, kv_dtype=manifest.kv.dtype,
                           hidden_output="hidden_states" in manifest.target.outputs, sliding_window=window,
                           hidden_width=len(manifest.target.hidden_layers) * manifest.target.hidden_size,
-                          kv_layers=manifest.kv.layer_ids, states=manifest.states)
+                          kv_layers=manifest.kv.layer_ids, states=manifest.states, kv_shapes=manifest.kv.layer_shapes)
         self.target = TargetSession(self.bundle_dir / manifest.target.file, spec, providers, threads=threads)
         self.batch_invariant = batch_invariant
         # verify with the Triton kernel on the logits where they are (GPU providers, with torch + triton)

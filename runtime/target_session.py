@@ -35,10 +35,15 @@ class TargetSpec:
     hidden_width: int = 0  # width of the hidden_states output the manifest implies (layers x hidden size)
     kv_layers: tuple[int, ...] = ()  # the layers with a KV cache (empty: all of them)
     states: RecurrentStates | None = None  # hybrids: the linear-attention layers' states
+    kv_shapes: tuple[tuple[int, int], ...] = ()  # per cached layer (KV heads, head size) where they differ (Gemma 4)
 
     @property
     def cached_layers(self) -> tuple[int, ...]:
         return self.kv_layers or tuple(range(self.num_layers))
+
+    def layer_kv_shapes(self) -> tuple[tuple[int, int], ...]:
+        """(KV heads, head size) of each cached layer."""
+        return self.kv_shapes or ((self.num_kv_heads, self.head_dim),) * len(self.cached_layers)
 
 
 class ContextOverflowError(SpecrtError):
@@ -58,7 +63,7 @@ def make_session_options(threads: int = 0) -> ort.SessionOptions:
 
 
 def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider",), kv_layers=None,
-                 kv_shape: tuple[int, int] | None = None, widths: dict[str, int] | None = None):
+                 kv_shape=None, widths: dict[str, int] | None = None):
     """An ONNX Runtime session for a bundle's graph; a graph ONNX Runtime cannot load (corrupt, truncated, not
     ONNX) or whose KV inputs disagree with the manifest's layer count is a one-line BundleError naming it."""
     try:
@@ -72,12 +77,15 @@ def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider"
         have = sum(1 for n in names if n.startswith("past_key_values.") and n.endswith(".key"))
         if have != len(layers) or any(f"past_key_values.{i}.key" not in names for i in layers):
             raise BundleError(f"{model_path}: the graph has {have} layers of KV inputs, the manifest says {len(layers)}")
-    if kv_shape is not None:
-        first = f"past_key_values.{(range(kv_layers) if isinstance(kv_layers, int) else kv_layers or [0])[0]}.key"
-        shape = next((i.shape for i in session.get_inputs() if i.name == first), None)
-        if shape is not None and len(shape) == 4 and [shape[1], shape[3]] != list(kv_shape):
-            raise BundleError(f"{model_path}: the graph's KV heads x head size are {shape[1]} x {shape[3]}, the "
-                              f"manifest says {kv_shape[0]} x {kv_shape[1]}")
+    if kv_shape is not None:  # (KV heads, head size), or one such pair per cached layer
+        layers = list(range(kv_layers) if isinstance(kv_layers, int) else kv_layers or [0])
+        pairs = list(kv_shape) if isinstance(kv_shape[0], (tuple, list)) else [kv_shape] * len(layers)
+        inputs = {i.name: i.shape for i in session.get_inputs()}
+        for layer, want in zip(layers, pairs):
+            shape = inputs.get(f"past_key_values.{layer}.key")
+            if shape is not None and len(shape) == 4 and [shape[1], shape[3]] != list(want):
+                raise BundleError(f"{model_path}: the graph's KV heads x head size are {shape[1]} x {shape[3]}, the "
+                                  f"manifest says {want[0]} x {want[1]}")
     outputs = {o.name: o.shape for o in session.get_outputs()}
     for name, width in (widths or {}).items():  # last dimension of an output, where the graph states it
         last = (outputs.get(name) or [None])[-1]
@@ -104,11 +112,12 @@ class TargetSession:
         self.np_dtype = np.float16 if spec.kv_dtype == "float16" else np.float32
         # one slot past max_context: a graph whose attention pads a one-token call to two rows writes the pad's key
         # and value in the slot after the token's (convert/attention_rows.py)
-        shape = (batch, spec.num_kv_heads, spec.max_context + 1, spec.head_dim)
+        shapes = [(batch, heads, spec.max_context + 1, dim) for heads, dim in spec.layer_kv_shapes()]
         # the cache lives where the model runs: device memory under CUDA, host memory otherwise
         self.device = "cuda" if list(providers)[0] == "CUDAExecutionProvider" else "cpu"
         layers = spec.cached_layers
-        need, free = 2 * len(layers) * int(np.prod(shape)) * np.dtype(self.np_dtype).itemsize, available_memory()
+        need = 2 * sum(int(np.prod(shape)) for shape in shapes) * np.dtype(self.np_dtype).itemsize
+        free = available_memory()
         if self.device == "cpu" and free is not None and need > free:
             raise BundleError(f"{model_path}: its KV cache ({spec.num_layers} layers x {spec.max_context} tokens) needs "
                               f"{need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB this machine has free "
@@ -117,7 +126,7 @@ class TargetSession:
         if spec.hidden_width:
             widths["hidden_states"] = spec.hidden_width
         self.session = open_session(model_path, threads, providers, layers if spec.kv_layers else spec.num_layers,
-                                    (spec.num_kv_heads, spec.head_dim), widths)
+                                    spec.layer_kv_shapes(), widths)
         if spec.states is not None:
             missing = [i for i in spec.states.layers if f"past_recurrent.{i}" not in
                        {x.name for x in self.session.get_inputs()}]
@@ -125,8 +134,8 @@ class TargetSession:
                 raise BundleError(f"{model_path}: the graph lacks the recurrent state of layer {missing[0]}, which the "
                                   "manifest lists")
         self.host_arrays: list[np.ndarray] = []
-        self.keys = [self._kv_buffer(shape) for _ in layers]
-        self.values = [self._kv_buffer(shape) for _ in layers]
+        self.keys = [self._kv_buffer(shape) for shape in shapes]
+        self.values = [self._kv_buffer(shape) for shape in shapes]
         self.length = 0  # tokens committed to the cache; slot j holds position j (trees are compacted)
         # 2 = batch-invariant numerics: int4 MatMulNBits rounds a one-row call differently from a call of
         # several rows (whose results agree with each other bit for bit, docs/perf.md), so a one-token call

@@ -32,9 +32,15 @@ class KVLayout:
     layout: str = "batch,kv_heads,max_context,head_dim"
     shared_buffer: bool = True  # past and present bind to one preallocated buffer
     layer_ids: tuple[int, ...] = ()  # the layers that have a KV cache (empty: every layer; hybrids: attention ones)
+    # per cached layer (KV heads, head size) where they differ between layers (Gemma 4); empty: kv_heads x head_dim
+    layer_shapes: tuple[tuple[int, int], ...] = ()
 
     def cached_layers(self) -> tuple[int, ...]:
         return self.layer_ids or tuple(range(self.layers))
+
+    def shapes(self) -> tuple[tuple[int, int], ...]:
+        """(KV heads, head size) of each cached layer, in cached_layers order."""
+        return self.layer_shapes or ((self.kv_heads, self.head_dim),) * len(self.cached_layers())
 
 
 # Transitions per call that a recurrent layer captures, so that the state after any accepted prefix is replayed
@@ -156,7 +162,8 @@ class Manifest:
             d["target"] = TargetGraph(**{**d["target"], "inputs": tuple(d["target"]["inputs"]),
                                          "outputs": tuple(d["target"]["outputs"]),
                                          "hidden_layers": tuple(d["target"].get("hidden_layers", ()))})
-            d["kv"] = KVLayout(**{**d["kv"], "layer_ids": tuple(d["kv"].get("layer_ids", ()))})
+            d["kv"] = KVLayout(**{**d["kv"], "layer_ids": tuple(d["kv"].get("layer_ids", ())),
+                                  "layer_shapes": tuple(tuple(s) for s in d["kv"].get("layer_shapes", ()))})
             d["states"] = parse_states(d.get("states"))
             d["files"] = {k: FileEntry(**v) for k, v in d["files"].items()}
             for key in ("stop_token_ids", "tokenizer_files", "execution_providers"):
@@ -231,6 +238,9 @@ def check_manifest(m: Manifest) -> None:
         bad("kv.dtype", kv.dtype, "float32 | float16")
     if not all(_int(i, 0, kv.layers - 1) for i in kv.layer_ids):
         bad("kv.layer_ids", list(kv.layer_ids), f"layer indices below {kv.layers}")
+    if kv.layer_shapes and (len(kv.layer_shapes) != len(kv.cached_layers()) or not all(
+            len(s) == 2 and _int(s[0], 1, 4096) and _int(s[1], 1, 4096) for s in kv.layer_shapes)):
+        bad("kv.layer_shapes", [list(s) for s in kv.layer_shapes], "a [KV heads, head size] pair per cached layer")
     if m.states is not None:
         st = m.states
         if not st.layers or not all(_int(i, 0, kv.layers - 1) for i in st.layers) or set(st.layers) & set(kv.layer_ids):

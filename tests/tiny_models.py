@@ -31,6 +31,19 @@ QWEN3_5_MOE_TEXT = dict({k: v for k, v in QWEN3_5_TEXT.items() if k != "intermed
 # may; the published Qwen3-30B-A3B divides the top-k weights by their sum (norm_topk_prob), transformers' default not
 QWEN3_MOE = dict(COMMON, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[1],
                  norm_topk_prob=True, tie_word_embeddings=False)
+# Gemma 4: sliding layers (head size 16, 2 KV heads, window 4) and full layers (head size 32, 1 KV head whose keys
+# are its values, proportional rope); E2B's per-layer inputs (16 wide, 6 x 16 = 3 quantization blocks) and its last
+# two layers reading layers 3 and 2's caches with double-wide MLPs; the MoE variant (26B-A4B's layout) keeps a dense
+# MLP beside 8 experts of width 32, 2 a token, in every layer
+GEMMA4_TEXT = dict(COMMON, num_hidden_layers=6, global_head_dim=32, num_global_key_value_heads=1,
+                   attention_k_eq_v=True, hidden_size_per_layer_input=16, vocab_size_per_layer_input=97,
+                   num_kv_shared_layers=2, use_double_wide_mlp=True, sliding_window=4, final_logit_softcapping=30.0,
+                   layer_types=["sliding_attention"] * 2 + ["full_attention"] + ["sliding_attention"] * 2
+                   + ["full_attention"])
+GEMMA4_MOE = dict(COMMON, num_hidden_layers=4, global_head_dim=32, num_global_key_value_heads=1,
+                  attention_k_eq_v=True, hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=8,
+                  top_k_experts=2, moe_intermediate_size=32, sliding_window=4, final_logit_softcapping=30.0,
+                  layer_types=["sliding_attention", "full_attention"] * 2)
 
 
 def hf_config(arch: str):
@@ -66,6 +79,14 @@ def hf_config(arch: str):
         return tf.Qwen3_5Config(text_config=dict(QWEN3_5_TEXT), vision_config=vision, tie_word_embeddings=False)
     if arch == "qwen3_5_moe":
         return tf.Qwen3_5MoeConfig(text_config=dict(QWEN3_5_MOE_TEXT), vision_config=vision, tie_word_embeddings=False)
+    if arch == "gemma4_text":
+        return tf.Gemma4TextConfig(**GEMMA4_TEXT)
+    if arch == "gemma4_moe":
+        return tf.Gemma4TextConfig(**GEMMA4_MOE)
+    if arch == "gemma4":
+        vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, head_dim=16, patch_size=4)
+        return tf.Gemma4Config(text_config=dict(GEMMA4_TEXT), vision_config=vision, audio_config=None)
     if arch == "gemma3":
         c = dict(COMMON, num_hidden_layers=4)
         return tf.Gemma3TextConfig(
@@ -87,12 +108,17 @@ def hf_model(arch: str, seed: int = 0):
         model = tf.Qwen3_5ForConditionalGeneration(cfg).eval()
     elif arch == "qwen3_5_moe":
         model = tf.Qwen3_5MoeForConditionalGeneration(cfg).eval()
+    elif arch == "gemma4":
+        model = tf.Gemma4ForConditionalGeneration(cfg).eval()
     else:
         model = tf.AutoModelForCausalLM.from_config(cfg).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name or name.endswith(".bias"):
+            if "norm" in name or name.endswith(".bias") or name.endswith(("router.scale", "per_expert_scale")):
                 p.add_(torch.randn_like(p) * 0.1)
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):  # Gemma 4's learned scalar after each layer (1 when initialized)
+                b.uniform_(0.5, 1.5)
     return model
 
 

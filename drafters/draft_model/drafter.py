@@ -34,7 +34,8 @@ class DraftModelDrafter(Drafter):
         layer_ids = tuple(entry.raw["kv"].get("layer_ids", ()))  # a hybrid draft model: its attention layers
         spec = TargetSpec(kv.layers, kv.kv_heads, kv.head_dim, kv.max_context, entry.vocab_size, kv_dtype=kv.dtype,
                           sliding_window=window if "sliding_attention_bias" in entry.graph.inputs else 0,
-                          kv_layers=layer_ids, states=parse_states(entry.raw.get("states")))
+                          kv_layers=layer_ids, states=parse_states(entry.raw.get("states")),
+                          kv_shapes=tuple(tuple(s) for s in entry.raw["kv"].get("layer_shapes", ())))
         self.session = TargetSession(Path(bundle_dir) / entry.graph.file, spec, providers, threads=threads)
         self.target_vocab = target_vocab
         # [V_draft] target id of each output of a head cut to a draft vocabulary (None: the whole vocabulary)
