@@ -5,13 +5,23 @@ embeddings; gemma4_layer_rest: a layer after its attention (sandwich norms, the 
 experts beside it, the per-layer input, the layer scalar). The attention itself (own head sizes per layer kind,
 weightless value norms, keys as values, layers that read another's cache) is the target builder's
 gemma4_attention.
+
+Experts. Gemma 4's experts are gated GELU (down(gelu_tanh(gate) * up)); ONNX Runtime's CPU MoE / QMoE take SwiGLU
+only ("FC3 is not implemented for CPU MoE"), so gemma4_experts builds them from plain ops: the router (softmax over
+all experts, top k divided by their sum, times per_expert_scale) gives a dense [N, E] weight matrix, then each expert
+is an If that runs its two projections (MatMulNBits over its own initializers, prepacked once) only when some token
+of the call chose it, times its column of weights; the experts' outputs are summed in expert order. As for the other
+MoE graphs (convert/moe_graph.py), this runs inside a Scan over chunks of tokens, one token a chunk when
+EXPERT_CALLS_INPUT is 1 (each token's rounding is then its own: exact calls), the whole call otherwise.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
+from onnx import TensorProto, helper
 
 from specrt.convert.onnx_graph import MS_DOMAIN
 
@@ -38,8 +48,6 @@ def gemma4_layer_rest(b, i: int, x: str, attn: str, ple: str | None) -> str:
     h, x = b.norm_with_skip(attn, x, p + "pre_feedforward_layernorm.weight")
     m = b.mlp(i, h)
     if cfg.moe_with_dense:
-        from specrt.convert.moe_graph import gemma4_experts
-
         e = gemma4_experts(b, i, x, b.norm(x, p + "pre_feedforward_layernorm_2.weight"))
         m = g.op("Add", [b.norm(m, p + "post_feedforward_layernorm_1.weight"),
                          b.norm(e, p + "post_feedforward_layernorm_2.weight")])
@@ -55,3 +63,78 @@ def gemma4_layer_rest(b, i: int, x: str, attn: str, ple: str | None) -> str:
         if not np.all(scalar == 1.0):
             x = g.op("Mul", [x, g.weight(p + "layer_scalar", scalar.astype(b.dtype))])
     return x
+
+
+@contextmanager
+def captured(g, into: list):
+    """Nodes the block adds to g go to `into` instead (a subgraph's body); initializers stay in g (outer scope)."""
+    start = len(g.nodes)
+    try:
+        yield
+    finally:
+        into.extend(g.nodes[start:])
+        del g.nodes[start:]
+
+
+def gemma4_experts(b, i: int, x: str, z: str) -> str:
+    """The experts' output [B, S, H]: routed from the residual x, run on their normed input z (both [B, S, H])."""
+    g, cfg, p = b.g, b.cfg, f"model.layers.{i}."
+    h, e = cfg.hidden_size, cfg.num_experts
+    name = f"layers.{i}.experts"
+    flat_x = g.op("Reshape", [x, g.const([-1, h])])  # [N, H]
+    ones = g.weight(f"ones_{h}", np.ones(h, dtype=b.dtype))
+    r = g.op("SimplifiedLayerNormalization", [flat_x, ones], axis=-1, epsilon=cfg.rms_norm_eps, stash_type=1)
+    proj = np.asarray(b.tensor(p + "router.proj.weight"), dtype=np.float32)  # [E, H]
+    scale = np.asarray(b.tensor(p + "router.scale"), dtype=np.float32) * h ** -0.5  # folded into the router's columns
+    logits = g.op("MatMul", [r, g.weight(name + ".router_t", (proj * scale[None]).T.astype(b.dtype))],
+                  outputs=[f"{name}.router_logits"])  # [N, E]
+    top, ids = g.op("TopK", [g.op("Softmax", [logits], axis=-1), g.const([cfg.experts_per_token])], outputs=2,
+                    axis=-1)  # [N, k]
+    top = g.op("Div", [top, g.op("ReduceSum", [top, g.const([-1])], keepdims=1)])
+    per_expert = b.param(p + "router.per_expert_scale")  # [E]
+    top = g.op("Mul", [top, g.op("Gather", [per_expert, ids], axis=0)])
+    dense = g.op("ScatterElements", [g.op("Mul", [logits, g.const(0.0, dtype=b.dtype)]), ids, top], axis=1)  # [N, E]
+    flat_z = g.op("Reshape", [z, g.const([-1, h])])
+    if b.expert_calls is None:
+        return g.op("Reshape", [_experts_body(b, i, flat_z, dense, name), g.op("Shape", [z])])
+    tokens = g.op("Gather", [g.op("Shape", [flat_z]), g.const([0])], axis=0)  # [1]: N
+    chunk = g.op("Where", [g.op("Cast", [b.expert_calls], to=TensorProto.BOOL), g.const([1]), tokens])
+    chunks = [g.op("Reshape", [t, g.op("Concat", [g.const([-1]), chunk, g.const([w])], axis=0)])
+              for t, w in ((flat_z, h), (dense, e))]  # [N / chunk, chunk, width]
+    body_z, body_w = f"{name}.chunk.z", f"{name}.chunk.w"
+    nodes: list = []
+    with captured(g, nodes):
+        out = _experts_body(b, i, body_z, body_w, name)
+        out = g.op("Identity", [out], outputs=[f"{name}.chunk.out"])
+    body = helper.make_graph(nodes, f"{name}.chunk", [helper.make_tensor_value_info(body_z, b.elem, ["chunk", h]),
+                                                      helper.make_tensor_value_info(body_w, b.elem, ["chunk", e])],
+                             [helper.make_tensor_value_info(out, b.elem, ["chunk", h])])
+    scanned = g.op("Scan", chunks, name=name + ".tokens", num_scan_inputs=2, body=body)  # [N / chunk, chunk, H]
+    return g.op("Reshape", [scanned, g.op("Shape", [z])])
+
+
+def _experts_body(b, i: int, z: str, weights: str, name: str) -> str:
+    """z [c, H], weights [c, E] (zero where a token did not choose the expert) -> sum over experts [c, H]."""
+    g, cfg = b.g, b.cfg
+    width = cfg.moe_intermediate_size
+    zero = g.const(0.0, dtype=b.dtype)
+    outs = []
+    for e in range(cfg.num_experts):
+        q = f"model.layers.{i}.experts.{e}."
+        column = g.op("Gather", [weights, g.const([e])], axis=1)  # [c, 1]
+        chosen = g.op("Greater", [g.op("ReduceMax", [column], keepdims=0), zero])
+        then_nodes: list = []
+        with captured(g, then_nodes):
+            gate_up = b.linear(z, [q + "gate_up_proj"], f"{name}.{e}.gate_up")
+            gate, up = g.op("Split", [gate_up, g.const([width, width])], outputs=2, axis=-1)
+            act = g.op("Mul", [g.op("FastGelu", [gate], domain=MS_DOMAIN), up])
+            y = g.op("Mul", [b.linear(act, [q + "down_proj"], f"{name}.{e}.down"), column])
+        else_out = g.fresh(f"{name}.{e}.none")
+        else_nodes = [helper.make_node("Constant", [], [else_out], value=helper.make_tensor(
+            else_out + ".value", b.elem, [1, 1], [0.0]))]
+        outs.append(g.op("If", [chosen], name=f"{name}.{e}",
+                         then_branch=helper.make_graph(then_nodes, f"{name}.{e}.then", [],
+                                                       [helper.make_tensor_value_info(y, b.elem, None)]),
+                         else_branch=helper.make_graph(else_nodes, f"{name}.{e}.else", [],
+                                                       [helper.make_tensor_value_info(else_out, b.elem, None)])))
+    return g.op("Sum", outs)

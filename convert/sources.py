@@ -142,7 +142,8 @@ def gemma4_layer_shapes(cfg: ModelConfig, i: int) -> dict[str, tuple[int, ...]]:
     if cfg.moe_with_dense:
         e, w = cfg.num_experts, cfg.moe_intermediate_size
         need.update({p + "router.proj.weight": (e, h), p + "router.scale": (h,), p + "router.per_expert_scale": (e,),
-                     p + "experts.gate_up_proj": (e, 2 * w, h), p + "experts.down_proj": (e, h, w)})
+                     **{f"{p}experts.{j}.gate_up_proj.weight": (2 * w, h) for j in range(e)},
+                     **{f"{p}experts.{j}.down_proj.weight": (h, w) for j in range(e)}})
     return need
 
 

@@ -16,11 +16,13 @@ over P channels, where E x is the scaled token embedding; `per_layer_inputs` com
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from torch import nn
 import torch.nn.functional as F
 
+from specrt.errors import SourceError
 from specrt.models.config import ModelConfig
 from specrt.models.transformer import MLP, RMSNorm, rotate
 
@@ -101,28 +103,54 @@ class Gemma4Router(nn.Module):
         return weights.to(r.dtype), ids
 
 
-class Gemma4Experts(nn.Module):
-    """gelu-tanh experts whose fused gate_up_proj [E, 2I, H] holds the gate rows, then the up rows."""
+class Gemma4Expert(nn.Module):
+    """One expert: down(gelu_tanh(gate) * up), gate and up the halves of gate_up_proj [2I, H] (gate rows first)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        h, e, w = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-        self.gate_up_proj = nn.Parameter(torch.zeros(e, 2 * w, h))
-        self.down_proj = nn.Parameter(torch.zeros(e, h, w))
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.moe_intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.moe_intermediate_size, cfg.hidden_size, bias=False)
 
-    def reset_parameters(self) -> None:
-        nn.init.normal_(self.gate_up_proj, std=0.02)
-        nn.init.normal_(self.down_proj, std=0.02)
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(z).chunk(2, dim=-1)
+        return self.down_proj(F.gelu(gate, approximate="tanh") * up)
 
-    def forward(self, z: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+
+class Gemma4Experts(nn.ModuleList):
+    """The layer's experts, each under its own names (`experts.{e}.gate_up_proj.weight`: the checkpoint's fused
+    [E, 2I, H] / [E, H, I] tensors are read an expert at a time, expert_view)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(Gemma4Expert(cfg) for _ in range(cfg.num_experts))
+
+    def mix(self, z: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """z [N, H] (the experts' normed input); weights, ids [N, k] (the router's) -> [N, H]."""
         out = torch.zeros_like(z)
         for e in ids.unique().tolist():
             rows, slot = torch.nonzero(ids == e, as_tuple=True)
-            gate, up = F.linear(z[rows], self.gate_up_proj[e]).chunk(2, dim=-1)
-            y = F.linear(F.gelu(gate, approximate="tanh") * up, self.down_proj[e])
-            out.index_add_(0, rows, y * weights[rows, slot, None])
+            out.index_add_(0, rows, self[e](z[rows]) * weights[rows, slot, None])
         return out
+
+
+_FUSED = re.compile(r"^(model\.layers\.\d+\.experts\.)(gate_up_proj|down_proj)$")
+
+
+def expert_view(refs: dict) -> dict:
+    """A Gemma 4 MoE checkpoint's fused experts (`experts.gate_up_proj` [E, 2I, H], `experts.down_proj` [E, H, I])
+    as per-expert tensors `experts.{e}.gate_up_proj.weight` [2I, H] and `experts.{e}.down_proj.weight` [H, I], each
+    read from its own bytes when used (TensorRefs) or sliced (arrays); other tensors as they are."""
+    out = {}
+    for name, ref in refs.items():
+        m = _FUSED.match(name)
+        if m is None:
+            out[name] = ref
+            continue
+        if len(ref.shape) != 3:
+            raise SourceError(f"tensor {name} has shape {tuple(ref.shape)}, expected [experts, out, in]")
+        for e in range(ref.shape[0]):
+            key = f"{m.group(1)}{e}.{m.group(2)}.weight"
+            out[key] = ref.expert(e, tuple(ref.shape[1:])) if hasattr(ref, "expert") else ref[e]
+    return out
 
 
 class Gemma4Block(nn.Module):
@@ -157,7 +185,7 @@ class Gemma4Block(nn.Module):
         m = self.mlp(self.pre_feedforward_layernorm(x))
         if self.cfg.moe_with_dense:
             flat = x.reshape(-1, x.shape[-1])
-            e = self.experts(self.pre_feedforward_layernorm_2(flat), *self.router(flat)).reshape(x.shape)
+            e = self.experts.mix(self.pre_feedforward_layernorm_2(flat), *self.router(flat)).reshape(x.shape)
             m = self.post_feedforward_layernorm_1(m) + self.post_feedforward_layernorm_2(e)
         x = x + self.post_feedforward_layernorm(m)
         if self.cfg.ple_size:

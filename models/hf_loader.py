@@ -90,6 +90,13 @@ def load_hf_weights(folder: Path, model_type: str = "") -> LazyWeights:
             refs = expert_view(refs)
         except SourceError as exc:
             raise SourceError(f"{folder}: {exc}") from None
+    if model_type in ("gemma4", "gemma4_text"):  # fused experts read as per-expert tensors
+        from specrt.models.gemma4 import expert_view as gemma4_experts
+
+        try:
+            refs = gemma4_experts(refs)
+        except SourceError as exc:
+            raise SourceError(f"{folder}: {exc}") from None
     return LazyWeights(refs)
 
 

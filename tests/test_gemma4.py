@@ -1,8 +1,9 @@
 """Gemma 4 targets on tiny random checkpoints built from transformers' own classes: sliding layers and full layers
 of another head size (keys as values, proportional rope), E2B's per-layer input embeddings and KV shared by the
-last layers, soft-capped logits, in the text-only and the published multimodal layout. Plain decoding equals
-transformers; int8 / int4 are validated against torch on the same weights; n-gram, draft-model and EAGLE-3
-speculation equals plain decoding."""
+last layers, soft-capped logits, in the text-only and the published multimodal layout; and the MoE variant (a dense
+MLP beside gated-GELU experts in every layer). Plain decoding equals transformers; int8 / int4 are validated against
+torch on the same weights; n-gram, draft-model and EAGLE-3 speculation equals plain decoding (int4 / int8 in
+batch-invariant mode, the experts' calls token by token)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def sources(tmp_path_factory):
     from tests.test_eagle3 import random_head
 
     root = tmp_path_factory.mktemp("gemma4")
-    out = {arch: save_tiny_bundle_source(arch, root / arch) for arch in ("gemma4_text", "gemma4")}
+    out = {arch: save_tiny_bundle_source(arch, root / arch) for arch in ("gemma4_text", "gemma4", "gemma4_moe")}
     out["sibling"] = save_tiny_bundle_source("gemma4_text", root / "sibling", seed=5)  # same tokenizer
     head = random_head(3)  # reads target layers 2, 1, 0
     save_eagle3_checkpoint(root / "head", head.cfg, state_dict_of(head))
@@ -41,8 +42,9 @@ def sources(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bundles(sources, tmp_path_factory):
     root = tmp_path_factory.mktemp("gemma4_bundles")
-    out = {"gemma4": root / "multimodal", "gemma4_text": root / "text"}
-    assert main(["convert", str(sources["gemma4"]), "-o", str(out["gemma4"]), "--max-context", "128"]) == 0
+    out = {"gemma4": root / "multimodal", "gemma4_text": root / "text", "gemma4_moe": root / "moe"}
+    for arch in ("gemma4", "gemma4_moe"):
+        assert main(["convert", str(sources[arch]), "-o", str(out[arch]), "--max-context", "128"]) == 0
     assert main(["convert", str(sources["gemma4_text"]), "-o", str(out["gemma4_text"]), "--max-context", "128",
                  "--drafter", f"draft-model:{sources['sibling']}", "--drafter", f"eagle3:{sources['eagle3']}"]) == 0
     return out
@@ -64,14 +66,18 @@ def test_config_reads_both_forms_of_the_full_layers_sizes():
     assert a.rope.inv_freq(32)[4:] == [0.0] * 12  # proportional: a quarter of the pairs turn
 
 
-@pytest.mark.parametrize("arch", ["gemma4_text", "gemma4"])
+@pytest.mark.parametrize("arch", ["gemma4_text", "gemma4", "gemma4_moe"])
 def test_plain_greedy_equals_transformers(bundles, arch):
     import specrt
     from specrt.bundle import load_bundle
 
     manifest = load_bundle(bundles[arch])
-    assert manifest.kv.layer_ids == (0, 1, 2, 3)  # the last two layers keep no cache of their own
-    assert manifest.kv.shapes() == ((2, 16), (2, 16), (1, 32), (2, 16))
+    if arch == "gemma4_moe":
+        assert manifest.kv.cached_layers() == (0, 1, 2, 3)
+        assert manifest.kv.shapes() == ((2, 16), (1, 32)) * 2
+    else:
+        assert manifest.kv.layer_ids == (0, 1, 2, 3)  # the last two layers keep no cache of their own
+        assert manifest.kv.shapes() == ((2, 16), (2, 16), (1, 32), (2, 16))
     engine = specrt.load(str(bundles[arch]), device="cpu")
     assert_greedy_equals_transformers(engine, hf_model(arch), PROMPTS, GREEDY)
 
@@ -95,15 +101,17 @@ def test_speculation_is_lossless(bundles):
     assert all(drafted.values()), drafted
 
 
-@pytest.mark.parametrize("precision", ["int8", "int4"])
-def test_quantized_gemma4_is_validated_and_speculates_losslessly(sources, tmp_path, precision):
-    """int8 / int4 graphs (the per-layer embedding table quantized as the token embeddings are) validated against
-    torch on the same quantized weights; in batch-invariant mode greedy n-gram speculation equals plain decoding."""
+@pytest.mark.parametrize("arch, precision", [("gemma4_text", "int8"), ("gemma4_text", "int4"),
+                                             ("gemma4_moe", "int4")])
+def test_quantized_gemma4_is_validated_and_speculates_losslessly(sources, tmp_path, arch, precision):
+    """int8 / int4 graphs (the per-layer embedding table quantized as the token embeddings are; each expert's
+    projections) validated against torch on the same quantized weights; in batch-invariant mode greedy n-gram
+    speculation equals plain decoding."""
     import specrt
     from specrt.bundle import load_bundle
 
     out = tmp_path / precision
-    assert main(["convert", str(sources["gemma4_text"]), "-o", str(out), "--precision", precision,
+    assert main(["convert", str(sources[arch]), "-o", str(out), "--precision", precision,
                  "--max-context", "128"]) == 0
     manifest = load_bundle(out)
     assert manifest.provenance["validation"]["quantized_reference"]["max_abs_diff"] < 1e-3
@@ -141,15 +149,21 @@ def test_inconsistent_sources_are_refused_in_one_line(sources, tmp_path, capsys,
 
 
 def test_torch_reference_equals_transformers_with_a_cache():
-    """The torch reference (models/gemma4.py via CausalLM) over a prompt in two calls equals transformers' logits."""
+    """The torch reference (models/gemma4.py via CausalLM; the MoE variant's fused experts read an expert at a time)
+    over a prompt in two calls equals transformers' logits."""
+    from specrt.convert.pipeline import _torch_model
+    from specrt.models.gemma4 import expert_view
+
+    for arch in ("gemma4_text", "gemma4_moe"):
+        model = hf_model(arch)
+        cfg = config_from_hf(model.config.to_dict())
+        weights = expert_view({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+        _assert_same_logits(model, _torch_model(cfg, weights))
+
+
+def _assert_same_logits(model, ours) -> None:
     import torch
 
-    from specrt.convert.pipeline import _torch_model
-
-    model = hf_model("gemma4_text")
-    cfg = config_from_hf(model.config.to_dict())
-    weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    ours = _torch_model(cfg, weights)
     ids = torch.tensor([np.random.default_rng(0).integers(0, 97, 20)])
     with torch.no_grad():
         ref = model(ids).logits
