@@ -430,7 +430,7 @@ class _TargetBuilder:
             biases = ["attention_bias"] + (["sliding_attention_bias"] if cfg.active_sliding_window else [])
             self.attention_rows = pad_attention_rows(g, seqlens_k, total_len, biases)
             seqlens_k, total_len = self.attention_rows.seqlens_k, self.attention_rows.total_len
-            if cfg.moe_layers:  # exact calls through the experts too: convert/moe_graph.py
+            if cfg.moe_layers and not cfg.moe_with_dense:  # exact calls through the experts: convert/moe_graph.py
                 self.expert_calls = g.add_input(EXPERT_CALLS_INPUT, TensorProto.INT64, [1])
 
         x, embed_name = self.embed_lookup()
