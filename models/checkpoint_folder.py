@@ -56,7 +56,7 @@ def read_tensors(files: list[Path], rename) -> dict[str, np.ndarray]:
 
 FLOATS = {"F16", "BF16", "F32", "float16", "float32"}  # what weights may be stored as (BF16 reads as float32)
 INTEGERS = {"I64", "I32", "int64", "int32"}  # what an id map (d2t) may be stored as
-ID_MAPS = {"d2t"}
+ID_MAPS = {"d2t", "masked_embedding.token_ordering"}  # id maps: an EAGLE-3 head's, a Gemma 4 assistant's
 
 
 def _stored(tensor) -> str:

@@ -196,7 +196,8 @@ class ModelConfig:
         if not self.kv_shared_layers or layer < first_shared:
             return layer
         kind = self.is_sliding(layer)
-        return max(i for i in range(first_shared) if self.is_sliding(i) == kind)
+        earlier = [i for i in range(first_shared) if self.is_sliding(i) == kind]
+        return earlier[-1] if earlier else -1  # -1: it reads a cache from outside (Gemma 4's assistant)
 
     def intermediate_of(self, layer: int) -> int:
         """The layer's dense MLP width."""

@@ -9,7 +9,8 @@ the drafted token.
 Every drafter subclasses `Drafter`. Its optional capabilities are declared members with defaults, which the loop
 (runtime/speculative.py, runtime/engine.py) reads without probing:
 - `reads_hidden_states`: the drafter reads the target's hidden-state taps; the loop binds it to a TargetView (the
-  taps per cache slot, read-only) before the first proposal. A drafter is never handed the engine.
+  taps per cache slot and the target's KV cache buffers, read-only) before the first proposal. A drafter is never
+  handed the engine.
 - `block_drafter`: one call drafts a whole block (its cost does not grow with the draft length).
 - `max_draft`: draft tokens per call the loop may ask for (None: the loop's own), e.g. a tree's node count.
 - `catchup_seconds`: of the last propose, the time spent reading context it had not seen (not drafting cost).
@@ -94,10 +95,19 @@ class TargetTaps:
 
 
 class TargetView:
-    """What a drafter may read of the target: its hidden-state taps of the tokens it has read (read-only)."""
+    """What a drafter may read of the target: its hidden-state taps of the tokens it has read and its KV cache
+    (both read-only)."""
 
-    def __init__(self, taps: TargetTaps):
-        self._taps = taps
+    def __init__(self, taps: TargetTaps, cache=None):
+        self._taps, self._cache = taps, cache  # cache: the target's TargetSession
+
+    def kv(self, layer: int):
+        """The target's cache buffers of one layer, (keys, values) OrtValues [B, KV, max_context + 1, D], to bind
+        as a graph's inputs (Gemma 4's assistant reads them); slots at and past the committed length are garbage."""
+        if self._cache is None or layer not in self._cache.spec.cached_layers:
+            raise BundleError(f"the drafter reads the KV cache of target layer {layer}, which the target has not")
+        j = self._cache.spec.cached_layers.index(layer)
+        return self._cache.keys[j], self._cache.values[j]
 
     @property
     def hidden_layers(self) -> tuple[int, ...]:

@@ -255,7 +255,7 @@ class Engine:
         if self.taps is None:
             raise SpecrtError("this bundle's target graph has no hidden-state outputs, which this drafter reads "
                               "(convert the model with the drafter)")
-        return TargetView(self.taps)
+        return TargetView(self.taps, self.target)
 
     @property
     def draft_limit(self) -> int | None:

@@ -69,6 +69,12 @@ KINDS: dict[str, DrafterKind] = {k.name: k for k in (
                 "PATH_OR_NAME", ("vocab_size", "model_config"), head_graph=False, catalog_draft_model=True, title="draft model",
                 missing="convert it with --drafter draft-model:PATH_OR_NAME",
                 not_exported="a draft model is an ordinary model folder: give the engine its source as it is"),
+    DrafterKind("assistant", "specrt.drafters.assistant:AssistantDrafter", "specrt.convert.assistant_bundle",
+                "FOLDER", ("vocab_size", "target_hidden_size", "target_layer_ids"), title="Gemma 4 assistant",
+                missing="convert a Gemma 4 target with --drafter assistant:CHECKPOINT_FOLDER",
+                checkpoint_names=("gemma4_assistant",),
+                not_exported="the engines load Gemma 4's assistant checkpoint as it is (transformers: "
+                             "Gemma4AssistantForCausalLM as assistant_model; llama.cpp: its assistant GGUF)"),
     DrafterKind("ngram", "specrt.drafters.ngram:NgramDrafter", None, title="prompt lookup", modes=("history",),
                 not_exported="the engines have their own prompt lookup (vLLM: method \"ngram\"; SGLang: "
                              "speculative_algorithm \"NGRAM\"): nothing to export"),

@@ -44,6 +44,35 @@ GEMMA4_MOE = dict(COMMON, num_hidden_layers=4, global_head_dim=32, num_global_ke
                   attention_k_eq_v=True, hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=8,
                   top_k_experts=2, moe_intermediate_size=32, sliding_window=4, final_logit_softcapping=30.0,
                   layer_types=["sliding_attention", "full_attention"] * 2)
+# Gemma 4's assistant for GEMMA4_TEXT: 2 query-only layers (sliding, full) of the target's head sizes, hidden 32,
+# reading the target's layers 3 and 2; "ordered" drafts over 8 of 97 one-token centroids (E2B/E4B's head form)
+GEMMA4_ASSISTANT_TEXT = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                             num_attention_heads=2, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+                             num_global_key_value_heads=1, attention_k_eq_v=True, hidden_size_per_layer_input=0,
+                             vocab_size_per_layer_input=0, sliding_window=4, model_type="gemma4_text",
+                             layer_types=["sliding_attention", "full_attention"])
+
+
+def hf_assistant(ordered: bool = False, seed: int = 3, **changes):
+    """A tiny Gemma4AssistantForCausalLM for GEMMA4_TEXT with random weights (norms, layer scalars and the token
+    ordering perturbed away from their defaults)."""
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    cfg = tf.Gemma4AssistantConfig(text_config=dict(GEMMA4_ASSISTANT_TEXT), backbone_hidden_size=64,
+                                   use_ordered_embeddings=ordered, num_centroids=97, centroid_intermediate_top_k=8,
+                                   **changes)
+    model = tf.Gemma4AssistantForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.uniform_(0.5, 1.5)
+            if name.endswith("token_ordering"):
+                b.copy_(torch.randperm(b.numel()))
+    return model
 
 
 def hf_config(arch: str):

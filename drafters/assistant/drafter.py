@@ -1,0 +1,94 @@
+"""Drafting with Gemma 4's assistant (convert/assistant_graph.py): a chain, every step at the position of the pending
+token, over the target's own KV cache.
+
+For a context x_0..x_n (x_n the pending token, which the target has not read), the first step feeds x_n with the
+target's last-layer features of slot n - 1 (the graph applies the target's final norm), each further step feeds the
+token it drafted with its own hidden_out; all steps read the target's committed slots 0..n-1 (kv_length n) through
+the target's cache buffers, bound as the graph's inputs (nothing copied). It keeps no cache of its own, so nothing is
+rolled back after a verification. At temperature > 0 a chain samples from the assistant and passes its q.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from specrt.drafter_entry import DrafterEntry
+from specrt.errors import BundleError
+from specrt.runtime.drafter import Draft, Drafter, TargetView
+from specrt.runtime.sampling import SamplingParams, target_probs
+from specrt.runtime.target_session import make_session_options
+
+
+class AssistantDrafter(Drafter):
+    name = "assistant"
+    reads_hidden_states = True
+
+    def __init__(self, bundle_dir: Path, entry: DrafterEntry, target_layers: int, providers, threads: int = 0):
+        path = Path(bundle_dir) / entry.graph.file
+        try:
+            self.session = ort.InferenceSession(str(path), make_session_options(threads), providers=list(providers))
+        except Exception as exc:  # ORT's own messages span lines
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BundleError(f"{path}: ONNX Runtime cannot load this graph ({first[:200]})") from None
+        self.sources = tuple(entry.target_layer_ids)
+        self.width = entry.target_hidden_size
+        self.last_layer = target_layers - 1
+        self.max_context = entry.kv.max_context
+        self.binding = self.session.io_binding()
+        self.target: TargetView | None = None
+        self.columns: np.ndarray | None = None
+        self.params, self.rng = SamplingParams(temperature=0.0), np.random.default_rng()
+
+    @classmethod
+    def from_bundle(cls, bundle_dir, entry, manifest, providers, threads: int = 0) -> "AssistantDrafter":
+        return cls(bundle_dir, entry, manifest.kv.layers, providers, threads=threads)
+
+    def bind(self, target: TargetView) -> None:
+        self.target, self.columns = target, target.columns([self.last_layer])
+        for layer in self.sources:  # the target's cache buffers, bound once: read in place at every step
+            keys, values = target.kv(layer)
+            self.binding.bind_ortvalue_input(f"past_key_values.{layer}.key", keys)
+            self.binding.bind_ortvalue_input(f"past_key_values.{layer}.value", values)
+
+    def reset(self, params: SamplingParams | None = None, rng: np.random.Generator | None = None) -> None:
+        self.params = params or SamplingParams(temperature=0.0)
+        self.rng = rng if rng is not None else np.random.default_rng()
+
+    def _step(self, token: int, position: int, features: np.ndarray | None, hidden: np.ndarray | None):
+        """One draft step -> (logits [V], hidden_out [1, 1, B])."""
+        b, bind = self.width, self.binding
+        zeros = np.zeros((1, 1, b), np.float32)
+        bind.bind_cpu_input("input_ids", np.array([[token]], dtype=np.int64))
+        bind.bind_cpu_input("position_ids", np.array([[position]], dtype=np.int64))
+        bind.bind_cpu_input("kv_length", np.array([position], dtype=np.int64))
+        bind.bind_cpu_input("features", features.reshape(1, 1, b).astype(np.float32) if features is not None else zeros)
+        bind.bind_cpu_input("hidden", hidden if hidden is not None else zeros)
+        bind.bind_cpu_input("use_features", np.array([features is not None]))
+        bind.bind_output("logits", "cpu")
+        bind.bind_output("hidden_out", "cpu")
+        self.session.run_with_iobinding(bind)
+        logits, hidden_out = (o.numpy() for o in bind.get_outputs())
+        return logits[0, -1], hidden_out
+
+    def propose(self, context: list[int], max_tokens: int) -> Draft | None:
+        n = len(context) - 1  # the target has read context[:n]; context[n] is the pending token, at position n
+        k = min(max_tokens, self.max_context - n)
+        if self.target is None or n < 1 or k < 1:
+            return None
+        features = self.target.features(n - 1, n, self.columns)  # [1, B]
+        logits, hidden = self._step(context[n], n, features, None)
+        tokens, probs = [], []
+        for i in range(k):
+            if self.params.greedy:
+                token = int(np.argmax(logits))
+            else:
+                q = target_probs(logits.astype(np.float64), self.params)
+                token = int(self.rng.choice(len(q), p=q))
+                probs.append(q)
+            tokens.append(token)
+            if i + 1 < k:
+                logits, hidden = self._step(token, n, None, hidden)
+        return Draft.chain(tokens, np.stack(probs) if probs else None)
