@@ -6,6 +6,8 @@ holds more than one chunk of one tensor, so writing an 8B model needs a few hund
     python scripts/synthetic_model.py llama-3.2-1b OUT    # OUT/target (bf16, one shard + index) + OUT/eagle3
     python scripts/synthetic_model.py qwen3.5-9b OUT      # OUT/target (bf16, multimodal layout, MTP) + OUT/dflash
     python scripts/synthetic_model.py qwen3-30b-a3b OUT --layers 4   # MoE (128 experts) at real width + OUT/dflash
+    python scripts/synthetic_model.py gemma4-e4b OUT      # OUT/target (bf16, multimodal layout's text) + OUT/assistant
+    python scripts/synthetic_model.py gemma4-26b-a4b OUT --layers 6   # MoE beside a dense MLP + OUT/assistant
     options: --layers N (fewer target layers, same widths), --tiny (every width divided: a test-size twin)
 
 The configs are the published ones (random weights: acceptance means nothing; memory, time, speed and
@@ -55,8 +57,24 @@ losslessness do):
   as 8 KV heads of 128 and intermediate 12288, the Qwen3-8B drafter's), block_size 16, dflash_config
   {mask_token_id 248070, target_layer_ids [1, 8, 15, 22, 29]}, bf16, tensors as the Qwen3-8B drafter's.
 
+- google/gemma-4-E4B (config.json as published, text_config): Gemma4ForConditionalGeneration, hidden 2560, 42
+  layers (full attention at 5, 11, ..., 41, the rest sliding with window 512), intermediate 10240, 8 heads / 2 KV
+  heads, head_dim 256, global_head_dim 512, attention_k_eq_v false, per-layer inputs 256 wide over a 262144-token
+  table, num_kv_shared_layers 18, final_logit_softcapping 30, vocab 262144, tied, bf16, rope {sliding: default
+  10000; full: proportional 0.25, 1e6}. Tensors under model.language_model.*; the shared layers keep their (unread)
+  k/v projections as the published checkpoint does; its vision and audio towers are not written.
+- google/gemma-4-26B-A4B: hidden 2816, 30 layers (full every 6th, window 1024), 16 heads / 8 KV heads, full layers
+  2 KV heads of 512 with keys as values, a dense MLP of 2112 beside 128 experts of width 704 (8 a token) in every
+  layer, no per-layer inputs, no KV sharing, vocab 262144, tied. Experts fused as published
+  (experts.gate_up_proj [128, 1408, 2816], experts.down_proj [128, 2816, 704]).
+- Their assistants (google/gemma-4-E4B-it-assistant, -26B-A4B-it-assistant: Gemma4AssistantForCausalLM): 4 layers
+  (3 sliding, 1 full) of the target's head sizes and KV heads, reading the target's caches; E4B's: hidden 256,
+  4 heads, ordered embeddings (2048 centroids, top 32); 26B-A4B's: hidden 1024, 8 heads, keys as values, a plain
+  tied head. Their intermediate sizes (taken as 4 x hidden) and head counts are not from published configs.
+
 Random values: every matrix entry is +-(1 + m / 128) * 2^-6 (m a random 7-bit mantissa, random sign), every
-norm weight 1 + m / 128: small enough that activations stay finite through every layer, cheap to draw.
+norm weight 1 + m / 128 (Gemma 4's q/k norms (1 + m / 128) / 8, its layer scalars (1 + m / 128) / 2: with attention
+scale 1, unit q/k norms made every softmax a hard argmax, and the random model chaotic): small enough that activations stay finite through every layer, cheap to draw.
 """
 
 from __future__ import annotations
@@ -94,13 +112,17 @@ def _bits(rng, count: int, exponent: int) -> np.ndarray:
 
 def _chunks(t: Tensor, rng, extra: dict):
     count = int(np.prod(t.shape, dtype=np.int64))
-    if t.kind in ("d2t", "t2d"):
+    if t.kind in ("d2t", "t2d", "ordering"):
         yield extra[t.kind].tobytes()
         return
     for lo in range(0, count, CHUNK):
         n = min(CHUNK, count - lo)
         if t.kind == "norm":
             bits = _bits(rng, n, 127) & np.uint16(0x7FFF)  # positive, in [1, 2)
+        elif t.kind == "scalar":
+            bits = _bits(rng, n, 126) & np.uint16(0x7FFF)  # positive, in [0.5, 1) (Gemma 4's layer scalars)
+        elif t.kind == "qk_norm":  # positive, in [1/8, 1/4): Gemma 4's q/k norms (w, attention scale 1) keep q.k
+            bits = _bits(rng, n, 124) & np.uint16(0x7FFF)  # near unit spread instead of sqrt(head_dim)
         else:
             bits = _bits(rng, n, 127 - 6)
         if t.dtype == "F16":
@@ -396,6 +418,141 @@ def _write_dflash_folder(folder: Path, c: dict, rng) -> None:
     write_safetensors(folder / "model.safetensors", tensors, rng)
 
 
+GEMMA4_LAYER_TYPES = lambda n: ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]  # noqa: E731
+GEMMA4_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+               "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}}
+
+
+def gemma4_e4b(tiny: bool) -> dict:
+    text = {"model_type": "gemma4_text", "vocab_size": 262144, "hidden_size": 2560, "intermediate_size": 10240,
+            "num_hidden_layers": 42, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+            "global_head_dim": 512, "attention_k_eq_v": False, "hidden_size_per_layer_input": 256,
+            "vocab_size_per_layer_input": 262144, "num_kv_shared_layers": 18, "sliding_window": 512,
+            "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06,
+            "max_position_embeddings": 131072, "tie_word_embeddings": True, "use_double_wide_mlp": False,
+            "enable_moe_block": False, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+            "rope_parameters": GEMMA4_ROPE, "dtype": "bfloat16"}
+    if tiny:
+        text.update(vocab_size=4096, vocab_size_per_layer_input=4096, hidden_size=256, intermediate_size=512,
+                    head_dim=64, global_head_dim=128, hidden_size_per_layer_input=32, sliding_window=64)
+    return _gemma4(text)
+
+
+def gemma4_26b_a4b(tiny: bool) -> dict:
+    text = {"model_type": "gemma4_text", "vocab_size": 262144, "hidden_size": 2816, "intermediate_size": 2112,
+            "num_hidden_layers": 30, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+            "global_head_dim": 512, "num_global_key_value_heads": 2, "attention_k_eq_v": True,
+            "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 262144, "num_kv_shared_layers": 0,
+            "sliding_window": 1024, "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh",
+            "rms_norm_eps": 1e-06, "max_position_embeddings": 262144, "tie_word_embeddings": True,
+            "enable_moe_block": True, "num_experts": 128, "top_k_experts": 8, "moe_intermediate_size": 704,
+            "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "rope_parameters": GEMMA4_ROPE,
+            "dtype": "bfloat16"}
+    if tiny:
+        text.update(vocab_size=4096, hidden_size=256, intermediate_size=256, head_dim=64, global_head_dim=128,
+                    num_experts=16, moe_intermediate_size=64, sliding_window=64)
+    return _gemma4(text)
+
+
+def _gemma4(text: dict) -> dict:
+    return {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": text,
+            "tie_word_embeddings": True}
+
+
+def gemma4_tensors(c: dict) -> list[Tensor]:
+    """model.language_model.*: the embedding tables, then each layer (q/k/v of its kind's head size, k and v kept
+    on the shared layers as the published checkpoint keeps them; dense MLP; per-layer input projections; MoE)."""
+    t = c["text_config"]
+    h, v, n_layers = t["hidden_size"], t["vocab_size"], t["num_hidden_layers"]
+    ple = t["hidden_size_per_layer_input"]
+    types = t.setdefault("layer_types", GEMMA4_LAYER_TYPES(n_layers))
+    p0 = "model.language_model."
+    out = [Tensor(p0 + "embed_tokens.weight", (v, h), "matrix")]
+    if ple:
+        out += [Tensor(p0 + "embed_tokens_per_layer.weight", (t["vocab_size_per_layer_input"], n_layers * ple), "matrix"),
+                Tensor(p0 + "per_layer_model_projection.weight", (n_layers * ple, h), "matrix"),
+                Tensor(p0 + "per_layer_projection_norm.weight", (ple,), "norm")]
+    for i, kind in enumerate(types):
+        p = f"{p0}layers.{i}."
+        full = kind == "full_attention"
+        d = t["global_head_dim"] if full else t["head_dim"]
+        kv = t.get("num_global_key_value_heads") if full and t["attention_k_eq_v"] else t["num_key_value_heads"]
+        out += [Tensor(p + "input_layernorm.weight", (h,), "norm"),
+                Tensor(p + "self_attn.q_proj.weight", (t["num_attention_heads"] * d, h), "matrix"),
+                Tensor(p + "self_attn.q_norm.weight", (d,), "qk_norm"),
+                Tensor(p + "self_attn.k_proj.weight", (kv * d, h), "matrix"),
+                Tensor(p + "self_attn.k_norm.weight", (d,), "qk_norm")]
+        if not (full and t["attention_k_eq_v"]):
+            out.append(Tensor(p + "self_attn.v_proj.weight", (kv * d, h), "matrix"))
+        out += [Tensor(p + "self_attn.o_proj.weight", (h, t["num_attention_heads"] * d), "matrix"),
+                Tensor(p + "post_attention_layernorm.weight", (h,), "norm"),
+                Tensor(p + "pre_feedforward_layernorm.weight", (h,), "norm"),
+                Tensor(p + "mlp.gate_proj.weight", (t["intermediate_size"], h), "matrix"),
+                Tensor(p + "mlp.up_proj.weight", (t["intermediate_size"], h), "matrix"),
+                Tensor(p + "mlp.down_proj.weight", (h, t["intermediate_size"]), "matrix"),
+                Tensor(p + "post_feedforward_layernorm.weight", (h,), "norm"),
+                Tensor(p + "layer_scalar", (1,), "scalar")]
+        if ple:
+            out += [Tensor(p + "per_layer_input_gate.weight", (ple, h), "matrix"),
+                    Tensor(p + "per_layer_projection.weight", (h, ple), "matrix"),
+                    Tensor(p + "post_per_layer_input_norm.weight", (h,), "norm")]
+        if t.get("enable_moe_block"):
+            e, w = t["num_experts"], t["moe_intermediate_size"]
+            out += [Tensor(p + "router.proj.weight", (e, h), "matrix"), Tensor(p + "router.scale", (h,), "norm"),
+                    Tensor(p + "router.per_expert_scale", (e,), "norm"),
+                    Tensor(p + "experts.gate_up_proj", (e, 2 * w, h), "matrix"),
+                    Tensor(p + "experts.down_proj", (e, h, w), "matrix")]
+            out += [Tensor(p + n + ".weight", (h,), "norm") for n in (
+                "pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2")]
+    return out + [Tensor(p0 + "norm.weight", (h,), "norm")]
+
+
+def write_gemma4_assistant(folder: Path, target: dict, rng) -> None:
+    """The target's assistant (see the module docstring): config.json + model.safetensors."""
+    t = target["text_config"]
+    e4b = bool(t["hidden_size_per_layer_input"])
+    hidden = (256 if e4b else 1024) if t["hidden_size"] > 1024 else 64
+    heads = 4 if e4b else 8
+    centroids = 2048 if t["vocab_size"] % 2048 == 0 else 64
+    text = {**{k: t[k] for k in ("vocab_size", "head_dim", "global_head_dim", "num_key_value_heads", "sliding_window",
+                                 "attention_k_eq_v", "rms_norm_eps", "rope_parameters", "hidden_activation")},
+            "model_type": "gemma4_text", "hidden_size": hidden, "intermediate_size": 4 * hidden, "num_hidden_layers": 4,
+            "num_attention_heads": heads, "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+            "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0, "num_kv_shared_layers": 4,
+            "enable_moe_block": False, "use_double_wide_mlp": False, "tie_word_embeddings": True}
+    if t.get("num_global_key_value_heads"):
+        text["num_global_key_value_heads"] = t["num_global_key_value_heads"]
+    c = {"architectures": ["Gemma4AssistantForCausalLM"], "model_type": "gemma4_assistant", "text_config": text,
+         "backbone_hidden_size": t["hidden_size"], "use_ordered_embeddings": e4b, "num_centroids": centroids,
+         "centroid_intermediate_top_k": 32 if centroids == 2048 else 8, "tie_word_embeddings": True}
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    tensors = [Tensor("model.embed_tokens.weight", (t["vocab_size"], hidden), "matrix")]
+    for i, kind in enumerate(text["layer_types"]):
+        p = f"model.layers.{i}."
+        d = t["global_head_dim"] if kind == "full_attention" else t["head_dim"]
+        tensors += [Tensor(p + "input_layernorm.weight", (hidden,), "norm"),
+                    Tensor(p + "self_attn.q_proj.weight", (heads * d, hidden), "matrix"),
+                    Tensor(p + "self_attn.q_norm.weight", (d,), "qk_norm"),
+                    Tensor(p + "self_attn.o_proj.weight", (hidden, heads * d), "matrix"),
+                    Tensor(p + "post_attention_layernorm.weight", (hidden,), "norm"),
+                    Tensor(p + "pre_feedforward_layernorm.weight", (hidden,), "norm"),
+                    Tensor(p + "mlp.gate_proj.weight", (4 * hidden, hidden), "matrix"),
+                    Tensor(p + "mlp.up_proj.weight", (4 * hidden, hidden), "matrix"),
+                    Tensor(p + "mlp.down_proj.weight", (hidden, 4 * hidden), "matrix"),
+                    Tensor(p + "post_feedforward_layernorm.weight", (hidden,), "norm"),
+                    Tensor(p + "layer_scalar", (1,), "scalar")]
+    tensors += [Tensor("model.norm.weight", (hidden,), "norm"),
+                Tensor("pre_projection.weight", (hidden, 2 * t["hidden_size"]), "matrix"),
+                Tensor("post_projection.weight", (t["hidden_size"], hidden), "matrix")]
+    extra = {}
+    if e4b:
+        tensors += [Tensor("masked_embedding.centroids.weight", (centroids, hidden), "matrix"),
+                    Tensor("masked_embedding.token_ordering", (t["vocab_size"],), "ordering", "I64")]
+        extra["ordering"] = rng.permutation(t["vocab_size"]).astype(np.int64)
+    write_safetensors(folder / "model.safetensors", tensors, rng, extra)
+
+
 LLAMA3_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
     "{{ m['content'] }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
@@ -409,6 +566,8 @@ def write_tokenizer(folder: Path, cfg: dict, preset: str) -> None:
     """A byte-level tokenizer of the model's vocabulary size (the published tokenizers cannot be fetched here):
     the 256 byte symbols, the published special tokens at their published ids (or small ids in a --tiny twin),
     placeholder tokens for the rest. Every text encodes (one token per byte), every id decodes."""
+    if cfg.get("model_type") == "gemma4":
+        return _write_gemma4_tokenizer(folder, cfg)
     if "text_config" in cfg:  # Qwen3.5: the text config holds the vocabulary
         return _write_qwen35_tokenizer(folder, cfg)
     v = cfg["vocab_size"]
@@ -473,11 +632,26 @@ def _write_qwen35_tokenizer(folder: Path, cfg: dict) -> None:
     _byte_level_tokenizer(folder, v, names, ids, None, "<|im_end|>", QWEN35_TEMPLATE, plain=("<think>", "</think>"))
 
 
+GEMMA4_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+    "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def _write_gemma4_tokenizer(folder: Path, cfg: dict) -> None:
+    """Byte-level placeholder tokenizer at Gemma's vocabulary size, its special tokens at their ids (<pad> 0, <eos> 1,
+    <bos> 2, <start_of_turn> 105, <end_of_turn> 106)."""
+    v = cfg["text_config"]["vocab_size"]
+    names = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
+    _byte_level_tokenizer(folder, v, names, [0, 1, 2, 105, 106], "<bos>", "<end_of_turn>", GEMMA4_TEMPLATE)
+
+
 PRESETS = {"llama-3.1-8b": (llama_31_8b, False, write_eagle3, "eagle3"),
            "llama-3.2-1b": (llama_32_1b, False, write_eagle3, "eagle3"),
            "qwen3-8b": (qwen3_8b, True, write_dflash, "dflash"),
            "qwen3.5-9b": (qwen35_9b, True, write_qwen35_dflash, "dflash"),
-           "qwen3-30b-a3b": (qwen3_30b_a3b, True, write_dflash, "dflash")}
+           "qwen3-30b-a3b": (qwen3_30b_a3b, True, write_dflash, "dflash"),
+           "gemma4-e4b": (gemma4_e4b, True, write_gemma4_assistant, "assistant"),
+           "gemma4-26b-a4b": (gemma4_26b_a4b, True, write_gemma4_assistant, "assistant")}
 
 
 def main(argv=None) -> None:
@@ -498,7 +672,11 @@ def main(argv=None) -> None:
     target = args.out / "target"
     target.mkdir(parents=True)
     (target / "config.json").write_text(json.dumps(cfg, indent=2))
-    tensors = qwen35_tensors(cfg) if "text_config" in cfg else target_tensors(cfg, qk_norm)
+    if cfg.get("model_type") == "gemma4":
+        tensors = gemma4_tensors(cfg)
+        (target / "config.json").write_text(json.dumps(cfg, indent=2))  # with its layer_types
+    else:
+        tensors = qwen35_tensors(cfg) if "text_config" in cfg else target_tensors(cfg, qk_norm)
     print(f"{args.preset}: {sum(int(np.prod(t.shape)) for t in tensors) / 1e9:.2f}B parameters -> {target}",
           file=sys.stderr)
     write_sharded(target, tensors, rng)
