@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt.errors import SourceError
-from specrt.models import gguf_qwen35
+from specrt.models import gguf_gemma4, gguf_qwen35
 from specrt.models.tensor_source import LazyWeights, TensorRef, check_inside, file_size
 
 # MXFP4: gpt-oss's experts; the IQ ("i-quant") types: dequantized by gguf-py as ggml does (read as float; under
@@ -27,7 +27,8 @@ SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "
 GGUF_ARCHS = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text",
               "qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text",  # models/gguf_qwen35.py
               "qwen3moe": "qwen3_moe",  # experts stacked [E, rows, cols] per tensor: read one expert at a time
-              "gpt-oss": "gpt_oss"}  # + sinks, biased experts (docs/research-gguf-moe-layouts.md)
+              "gpt-oss": "gpt_oss",  # + sinks, biased experts (docs/research-gguf-moe-layouts.md)
+              "gemma4": "gemma4_text"}  # models/gguf_gemma4.py
 
 # metadata key (after the "<arch>." prefix) -> HF config key
 META_KEYS = {
@@ -230,6 +231,9 @@ def gguf_hf_config(reader) -> dict:
         raise SourceError(f"unsupported GGUF architecture {arch!r} (supported: {', '.join(GGUF_ARCHS)})")
     if arch in gguf_qwen35.ARCHS:
         return _with_common(reader, gguf_qwen35.hf_config(reader, field_value, arch), arch, extra_blocks=True)
+    if arch == gguf_gemma4.ARCH:
+        hf = gguf_gemma4.hf_config(reader, field_value, lambda name: _tensor_data(reader, name))
+        return _with_common(reader, gguf_gemma4.finish(hf, {t.name for t in reader.tensors}), arch)
     hf = {"model_type": GGUF_ARCHS[arch]}
     for key, hf_key in META_KEYS.items():
         value = field_value(reader, f"{arch}.{key}")
@@ -286,6 +290,12 @@ def _with_common(reader, hf: dict, arch: str, extra_blocks: bool = False) -> dic
 
     config_from_hf(hf)  # counts, eps and theta in range (a SourceError naming the field)
     return hf
+
+
+def _tensor_data(reader, name: str):
+    """A (small) tensor's values as stored, or None where the file has no such tensor."""
+    t = next((t for t in reader.tensors if t.name == name), None)
+    return None if t is None else np.asarray(t.data)
 
 
 def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -349,6 +359,8 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
     arch = field_value(reader, "general.architecture")
     block_map = {"gemma3": GEMMA_BLOCK_TENSORS, "gpt-oss": GPT_OSS_BLOCK_TENSORS}.get(arch, LLAMA_BLOCK_TENSORS)
     refs: dict[str, TensorRef] = {}
+    if arch == gguf_gemma4.ARCH:
+        return hf, LazyWeights(_gemma4_refs(path, reader)), reader
     for t in reader.tensors:
         kind = t.name.split(".")[2] if t.name.startswith("blk.") and t.name.count(".") >= 3 else ""
         if arch in gguf_qwen35.ARCHS:
@@ -402,6 +414,36 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
     if arch not in gguf_qwen35.ARCHS:  # a qwen35 file's tensors are checked against its config by the converter
         _check_shapes(hf, refs)
     return hf, LazyWeights(refs), reader
+
+
+def _gemma4_refs(path: Path, reader) -> dict[str, TensorRef]:
+    """A gemma4 file's tensors under HF names (models/gguf_gemma4.py); the stacked experts an expert at a time."""
+    refs: dict[str, TensorRef] = {}
+    for t in reader.tensors:
+        base, _, suffix = t.name.rpartition(".")
+        shape = tuple(int(x) for x in reversed(t.shape))
+        if base.startswith("blk."):
+            _, block, kind = base.split(".", 2)
+            if kind in gguf_gemma4.FUSED_EXPERTS and suffix == "weight":
+                _check_supported(t)
+                if len(shape) != 3 or int(t.n_bytes) % shape[0]:
+                    raise SourceError(f"tensor {t.name} has shape {list(shape)}, expected [experts, rows, columns]")
+                stacked = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape, _decoder(t.tensor_type))
+                proj = gguf_gemma4.FUSED_EXPERTS[kind]
+                refs.update({f"model.layers.{block}.experts.{e}.{proj}.weight": stacked.expert(e, shape[1:])
+                             for e in range(shape[0])})
+                continue
+            name = gguf_gemma4.block_name(kind, suffix)
+            name = f"model.layers.{block}.{name}" if name else None
+        else:
+            top = gguf_gemma4.TOP.get(base)
+            name = f"{top}.{suffix}" if top else None
+        if name is None:
+            continue  # rope_freqs (read into the config) and tensors specrt does not use
+        _check_supported(t)
+        refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape, _decoder(t.tensor_type),
+                               gguf_type=t.tensor_type.name)
+    return refs
 
 
 def _expert_refs(path: Path, t, proj: str) -> dict[str, TensorRef]:

@@ -193,6 +193,32 @@ def write_gpt_oss_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tok
     _write_and_close(writer)
 
 
+def write_gemma4_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int,
+                      encode=None) -> None:
+    """A Gemma 4 text model (HF names, experts per expert) as llama.cpp's converter writes it
+    (models/gguf_gemma4.py): gemma4 metadata, rope_freqs, the MoE experts stacked, shared layers' unread k/v left
+    out; F32 unless encode(gguf_name, array) -> (data, raw_dtype) picks another storage."""
+    import gguf
+
+    from specrt.models import gguf_gemma4
+    from specrt.models.config import config_from_hf
+
+    cfg = config_from_hf(hf)
+    writer = gguf.GGUFWriter(str(path), gguf_gemma4.ARCH)
+    gguf_gemma4.write_metadata(writer, hf, cfg)
+    _add_bpe_tokens(writer, gguf, tokens, eos, "default")
+    tensors = [(gguf_gemma4.gguf_name(name), np.asarray(w, np.float32)) for name, w in weights.items()
+               if ".experts." not in name and name != "lm_head.weight"]
+    tensors = [(g, w.reshape(1) if g.endswith("layer_output_scale.weight") else w) for g, w in tensors if g]
+    for i in cfg.moe_layers:
+        tensors += list(gguf_gemma4.stacked_experts(weights, cfg, i).items())
+    tensors.append((gguf_gemma4.ROPE_FREQS, gguf_gemma4.rope_freqs(cfg)))
+    for gname, data in tensors:
+        stored, raw_dtype = encode(gname, data) if encode else (data, None)
+        writer.add_tensor(gname, stored, raw_dtype=raw_dtype)
+    _write_and_close(writer)
+
+
 def _add_shape_metadata(writer, hf: dict) -> None:
     """The block, width, head and norm metadata every llama-family writer starts with (HF config keys)."""
     writer.add_block_count(hf["num_hidden_layers"])

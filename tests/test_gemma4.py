@@ -59,8 +59,8 @@ def test_config_reads_both_forms_of_the_full_layers_sizes():
         k: GEMMA4_TEXT[k] for k in ("global_head_dim", "num_global_key_value_heads")}}
     a, b = config_from_hf(saved), config_from_hf(published)
     assert a == b
-    assert [a.kv_shape_of(i) for i in range(6)] == [(2, 16), (2, 16), (1, 32), (2, 16), (2, 16), (1, 32)]
-    assert [a.kv_source(i) for i in range(6)] == [0, 1, 2, 3, 3, 2] and a.attention_layers == (0, 1, 2, 3)
+    assert [a.kv_shape_of(i) for i in range(6)] == [(2, 16), (1, 32)] * 3
+    assert [a.kv_source(i) for i in range(6)] == [0, 1, 2, 3, 2, 3] and a.attention_layers == (0, 1, 2, 3)
     assert [a.intermediate_of(i) for i in range(6)] == [96] * 4 + [192] * 2  # double-wide where the KV is shared
     assert a.rope.inv_freq(32)[:4] == pytest.approx([1e6 ** (-j / 16) for j in range(4)])
     assert a.rope.inv_freq(32)[4:] == [0.0] * 12  # proportional: a quarter of the pairs turn
@@ -77,7 +77,7 @@ def test_plain_greedy_equals_transformers(bundles, arch):
         assert manifest.kv.shapes() == ((2, 16), (1, 32)) * 2
     else:
         assert manifest.kv.layer_ids == (0, 1, 2, 3)  # the last two layers keep no cache of their own
-        assert manifest.kv.shapes() == ((2, 16), (2, 16), (1, 32), (2, 16))
+        assert manifest.kv.shapes() == ((2, 16), (1, 32)) * 2
     engine = specrt.load(str(bundles[arch]), device="cpu")
     assert_greedy_equals_transformers(engine, hf_model(arch), PROMPTS, GREEDY)
 
@@ -136,7 +136,7 @@ def _edit_config(src, **changes):
     (lambda s: _edit_config(s, hidden_size_per_layer_input=32), "tensor model.layers.0.per_layer_input_gate.weight "
      "has shape (16, 64), expected (32, 64)"),
     (lambda s: _edit_config(s, attention_k_eq_v=False),
-     "missing tensor model.layers.2.self_attn.v_proj.weight"),
+     "missing tensor model.layers.1.self_attn.v_proj.weight"),
 ])
 def test_inconsistent_sources_are_refused_in_one_line(sources, tmp_path, capsys, edit, message):
     import shutil
@@ -170,3 +170,64 @@ def _assert_same_logits(model, ours) -> None:
         first, past, _ = ours(ids[:, :12])
         second, _, _ = ours(ids[:, 12:], past=past)
     assert torch.allclose(torch.cat((first, second), 1), ref, atol=1e-5)
+
+
+def write_gguf(arch: str, path) -> None:
+    """The tiny model as llama.cpp's converter writes it (models/gguf_gemma4.py; checked against llama.cpp itself
+    by test_llama_cpp_decodes_the_written_gguf_as_transformers)."""
+    from specrt.models.gemma4 import expert_view
+    from tests.gguf_writer import write_gemma4_gguf
+    from tests.tiny_models import WORDS
+
+    model = hf_model(arch)
+    weights = expert_view({k: v.detach().numpy() for k, v in model.state_dict().items()})
+    write_gemma4_gguf(path, model.config.to_dict(), weights, ["<|endoftext|>"] + list(WORDS[1:97]), eos=4)
+    return model, weights
+
+
+@pytest.mark.parametrize("arch", ["gemma4_text", "gemma4_moe"])
+def test_gguf_in_llama_cpps_gemma4_layout_converts(tmp_path, arch):
+    """Names, rope_freqs (the partial rotary factor), per-block KV heads and MLP widths, keys as values and the
+    stacked experts read back exactly; the bundle decodes as transformers does."""
+    import specrt
+    from specrt.models.gguf_loader import load_gguf
+    from tests.tiny_models import assert_ids_decode_as_transformers
+
+    model, weights = write_gguf(arch, tmp_path / "m.gguf")
+    hf, loaded, _ = load_gguf(tmp_path / "m.gguf")
+    ours, theirs = config_from_hf(hf).to_dict(), config_from_hf(model.config.to_dict()).to_dict()
+    apart = {"rms_norm_eps", "bos_token_id", "eos_token_ids"}  # float32 in the file; the special ids its tokens give
+    assert {k: v for k, v in ours.items() if k not in apart} == {k: v for k, v in theirs.items() if k not in apart}
+    for name, w in weights.items():
+        if name != "lm_head.weight":
+            np.testing.assert_array_equal(loaded[name], np.asarray(w, np.float32).reshape(loaded.shape(name)))
+    assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(tmp_path / "bundle"), "--max-context", "128"]) == 0
+    assert_ids_decode_as_transformers(specrt.load(str(tmp_path / "bundle"), device="cpu"), model)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("arch", ["gemma4_text", "gemma4_moe"])
+def test_llama_cpp_decodes_the_written_gguf_as_transformers(tmp_path, arch):
+    """The writer's layout is llama.cpp's own: the bundled llama.cpp (llama-cpp-python) decodes the written file
+    greedily as transformers does, 32 tokens."""
+    from pathlib import Path
+
+    import specrt
+    import torch
+
+    from specrt.app.compare.systems import llama_cpp_python
+    from specrt.app.compare.worker_client import WorkerProcess
+    from tests.tiny_models import GGUF_PROMPT_IDS
+
+    model, _ = write_gguf(arch, tmp_path / "m.gguf")
+    ids, want = list(GGUF_PROMPT_IDS), []
+    with torch.no_grad():
+        for _ in range(32):
+            want.append(int(model(torch.tensor([ids + want])).logits[0, -1].argmax()))
+    script = Path(specrt.__file__).resolve().parents[1] / "app" / "compare" / "workers" / "llama_cpp_worker.py"
+    worker = WorkerProcess(llama_cpp_python(log=lambda m: None), script,
+                           {"model": str(tmp_path / "m.gguf"), "threads": 2, "n_ctx": 256}, tmp_path / "worker.log")
+    try:
+        assert worker.generate(ids, 32, stop_ids=()).token_ids == want
+    finally:
+        worker.close()

@@ -153,7 +153,7 @@ def _edit(folder, **changes):
     ({"backbone_hidden_size": 48}, "its backbone_hidden_size is 48, the target's hidden size is 64"),
     ({"text_vocab_size": 96}, "its vocabulary has 96 tokens, the target's 97"),
     ({"text_per_layer_config": {"1": {"head_dim": 64, "num_key_value_heads": 1}}},
-     "its layer 1 (full_attention) has 1 KV heads of size 64, the target layer 2 it reads has 1 of size 32"),
+     "its layer 1 (full_attention) has 1 KV heads of size 64, the target layer 3 it reads has 1 of size 32"),
     ({"text_sliding_window": 8}, "its sliding window is 8, the target's 4"),
 ])
 def test_an_assistant_that_does_not_fit_is_refused(sources, tmp_path, capsys, changes, message):

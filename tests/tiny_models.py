@@ -33,19 +33,19 @@ QWEN3_MOE = dict(COMMON, num_experts=8, num_experts_per_tok=2, moe_intermediate_
                  norm_topk_prob=True, tie_word_embeddings=False)
 # Gemma 4: sliding layers (head size 16, 2 KV heads, window 4) and full layers (head size 32, 1 KV head whose keys
 # are its values, proportional rope); E2B's per-layer inputs (16 wide, 6 x 16 = 3 quantization blocks) and its last
-# two layers reading layers 3 and 2's caches with double-wide MLPs; the MoE variant (26B-A4B's layout) keeps a dense
-# MLP beside 8 experts of width 32, 2 a token, in every layer
+# two layers reading layers 2 and 3's caches with double-wide MLPs (the last cached layer full and the one before
+# sliding, as in E2B/E4B and as llama.cpp assumes); the MoE variant (26B-A4B's layout) keeps a dense MLP beside 8
+# experts of width 32, 2 a token, in every layer
 GEMMA4_TEXT = dict(COMMON, num_hidden_layers=6, global_head_dim=32, num_global_key_value_heads=1,
                    attention_k_eq_v=True, hidden_size_per_layer_input=16, vocab_size_per_layer_input=97,
                    num_kv_shared_layers=2, use_double_wide_mlp=True, sliding_window=4, final_logit_softcapping=30.0,
-                   layer_types=["sliding_attention"] * 2 + ["full_attention"] + ["sliding_attention"] * 2
-                   + ["full_attention"])
+                   layer_types=["sliding_attention", "full_attention"] * 3)
 GEMMA4_MOE = dict(COMMON, num_hidden_layers=4, global_head_dim=32, num_global_key_value_heads=1,
                   attention_k_eq_v=True, hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=8,
                   top_k_experts=2, moe_intermediate_size=32, sliding_window=4, final_logit_softcapping=30.0,
                   layer_types=["sliding_attention", "full_attention"] * 2)
 # Gemma 4's assistant for GEMMA4_TEXT: 2 query-only layers (sliding, full) of the target's head sizes, hidden 32,
-# reading the target's layers 3 and 2; "ordered" drafts over 8 of 97 one-token centroids (E2B/E4B's head form)
+# reading the target's layers 2 and 3; "ordered" drafts over 8 of 97 one-token centroids (E2B/E4B's head form)
 GEMMA4_ASSISTANT_TEXT = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                              num_attention_heads=2, num_key_value_heads=2, head_dim=16, global_head_dim=32,
                              num_global_key_value_heads=1, attention_k_eq_v=True, hidden_size_per_layer_input=0,
