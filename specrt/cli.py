@@ -145,14 +145,19 @@ def _drafter_line(d) -> str:  # d: a DrafterEntry
 
 def describe(m) -> str:
     cfg = m.model_config
-    kv_mb = 2 * m.kv.layers * m.kv.kv_heads * m.kv.head_dim * m.kv.max_context * (2 if m.kv.dtype == "float16" else 4) / 2**20
+    shapes = m.kv.shapes()  # (KV heads, head size) per cached layer
+    kv_mb = 2 * sum(h * d for h, d in shapes) * m.kv.max_context * (2 if m.kv.dtype == "float16" else 4) / 2**20
+    kinds = {shape: shapes.count(shape) for shape in shapes}
+    kv_layers = " + ".join(f"{n} x {h} heads x {d} dims" for (h, d), n in kinds.items())
+    if len(shapes) < m.kv.layers:
+        kv_layers += f" (cached layers of {m.kv.layers})"
     lines = [
         f"model:        {m.model_name} ({m.architecture}, {cfg['num_layers']} layers, hidden {cfg['hidden_size']}, "
         f"{cfg['num_heads']} heads / {cfg['num_kv_heads']} kv heads, vocab {m.vocab_size})",
         f"precision:    {m.target.precision}",
         f"target graph: {m.target.file} + {m.target.data_file} "
         f"({sum(e.size for n, e in m.files.items() if n.startswith('target')) / 2**20:.0f} MB)",
-        f"kv cache:     {m.kv.layers} layers x {m.kv.kv_heads} heads x {m.kv.head_dim} dims, "
+        f"kv cache:     {kv_layers}, "
         f"max context {m.kv.max_context}, {m.kv.dtype} ({kv_mb:.0f} MB per sequence, in place)",
         f"hidden taps:  {list(m.target.hidden_layers) or 'none'}",
         f"stop tokens:  {list(m.stop_token_ids)}",
