@@ -385,7 +385,9 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
         states=state_layout(cfg),
         vocab_size=cfg.vocab_size,
         bos_token_id=tok.bos_token_id,
-        stop_token_ids=tok.stop_token_ids,
+        # a tokenizer built from a GGUF's token list may add a special token past the model's vocabulary, which the
+        # model can never emit
+        stop_token_ids=tuple(i for i in tok.stop_token_ids if i < cfg.vocab_size),
         chat_template=tok.chat_template,
         tokenizer_files=tok.files,
         execution_providers=tuple(providers),

@@ -1,6 +1,8 @@
-"""Write an HF llama-family, Qwen3-MoE or Qwen3.5 folder (e.g. scripts/synthetic_model.py's target) as a pure Q4_0 GGUF for
-llama.cpp, streaming: one tensor is read, quantized and written at a time. A Qwen3.5 folder becomes llama.cpp's
-qwen35 layout (models/gguf_qwen35.py; its MTP module and vision tower left out: plain decoding is compared).
+"""Write an HF llama-family, Qwen3-MoE, Qwen3.5 or Gemma 4 folder (e.g. scripts/synthetic_model.py's target) as a pure
+Q4_0 GGUF for llama.cpp, streaming: one tensor is read, quantized and written at a time. A Qwen3.5 folder becomes
+llama.cpp's qwen35 layout (models/gguf_qwen35.py; its MTP module and vision tower left out: plain decoding is
+compared); a Gemma 4 folder its gemma4 layout (models/gguf_gemma4.py: rope_freqs added, experts stacked, the shared
+layers' unread k/v left out).
 
     python scripts/synthetic_gguf.py FOLDER OUT.gguf
 
@@ -42,6 +44,30 @@ def main(folder: str, out: str) -> None:
         _tensors(writer, loaded, gguf, lambda name: gguf_qwen35.gguf_name(name, text)[0],
                  lambda name, w: gguf_qwen35.gguf_tensor(name, w, text)[1],
                  skip=lambda name: name.startswith("model.mtp."))
+        print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
+        return
+    if cfg.family == "gemma4":
+        from specrt.models import gguf_gemma4
+
+        writer = gguf.GGUFWriter(out, gguf_gemma4.ARCH)
+        gguf_gemma4.write_metadata(writer, hf, cfg)
+        writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+        _tokenizer(writer, folder_path, cfg, gguf)
+
+        def unread(name: str) -> bool:  # a shared layer's k/v (the published checkpoint keeps them; nothing reads them)
+            m = re.match(r"model\.layers\.(\d+)\.self_attn\.(k_proj|v_proj|k_norm)\.weight$", name)
+            return m is not None and cfg.kv_source(int(m.group(1))) != int(m.group(1))
+
+        def gemma4_name(name: str) -> str:
+            m = re.match(r"model\.layers\.(\d+)\.experts\.\d+\.(gate_up_proj|down_proj)\.weight$", name)
+            if m:
+                kind = next(k for k, v in gguf_gemma4.FUSED_EXPERTS.items() if v == m.group(2))
+                return f"blk.{m.group(1)}.{kind}.weight"
+            return gguf_gemma4.gguf_name(name)
+
+        _tensors(writer, loaded, gguf, gemma4_name, lambda name, w: np.ascontiguousarray(w, dtype=np.float32),
+                 skip=lambda name: unread(name) or name == "lm_head.weight",
+                 extra={gguf_gemma4.ROPE_FREQS: gguf_gemma4.rope_freqs(cfg)})
         print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
         return
     arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3moe"}[cfg.model_type]
@@ -102,10 +128,11 @@ def _tokenizer(writer, folder_path: Path, cfg, gguf) -> None:
     writer.add_eos_token_id(cfg.eos_token_ids[0])
 
 
-def _tensors(writer, loaded, gguf, name_of, value_of, skip) -> None:
+def _tensors(writer, loaded, gguf, name_of, value_of, skip, extra: dict | None = None) -> None:
     """Every weight under name_of(hf_name) with value_of(hf_name, array), matrices as Q4_0 (the conv weight and
     1-D tensors F32), header first, then one tensor at a time; the weights that share a GGUF name (an MoE layer's
-    experts) are stacked into one [E, rows, cols] tensor in their order."""
+    experts) are stacked into one [E, rows, cols] tensor in their order; `extra` (GGUF name -> array) adds F32
+    tensors the weights lack (Gemma 4's rope_freqs)."""
     members: dict[str, list[str]] = {}
     for name in loaded.weights:
         if not skip(name):
@@ -119,6 +146,8 @@ def _tensors(writer, loaded, gguf, name_of, value_of, skip) -> None:
         stored = (shape[0], shape[2]) if conv else shape  # the conv weight is stored squeezed
         qtype = gguf.GGMLQuantizationType.Q4_0 if len(stored) == 2 and not conv else gguf.GGMLQuantizationType.F32
         infos.append((names, gname, (len(names), *stored) if len(names) > 1 else stored, qtype))
+    for gname, array in (extra or {}).items():
+        infos.append(([], gname, tuple(array.shape), gguf.GGMLQuantizationType.F32))
     for _, gname, stored, qtype in infos:
         if qtype == gguf.GGMLQuantizationType.F32:
             writer.add_tensor_info(gname, stored, np.dtype(np.float32), 4 * int(np.prod(stored)))
@@ -129,6 +158,9 @@ def _tensors(writer, loaded, gguf, name_of, value_of, skip) -> None:
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     for k, (names, gname, stored, qtype) in enumerate(infos, 1):
+        if not names:
+            writer.write_tensor_data(np.ascontiguousarray(extra[gname], dtype=np.float32))
+            continue
         parts = []
         for name in names:
             w = value_of(name, loaded.weights[name])
