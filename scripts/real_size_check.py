@@ -41,7 +41,7 @@ def check(bundle: Path, drafter: str, tokens: int = 32,
     engine.reset()
     spec = engine.generate(prompt, params).wait()
     m = engine.manifest
-    kv_bytes = 2 * m.kv.layers * m.kv.kv_heads * m.kv.max_context * m.kv.head_dim * (2 if m.kv.dtype == "float16" else 4)
+    kv_bytes = 2 * sum(h * d for h, d in m.kv.shapes()) * m.kv.max_context * (2 if m.kv.dtype == "float16" else 4)
     return {
         "bundle": str(bundle),
         "bundle_gib": round(sum(f.stat().st_size for f in bundle.iterdir() if f.is_file()) / GIB, 3),

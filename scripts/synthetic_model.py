@@ -418,7 +418,9 @@ def _write_dflash_folder(folder: Path, c: dict, rng) -> None:
     write_safetensors(folder / "model.safetensors", tensors, rng)
 
 
-GEMMA4_LAYER_TYPES = lambda n: ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]  # noqa: E731
+def GEMMA4_LAYER_TYPES(n: int) -> list[str]:  # noqa: N802
+    """Every 6th layer full, and the last (transformers forces it full)."""
+    return ["full_attention" if (i + 1) % 6 == 0 or i == n - 1 else "sliding_attention" for i in range(n)]
 GEMMA4_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}}
 
@@ -666,6 +668,11 @@ def main(argv=None) -> None:
     cfg = config_of(args.tiny)
     if args.layers:
         (cfg.get("text_config") or cfg)["num_hidden_layers"] = args.layers
+        text = cfg.get("text_config") or {}
+        if text.get("num_kv_shared_layers"):  # Gemma 4 E4B: the first 6 layers (the 6th full) keep their caches
+            if args.layers < 8:
+                raise SystemExit("gemma4-e4b needs --layers 8 or more (6 cached layers, then shared ones)")
+            text["num_kv_shared_layers"] = min(text["num_kv_shared_layers"], args.layers - 6)
         if "max_window_layers" in cfg:
             cfg["max_window_layers"] = args.layers
     rng = np.random.default_rng(args.seed)

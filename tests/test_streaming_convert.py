@@ -186,10 +186,13 @@ def test_streaming_fits_a_memory_limit_the_in_memory_path_exceeds(tmp_path):
     assert "allocate" in results["old"].stderr or "MemoryError" in results["old"].stderr, results["old"].stderr[-2000:]
 
 
-@pytest.mark.parametrize("preset, drafter", [("llama-3.1-8b", "eagle3"), ("qwen3-8b", "dflash")])
-def test_synthetic_real_size_layouts_convert_and_draft_losslessly(preset, drafter, tmp_path):
-    """scripts/synthetic_model.py's test-size twins of the 8B layouts (sharded bf16 target with its index, the
-    published drafter layouts: an fp16 EAGLE-3 head with d2t/t2d, a bf16 DFlash drafter) convert to int4 with
+@pytest.mark.parametrize("preset, drafter, layers", [("llama-3.1-8b", "eagle3", "3"), ("qwen3-8b", "dflash", "3"),
+                                                     ("gemma4-e4b", "assistant", "8"),
+                                                     ("gemma4-26b-a4b", "assistant", "6")])
+def test_synthetic_real_size_layouts_convert_and_draft_losslessly(preset, drafter, layers, tmp_path):
+    """scripts/synthetic_model.py's test-size twins of the 8B layouts and Gemma 4's (sharded bf16 target with its
+    index, the published drafter layouts: an fp16 EAGLE-3 head with d2t/t2d, a bf16 DFlash drafter, a Gemma 4
+    assistant with ordered embeddings or a plain head) convert to int4 with
     their drafter, and greedy speculative output equals plain output (scripts/real_size_check.py)."""
     import sys
 
@@ -202,7 +205,7 @@ def test_synthetic_real_size_layouts_convert_and_draft_losslessly(preset, drafte
         import synthetic_model
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    synthetic_model.main([preset, str(tmp_path / "src"), "--tiny", "--layers", "3"])
+    synthetic_model.main([preset, str(tmp_path / "src"), "--tiny", "--layers", layers])
     assert len(json.loads((tmp_path / "src" / "target" / "model.safetensors.index.json").read_text())["weight_map"]) >= 30
     convert(str(tmp_path / "src" / "target"), tmp_path / "bundle",
             ConvertOptions(precision="int4", max_context=256, drafter=f"{drafter}:{tmp_path / 'src' / drafter}"))
