@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from specrt.models.tensor_source import WeightSource, rows_of
+from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 
 CALIBRATION_TEXTS = (
     "The history of science is full of surprising discoveries, from the structure of DNA to the expansion of the universe.",
@@ -41,6 +41,11 @@ class Smoothed(WeightSource):
 
     def rows(self, name: str, ids) -> np.ndarray:
         return rows_of(self.base, name, ids) if _smoothed_part(name)[0] is None else self[name][ids]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        # the base's (from a file's header), never a read: WeightSource's default reads the whole tensor, which for
+        # a large table (Gemma 4's 262144 x 10752 per-layer embeddings: 11 GB as float32) was the conversion's peak
+        return shape_of(self.base, name)
 
     def __iter__(self):
         return iter(self.base)
