@@ -24,7 +24,8 @@ GREEDY = SamplingParams(max_new_tokens=48, stop_token_ids=())
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
     root = tmp_path_factory.mktemp("gemma4_assistant")
-    out = {"target": save_tiny_bundle_source("gemma4_text", root / "target")}
+    out = {"target": save_tiny_bundle_source("gemma4_text", root / "target"),
+           "moe_target": save_tiny_bundle_source("gemma4_moe", root / "moe_target")}  # the same head sizes
     for name, ordered in (("plain", False), ("ordered", True)):
         hf_assistant(ordered).save_pretrained(root / name)
         out[name] = root / name
@@ -34,8 +35,10 @@ def sources(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bundles(sources, tmp_path_factory):
     root = tmp_path_factory.mktemp("gemma4_assistant_bundles")
-    out = {"plain": root / "fp32", "ordered": root / "int4"}
+    out = {"plain": root / "fp32", "ordered": root / "int4", "moe": root / "moe"}
     assert main(["convert", str(sources["target"]), "-o", str(out["plain"]), "--max-context", "128",
+                 "--drafter", f"assistant:{sources['plain']}"]) == 0
+    assert main(["convert", str(sources["moe_target"]), "-o", str(out["moe"]), "--max-context", "128",
                  "--drafter", f"assistant:{sources['plain']}"]) == 0
     assert main(["convert", str(sources["target"]), "-o", str(out["ordered"]), "--max-context", "128",
                  "--precision", "int4", "--drafter", f"assistant:{sources['ordered']}"]) == 0
@@ -60,16 +63,18 @@ def _transformers_draft(target, assistant, ids: list[int], steps: int) -> list[i
     return drafted
 
 
-@pytest.mark.parametrize("form", ["plain", "ordered"])
-def test_drafts_equal_transformers(sources, tmp_path, form):
-    """Prompts shorter and longer than the sliding window (4): every drafted token is transformers' own."""
+@pytest.mark.parametrize("form, arch", [("plain", "gemma4_text"), ("ordered", "gemma4_text"), ("plain", "gemma4_moe")])
+def test_drafts_equal_transformers(sources, tmp_path, form, arch):
+    """Prompts shorter and longer than the sliding window (4), over the E2B-like target (shared KV: the assistant
+    reads layers 2 and 3) and the MoE one: every drafted token is transformers' own."""
     import specrt
 
     bundle = tmp_path / "bundle"
-    assert main(["convert", str(sources["target"]), "-o", str(bundle), "--max-context", "128",
+    source = sources["target" if arch == "gemma4_text" else "moe_target"]
+    assert main(["convert", str(source), "-o", str(bundle), "--max-context", "128",
                  "--drafter", f"assistant:{sources[form]}"]) == 0
     engine = specrt.load(str(bundle), device="cpu", drafter="assistant")
-    target, assistant = hf_model("gemma4_text"), hf_assistant(form == "ordered")
+    target, assistant = hf_model(arch), hf_assistant(form == "ordered")
     for prompt in PROMPTS:
         engine.generate(prompt, SamplingParams(max_new_tokens=1, stop_token_ids=())).wait()  # the target reads it
         for pending in (5, 40):
@@ -79,7 +84,7 @@ def test_drafts_equal_transformers(sources, tmp_path, form):
             assert draft.tokens.tolist() == _transformers_draft(target, assistant, context, 4), (prompt, pending)
 
 
-@pytest.mark.parametrize("form", ["plain", "ordered"])
+@pytest.mark.parametrize("form", ["plain", "ordered", "moe"])
 def test_greedy_speculation_is_lossless(bundles, form):
     import specrt
 
