@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt.bundle import TargetGraph, checkpoint_sha256
+from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 
 STEM = "assistant"
 
@@ -46,27 +47,40 @@ def hidden_layers_for(arg: str, loaded) -> tuple[int, ...]:
     return (loaded.config.num_layers - 1,)
 
 
-class _Weights(dict):
-    """The assistant's tensors (TensorRefs read when used) plus the target's embedding table and final norm."""
+class _Weights(WeightSource):
+    """The assistant's tensors (TensorRefs, read when used) plus the target's embedding table and final norm, under
+    the graph's names; rows and shapes without reading a whole table (a 262144-token table is read in chunks)."""
 
     def __init__(self, refs: dict, target_weights):
-        super().__init__(refs)
-        self.target = target_weights
+        self.refs, self.target = refs, target_weights
+
+    def _target_name(self, name: str) -> str | None:
+        from specrt.convert.assistant_graph import TARGET_EMBED, TARGET_NORM
+
+        return {TARGET_EMBED: "model.embed_tokens.weight", TARGET_NORM: "model.norm.weight"}.get(name)
 
     def __getitem__(self, name):
+        target = self._target_name(name)
+        return self.target[target] if target else self.refs[name].read()
+
+    def __iter__(self):
         from specrt.convert.assistant_graph import TARGET_EMBED, TARGET_NORM
 
-        if name == TARGET_EMBED:
-            return self.target["model.embed_tokens.weight"]
-        if name == TARGET_NORM:
-            return self.target["model.norm.weight"]
-        value = super().__getitem__(name)
-        return value.read() if hasattr(value, "read") else value
+        return iter([*self.refs, TARGET_EMBED, TARGET_NORM])
+
+    def __len__(self) -> int:
+        return len(self.refs) + 2
 
     def __contains__(self, name) -> bool:
-        from specrt.convert.assistant_graph import TARGET_EMBED, TARGET_NORM
+        return name in self.refs or self._target_name(name) is not None
 
-        return name in (TARGET_EMBED, TARGET_NORM) or super().__contains__(name)
+    def rows(self, name: str, ids):
+        target = self._target_name(name)
+        return rows_of(self.target, target, ids) if target else self.refs[name].read_rows(np.asarray(ids))
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        target = self._target_name(name)
+        return tuple(shape_of(self.target, target)) if target else tuple(self.refs[name].shape)
 
 
 def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
@@ -102,6 +116,17 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     }
 
 
+class _Rows:
+    """table[ids]: only those rows of a weight read (the validation looks a few tokens up in the target's table)."""
+
+    def __init__(self, weights, name: str):
+        self.weights, self.name = weights, name
+
+    def __getitem__(self, ids) -> np.ndarray:
+        ids = np.asarray(ids)
+        return np.asarray(rows_of(self.weights, self.name, ids.reshape(-1)), np.float32).reshape(*ids.shape, -1)
+
+
 INPUT_NAMES = ("input_ids", "position_ids", "kv_length", "features", "hidden", "use_features")
 
 
@@ -119,7 +144,7 @@ def validate(path: Path, cfg, weights, written, target_cfg, providers, precision
         module = Gemma4Assistant(cfg, target_cfg.rms_norm_eps)
     module.to_empty(device="cpu")
     state = {}
-    for name in list(dict.keys(weights)) + [TARGET_NORM]:
+    for name in list(weights.refs) + [TARGET_NORM]:
         if name == "lm_head.weight":
             continue
         key = "target_norm.weight" if name == TARGET_NORM else name
@@ -136,7 +161,7 @@ def validate(path: Path, cfg, weights, written, target_cfg, providers, precision
             sub.inv_freq = sub.rotary_frequencies()
     module.eval().requires_grad_(False)
     embed = (_QuantizedRows(written, TARGET_EMBED) if TARGET_EMBED in written.quant_rows
-             else np.asarray(weights[TARGET_EMBED], dtype=np.float32))
+             else _Rows(weights, TARGET_EMBED))
     validation, _ = validate_graph(path, bool(written.quant_rows), providers,
                                    lambda session: compare(session, module, embed, target_cfg), "assistant", precision)
     return validation
