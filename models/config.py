@@ -2,8 +2,8 @@
 
 Built from an HF `config.json` dict (both the older `rope_theta`/`rope_scaling` keys and the
 newer `rope_parameters` form) or from GGUF metadata (models/gguf_loader.py). One frozen dataclass
-covers the Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3) and Gemma 3; the
-per-family differences are explicit fields, never branches on the architecture's name.
+covers the Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, gpt-oss), Gemma 3, Gemma 4 and
+the Qwen3.5 hybrids; the per-family differences are explicit fields, never branches on the architecture's name.
 """
 
 from __future__ import annotations
@@ -155,15 +155,14 @@ class ModelConfig:
     o_bias: bool = False  # a bias on the attention's output projection (gpt-oss)
     attention_sinks: bool = False  # gpt-oss: a learned logit per head joins every softmax's denominator
     # Gemma 4: full (global) layers with their own head size and KV heads (0: as the sliding ones), keys that are
-    # also the values there (no v_proj), values RMS-normalized without a weight, a learned scalar after each layer,
-    # soft-capped logits, per-layer input embeddings of width ple_size, the last kv_shared_layers layers reading
+    # also the values there (no v_proj), values RMS-normalized without a weight (a learned scalar after each layer
+    # is a weight the layer has), soft-capped logits, per-layer input embeddings of width ple_size, the last kv_shared_layers layers reading
     # the KV of the last earlier layer of their type, those layers' MLPs twice as wide (double_wide_mlp), and MoE
     # layers that keep their dense MLP beside the experts (moe_with_dense, gelu-tanh experts, a scaled router)
     full_head_dim: int = 0
     full_kv_heads: int = 0
     full_k_eq_v: bool = False
     v_norm: bool = False
-    layer_scalar: bool = False
     final_softcap: float = 0.0
     ple_size: int = 0
     ple_vocab: int = 0
@@ -275,7 +274,8 @@ class ModelConfig:
 
     @staticmethod
     def from_dict(d: dict) -> "ModelConfig":
-        d = dict(d)
+        known = {f.name for f in dataclasses.fields(ModelConfig)}
+        d = {k: v for k, v in d.items() if k in known}  # a field an older or newer specrt wrote is left out
         d["rope"] = RopeConfig(**d["rope"])
         d["local_rope"] = RopeConfig(**d["local_rope"]) if d.get("local_rope") else None
         d["sliding_layers"] = tuple(d.get("sliding_layers", ()))
@@ -473,7 +473,7 @@ def _gemma4_config(hf: dict, model_type: str, hidden: int, heads: int, layers: i
         sliding_layers=tuple(t == "sliding_attention" for t in layer_types), local_rope=local_rope,
         bos_token_id=hf.get("bos_token_id"), eos_token_ids=_eos_ids(hf.get("eos_token_id")),
         full_head_dim=full_dim, full_kv_heads=int(full_kv) if full_kv else kv_heads, full_k_eq_v=k_eq_v,
-        v_norm=True, layer_scalar=True, final_softcap=softcap, ple_size=ple,
+        v_norm=True, final_softcap=softcap, ple_size=ple,
         ple_vocab=int(hf.get("vocab_size_per_layer_input") or hf["vocab_size"]) if ple else 0,
         kv_shared_layers=shared, double_wide_mlp=bool(hf.get("use_double_wide_mlp", False)), **moe)
     for name in ("full_head_dim", "full_kv_heads", "ple_size", "ple_vocab", "sliding_window"):
