@@ -86,7 +86,7 @@ class _Weights(WeightSource):
 def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
         build_graph=None) -> dict:
     """Write the assistant's graph into tmp; returns its manifest entry."""
-    from specrt.convert.assistant_graph import AssistantBuilder
+    from specrt.convert.assistant_graph import INPUTS, AssistantBuilder
     from specrt.convert.head_graph import head_precision
     from specrt.convert.target_graph import GraphOptions, write_graph
 
@@ -102,7 +102,7 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     stages.done()
     c = cfg.layer
     graph = TargetGraph(file=f"{STEM}.onnx", data_file=f"{STEM}.onnx.data", precision=opts.precision,
-                        inputs=INPUT_NAMES, outputs=("logits", "hidden_out"), hidden_size=cfg.backbone_hidden_size)
+                        inputs=INPUTS, outputs=("logits", "hidden_out"), hidden_size=cfg.backbone_hidden_size)
     sliding, full = cfg.sources
     return {
         "kind": "assistant", "name": "assistant", "spec": spec, "source": str(folder),
@@ -126,8 +126,6 @@ class _Rows:
         ids = np.asarray(ids)
         return np.asarray(rows_of(self.weights, self.name, ids.reshape(-1)), np.float32).reshape(*ids.shape, -1)
 
-
-INPUT_NAMES = ("input_ids", "position_ids", "kv_length", "features", "hidden", "use_features")
 
 
 def validate(path: Path, cfg, weights, written, target_cfg, providers, precision: str) -> dict:
