@@ -9,13 +9,15 @@ import json
 import re
 import shutil
 
-import numpy as np
 import pytest
 import torch
 
 from specrt.cli import main
 from specrt.runtime.sampling import SamplingParams
-from tests.tiny_models import assert_refused_in_one_line, hf_assistant, hf_model, save_tiny_bundle_source
+from tests.tiny_models import (
+    assert_refused_in_one_line, assert_sampled_tokens_follow_the_target, hf_assistant, hf_model,
+    save_tiny_bundle_source,
+)
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
 GREEDY = SamplingParams(max_new_tokens=48, stop_token_ids=())
@@ -107,41 +109,10 @@ def test_sampled_output_follows_the_targets_distribution(bundles):
     """Temperature 0.7, the assistant drafting 2 tokens a step (sampled, with its q), 2000 samples: the first and
     the second output token (the second verified with a draft) each follow the target's own distribution."""
     import specrt
-    from specrt.runtime.sampling import target_probs
-    from tests.test_verify import _chi_square_p
 
     engine = specrt.load(str(bundles["plain"]), device="cpu", drafter="assistant")
     engine.adaptive, engine.draft_length = False, 2
-    params = SamplingParams(temperature=0.7, max_new_tokens=2, stop_token_ids=())
-    prompt = PROMPTS[0]
-    ids = engine.prompt_ids(prompt)
-    target, v = engine.target, engine.manifest.vocab_size
-    engine.reset()
-
-    def last_logits(tokens):
-        out = target.forward(np.array([tokens]))
-        return (out[0] if isinstance(out, tuple) else out)[0, -1].astype(np.float64)
-
-    l1 = last_logits(ids)
-    base = target.length
-    rows = []
-    for x in range(v):
-        target.rollback(base)
-        rows.append(last_logits([x]))
-    engine.reset()
-    p1 = target_probs(l1, params)
-    p2 = (p1[:, None] * np.stack([target_probs(r, params) for r in rows])).sum(0)
-    counts = np.zeros((2, v))
-    drafted = 0
-    for seed in range(2000):
-        out = engine.generate(prompt, SamplingParams(temperature=0.7, max_new_tokens=3, stop_token_ids=(),
-                                                     seed=seed)).wait()
-        counts[0, out.token_ids[0]] += 1
-        counts[1, out.token_ids[1]] += 1
-        drafted += sum(out.stats.drafted_by_position)
-    assert drafted > 0
-    assert _chi_square_p(counts[0], p1) > 0.01
-    assert _chi_square_p(counts[1], p2) > 0.01
+    assert_sampled_tokens_follow_the_target(engine, PROMPTS[0], samples=2000)
 
 
 def _edit(folder, **changes):

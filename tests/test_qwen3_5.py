@@ -18,7 +18,7 @@ from specrt.runtime.sampling import SamplingParams
 from tests.test_mtp import random_mtp_tensors
 from tests.tiny_models import (
     GGUF_PROMPT_IDS, assert_greedy_equals_transformers, assert_ids_decode_as_transformers, assert_refused_in_one_line,
-    hf_model, read_config, save_tiny_bundle_source,
+    assert_sampled_tokens_follow_the_target, hf_model, read_config, save_tiny_bundle_source,
 )
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
@@ -121,42 +121,10 @@ def test_sampled_mtp_output_follows_the_targets_distribution(bundles):
     """Temperature 0.7, MTP drafting 2 tokens a step, 3000 samples: the first and the second output token (the
     second verified with a draft) each follow the target's own distribution (chi-square on each marginal)."""
     import specrt
-    from specrt.runtime.sampling import target_probs
-    from tests.test_verify import _chi_square_p
 
     engine = specrt.load(str(bundles["qwen3_5_text"]), device="cpu", drafter="mtp")
     engine.adaptive, engine.draft_length = False, 2
-    params = SamplingParams(temperature=0.7, max_new_tokens=2, stop_token_ids=())
-    prompt = PROMPTS[0]
-    ids = engine.prompt_ids(prompt)
-    target, v = engine.target, engine.manifest.vocab_size
-    engine.reset()
-
-    def last_logits(tokens):  # the graph also outputs the MTP module's hidden-state tap
-        return target.forward(np.array([tokens]))[0][0, -1].astype(np.float64)
-
-    l1 = last_logits(ids)
-    base = target.length
-    rows = []
-    for x in range(v):  # the target's logits after each possible first token
-        target.rollback(target.reachable(base))
-        if target.length < base:
-            last_logits(ids[target.length:])
-        rows.append(last_logits([x]))
-    engine.reset()
-    p1 = target_probs(l1, params)
-    p2 = (p1[:, None] * np.stack([target_probs(r, params) for r in rows])).sum(0)
-    counts = np.zeros((2, v))
-    drafted = 0
-    for seed in range(3000):
-        out = engine.generate(prompt, SamplingParams(temperature=0.7, max_new_tokens=3, stop_token_ids=(),
-                                                     seed=seed)).wait()
-        counts[0, out.token_ids[0]] += 1
-        counts[1, out.token_ids[1]] += 1
-        drafted += sum(out.stats.drafted_by_position)
-    assert drafted > 0
-    assert _chi_square_p(counts[0], p1) > 0.01
-    assert _chi_square_p(counts[1], p2) > 0.01
+    assert_sampled_tokens_follow_the_target(engine, PROMPTS[0], samples=3000)
 
 
 def test_chat_turns_reuse_the_prompt_state(bundles):

@@ -251,3 +251,45 @@ def assert_refused_in_one_line(argv: list[str], out: Path, capsys, message: str)
     assert code == 2 and len(errors) == 1, errors
     assert re.search(message, errors[0]), errors[0]
     assert not out.exists() and not list(Path(out).parent.glob(f".{Path(out).name}.partial-*"))
+
+
+def assert_sampled_tokens_follow_the_target(engine, prompt: str, samples: int, temperature: float = 0.7) -> None:
+    """Sampling at `temperature` with the engine's drafter (the caller sets its draft length), `samples` seeds: the
+    first and the second output token (the second verified with a draft) each follow the target's own distribution
+    (chi-square on each marginal, p > 0.01), and the drafter drafted."""
+    import numpy as np
+
+    from specrt.runtime.sampling import SamplingParams, target_probs
+    from tests.test_verify import _chi_square_p
+
+    params = SamplingParams(temperature=temperature, max_new_tokens=2, stop_token_ids=())
+    ids = engine.prompt_ids(prompt)
+    target, v = engine.target, engine.manifest.vocab_size
+    engine.reset()
+
+    def last_logits(tokens):  # graphs with hidden-state taps output them after the logits
+        out = target.forward(np.array([tokens]))
+        return (out[0] if isinstance(out, tuple) else out)[0, -1].astype(np.float64)
+
+    first = last_logits(ids)
+    base = target.length
+    rows = []
+    for x in range(v):  # the target's logits after each possible first token
+        target.rollback(target.reachable(base))  # a recurrent target may only reach an earlier length: replay
+        if target.length < base:
+            last_logits(ids[target.length:])
+        rows.append(last_logits([x]))
+    engine.reset()
+    p1 = target_probs(first, params)
+    p2 = (p1[:, None] * np.stack([target_probs(r, params) for r in rows])).sum(0)
+    counts = np.zeros((2, v))
+    drafted = 0
+    for seed in range(samples):
+        out = engine.generate(prompt, SamplingParams(temperature=temperature, max_new_tokens=3, stop_token_ids=(),
+                                                     seed=seed)).wait()
+        counts[0, out.token_ids[0]] += 1
+        counts[1, out.token_ids[1]] += 1
+        drafted += sum(out.stats.drafted_by_position)
+    assert drafted > 0
+    assert _chi_square_p(counts[0], p1) > 0.01
+    assert _chi_square_p(counts[1], p2) > 0.01
