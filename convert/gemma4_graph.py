@@ -4,7 +4,7 @@ per_layer_inputs: E2B/E4B's per-layer input embeddings, every layer's [B, S, L, 
 embeddings; gemma4_layer_rest: a layer after its attention (sandwich norms, the dense MLP and, in MoE models, the
 experts beside it, the per-layer input, the layer scalar). The attention itself (own head sizes per layer kind,
 weightless value norms, keys as values, layers that read another's cache) is the target builder's
-gemma4_attention.
+(gemma4_qkv, then the `attention` every family shares).
 
 Experts. Gemma 4's experts are gated GELU (down(gelu_tanh(gate) * up)); ONNX Runtime's CPU MoE / QMoE take SwiGLU
 only ("FC3 is not implemented for CPU MoE"), so gemma4_experts builds them from plain ops: the router (softmax over

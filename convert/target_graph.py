@@ -285,9 +285,9 @@ class _TargetBuilder:
             )
         return self.rope_caches[(rope, dim)]
 
-    def own_kv(self, i: int, h: str) -> tuple[str, str, str]:
+    def gemma4_qkv(self, i: int, h: str) -> tuple[str, str, str]:
         """Gemma 4 (per-layer head sizes, keys that may be the values, weightless value norms): q, k, v [B, S, . * D]
-        before rotary."""
+        before rotary; k and v are "" where the layer reads another layer's cache."""
         cfg, p = self.cfg, f"model.layers.{i}.self_attn."
         d, kv, n = cfg.head_dim_of(i), cfg.kv_heads_of(i), cfg.num_heads
         if cfg.kv_source(i) != i:  # reads another layer's cache: only the query is its own
@@ -303,13 +303,11 @@ class _TargetBuilder:
         v = self.head_norm(v, kv, None, d) if cfg.v_norm else v
         return q, self.head_norm(k, kv, p + "k_norm.weight", d), v
 
-    def attention(self, i: int, h: str, io: dict, seqlens_k: str, total_len: str) -> str:
+    def fused_qkv(self, i: int, h: str) -> tuple[str, str, str, str | None]:
+        """q, k, v (k = v = "": the packed QKV form of GroupQueryAttention) and the output gate (Qwen3.5), or None."""
         cfg, p = self.cfg, f"model.layers.{i}.self_attn."
-        if cfg.family == "gemma4":
-            return self.gemma4_attention(i, h, io, seqlens_k, total_len)
         qkv = self.linear(h, [p + "q_proj", p + "k_proj", p + "v_proj"], f"layers.{i}.qkv")
         nq, nkv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        gate = None
         if cfg.attn_output_gate:  # q_proj: per head its query, then its gate
             q2, k, v = self.g.op("Split", [qkv, self.g.const([2 * nq, nkv, nkv])], outputs=3, axis=-1)
             q2 = self.g.op("Reshape", [q2, self.g.const([0, 0, cfg.num_heads, 2 * cfg.head_dim])])
@@ -318,48 +316,29 @@ class _TargetBuilder:
             gate = self.g.op("Reshape", [gate, self.g.const([0, 0, nq])])  # [B, S, N * D]
             q = self.head_norm(q, cfg.num_heads, p + "q_norm.weight")
             k = self.head_norm(k, cfg.num_kv_heads, p + "k_norm.weight")
-        elif cfg.qk_norm:
+            return q, k, v, gate
+        if cfg.qk_norm:
             q, k, v = self.g.op("Split", [qkv, self.g.const([nq, nkv, nkv])], outputs=3, axis=-1)
             q = self.head_norm(q, cfg.num_heads, p + "q_norm.weight")
             k = self.head_norm(k, cfg.num_kv_heads, p + "k_norm.weight")
+            return q, k, v, None
+        return qkv, "", "", None
+
+    def attention(self, i: int, h: str, io: dict, seqlens_k: str, total_len: str) -> str:
+        """The layer's attention. A layer that reads another's cache (Gemma 4's last layers) runs GroupQueryAttention
+        over that layer's past with that layer's new keys and values (it writes what the source wrote: the same
+        values to the same slots), into a present of its own that nothing reads."""
+        cfg, p = self.cfg, f"model.layers.{i}.self_attn."
+        if cfg.family == "gemma4":
+            (q, k, v), gate = self.gemma4_qkv(i, h), None
         else:
-            q, k, v = qkv, "", ""  # packed QKV form of GroupQueryAttention
+            q, k, v, gate = self.fused_qkv(i, h)
+        source = cfg.kv_source(i)
         cos, sin = self.rope_cache(i)
         bias = "sliding_attention_bias" if cfg.is_sliding(i) else "attention_bias"
         positions, rows, name = "position_ids", self.attention_rows, f"layers.{i}.attn"
         if rows is not None:  # at least two rows: seqlens_k and total_len are the padded ones already
             q, k, v = rows.pad(self.g, q), rows.pad(self.g, k), rows.pad(self.g, v)
-            positions, bias, name = rows.position_ids, rows.biases[bias], f"layers.{i}.attn_rows"
-        ins = [q, k, v, io["past_key"][i], io["past_value"][i], seqlens_k, total_len, cos, sin, positions, bias]
-        if cfg.attention_sinks:  # head_sink [N]: each head's logit that joins the softmax's denominator
-            ins.append(self.param(p + "sinks"))
-        out = self.g.op(
-            "GroupQueryAttention", ins,
-            outputs=[name, io["present_key"][i], io["present_value"][i]],
-            domain=MS_DOMAIN, num_heads=cfg.num_heads, kv_num_heads=cfg.num_kv_heads,
-            do_rotary=1, rotary_interleaved=0, scale=float(cfg.scale),
-            local_window_size=-1,  # sliding windows arrive through sliding_attention_bias
-        )[0]
-        if rows is not None:
-            out = rows.cut(self.g, out, f"layers.{i}.attn")
-        if gate is not None:
-            out = self.g.op("Mul", [out, self.g.op("Sigmoid", [gate])])
-        return self.linear(out, [p + "o_proj"], f"layers.{i}.o_proj")
-
-    def gemma4_attention(self, i: int, h: str, io: dict, seqlens_k: str, total_len: str) -> str:
-        """A Gemma 4 layer's attention. A layer that reads another's cache runs GroupQueryAttention over that
-        layer's past with that layer's new keys and values (it writes what the source wrote: the same values to the
-        same slots), into a present of its own that nothing reads."""
-        cfg, p = self.cfg, f"model.layers.{i}.self_attn."
-        source = cfg.kv_source(i)
-        q, k, v = self.own_kv(i, h)
-        cos, sin = self.rope_cache(i)
-        bias = "sliding_attention_bias" if cfg.is_sliding(i) else "attention_bias"
-        positions, rows, name = "position_ids", self.attention_rows, f"layers.{i}.attn"
-        if rows is not None:
-            q = rows.pad(self.g, q)
-            if source == i:
-                k, v = rows.pad(self.g, k), rows.pad(self.g, v)
             positions, bias, name = rows.position_ids, rows.biases[bias], f"layers.{i}.attn_rows"
         if source == i:
             self.layer_kv[i] = (k, v)
@@ -369,12 +348,18 @@ class _TargetBuilder:
             present = [f"layers.{i}.unread_present_key", f"layers.{i}.unread_present_value"]
         ins = [q, k, v, io["past_key"][source], io["past_value"][source], seqlens_k, total_len, cos, sin, positions,
                bias]
+        if cfg.attention_sinks:  # head_sink [N]: each head's logit that joins the softmax's denominator
+            ins.append(self.param(p + "sinks"))
         out = self.g.op(
-            "GroupQueryAttention", ins, outputs=[name, *present], domain=MS_DOMAIN, num_heads=cfg.num_heads,
-            kv_num_heads=cfg.kv_heads_of(i), do_rotary=1, rotary_interleaved=0, scale=float(cfg.scale_of(i)),
-            local_window_size=-1)[0]
+            "GroupQueryAttention", ins, outputs=[name, *present],
+            domain=MS_DOMAIN, num_heads=cfg.num_heads, kv_num_heads=cfg.kv_heads_of(i),
+            do_rotary=1, rotary_interleaved=0, scale=float(cfg.scale_of(i)),
+            local_window_size=-1,  # sliding windows arrive through sliding_attention_bias
+        )[0]
         if rows is not None:
             out = rows.cut(self.g, out, f"layers.{i}.attn")
+        if gate is not None:
+            out = self.g.op("Mul", [out, self.g.op("Sigmoid", [gate])])
         return self.linear(out, [p + "o_proj"], f"layers.{i}.o_proj")
 
     def mlp(self, i: int, h: str) -> str:
