@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from specrt.errors import SourceError
+from specrt.models.gguf_metadata import arch_fields
 
 ARCH = "gemma4"
 TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
@@ -51,14 +52,7 @@ NO_ROTATION = 1e30  # a rope_freqs factor that stops its channel pair turning
 def hf_config(reader, field_value, tensor_data) -> dict:
     """The HF text config (model_type gemma4_text) a gemma4 GGUF's metadata describes; tensor_data(name) reads a
     small tensor (rope_freqs, whose count of turned pairs is the full layers' partial rotary factor)."""
-    def field(key: str, default=None):
-        return field_value(reader, f"{ARCH}.{key}", default)
-
-    def need(key: str):
-        value = field(key)
-        if value is None:
-            raise SourceError(f"GGUF metadata {ARCH}.{key} is missing (a {ARCH} file needs it)")
-        return value
+    field, need = arch_fields(reader, field_value, ARCH)
 
     layers = int(need("block_count"))
     pattern = need("attention.sliding_window_pattern")

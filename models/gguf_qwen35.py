@@ -33,6 +33,7 @@ import functools
 import numpy as np
 
 from specrt.errors import SourceError
+from specrt.models.gguf_metadata import arch_fields
 
 ARCH, MOE_ARCH = "qwen35", "qwen35moe"
 ARCHS = (ARCH, MOE_ARCH)
@@ -59,14 +60,7 @@ PLUS_ONE = ("attn_norm", "post_attention_norm", "attn_q_norm", "attn_k_norm", "n
 def hf_config(reader, field_value, arch: str = ARCH) -> dict:
     """The HF text config (model_type qwen3_5_text, or qwen3_5_moe_text for qwen35moe) a GGUF's metadata describes;
     SourceError naming the field where it is missing or inconsistent."""
-    def _field(key: str, default=None):
-        return field_value(reader, f"{arch}.{key}", default)
-
-    def need(key: str):
-        value = _field(key)
-        if value is None:
-            raise SourceError(f"GGUF metadata {arch}.{key} is missing (a {arch} file needs it)")
-        return value
+    _field, need = arch_fields(reader, field_value, arch)
 
     blocks, nextn = int(need("block_count")), int(_field("nextn_predict_layers", 0) or 0)
     layers = blocks - nextn
