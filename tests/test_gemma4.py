@@ -7,7 +7,6 @@ batch-invariant mode, the experts' calls token by token)."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -17,7 +16,7 @@ from specrt.cli import main
 from specrt.models.config import config_from_hf
 from specrt.runtime.sampling import SamplingParams
 from tests.tiny_models import (
-    GEMMA4_TEXT, assert_greedy_equals_transformers, assert_refused_in_one_line, hf_config, hf_model, read_config,
+    GEMMA4_TEXT, assert_greedy_equals_transformers, assert_refused_in_one_line, edit_config, hf_config, hf_model,
     save_tiny_bundle_source,
 )
 
@@ -122,20 +121,15 @@ def test_quantized_gemma4_is_validated_and_speculates_losslessly(sources, tmp_pa
         assert engine.generate(prompt, GREEDY).wait().token_ids == plain.token_ids
 
 
-def _edit_config(src, **changes):
-    hf = read_config(src)
-    hf.update(changes)
-    (src / "config.json").write_text(json.dumps(hf))
-
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda s: _edit_config(s, num_kv_shared_layers=6), "config: num_kv_shared_layers = 6 must be below "
+    (lambda s: edit_config(s, num_kv_shared_layers=6), "config: num_kv_shared_layers = 6 must be below "
      "num_hidden_layers (6)"),
-    (lambda s: _edit_config(s, num_kv_shared_layers=5), "config: a layer kind that shares KV has no earlier layer of "
+    (lambda s: edit_config(s, num_kv_shared_layers=5), "config: a layer kind that shares KV has no earlier layer of "
      "its kind that keeps its own"),
-    (lambda s: _edit_config(s, hidden_size_per_layer_input=32), "tensor model.layers.0.per_layer_input_gate.weight "
+    (lambda s: edit_config(s, hidden_size_per_layer_input=32), "tensor model.layers.0.per_layer_input_gate.weight "
      "has shape (16, 64), expected (32, 64)"),
-    (lambda s: _edit_config(s, attention_k_eq_v=False),
+    (lambda s: edit_config(s, attention_k_eq_v=False),
      "missing tensor model.layers.1.self_attn.v_proj.weight"),
 ])
 def test_inconsistent_sources_are_refused_in_one_line(sources, tmp_path, capsys, edit, message):

@@ -5,7 +5,6 @@ quantized weights, speculation is lossless, and bad sources are named in one lin
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
@@ -18,8 +17,8 @@ from specrt.convert.onnx_graph import walk_nodes
 from specrt.runtime.sampling import SamplingParams
 from tests.test_qwen3_moe import speculate_with_every_drafter, write_eagle3_and_dflash
 from tests.tiny_models import (
-    assert_greedy_equals_transformers, assert_ids_decode_as_transformers, assert_refused_in_one_line, hf_model,
-    save_tiny_bundle_source,
+    assert_greedy_equals_transformers, assert_ids_decode_as_transformers, assert_refused_in_one_line, edit_config,
+    hf_model, save_tiny_bundle_source,
 )
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
@@ -150,11 +149,6 @@ def _rewrite(src, change):
     save_file(change(tensors), str(src / "model.safetensors"))
 
 
-def _edit_config(src, **changes):
-    hf = json.loads((src / "config.json").read_text())
-    hf.update(changes)
-    (src / "config.json").write_text(json.dumps(hf))
-
 
 @pytest.mark.parametrize("edit, message", [
     (lambda s: _rewrite(s, lambda t: {k: v for k, v in t.items()
@@ -163,11 +157,11 @@ def _edit_config(src, **changes):
     (lambda s: _rewrite(s, lambda t: {**t, "model.layers.0.mlp.experts.gate_up_proj_blocks": np.ascontiguousarray(
         t["model.layers.0.mlp.experts.gate_up_proj_blocks"][..., :15])}),
      r"tensor model.layers.0.mlp.experts.gate_up_proj_blocks has shape \(8, 128, 2, 15\)"),
-    (lambda s: _edit_config(s, num_local_experts=6),
+    (lambda s: edit_config(s, num_local_experts=6),
      "layer 0 has tensor model.layers.0.mlp.experts.6.gate_proj.weight, but the config says num_experts = 6"),
-    (lambda s: _edit_config(s, num_local_experts=10),
+    (lambda s: edit_config(s, num_local_experts=10),
      r"tensor model.layers.0.mlp.gate.weight has shape \(8, 64\), expected \(10, 64\)"),
-    (lambda s: _edit_config(s, num_experts_per_tok=12), "num_experts_per_tok = 12 must be between 1 and num_experts"),
+    (lambda s: edit_config(s, num_experts_per_tok=12), "num_experts_per_tok = 12 must be between 1 and num_experts"),
     (lambda s: _rewrite(s, lambda t: {k: v for k, v in t.items() if k != "model.layers.2.self_attn.sinks"}),
      "missing tensor model.layers.2.self_attn.sinks"),
 ])

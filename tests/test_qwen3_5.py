@@ -4,7 +4,6 @@ transformers, the state of an accepted prefix is replayed exactly, and every dra
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -18,7 +17,7 @@ from specrt.runtime.sampling import SamplingParams
 from tests.test_mtp import random_mtp_tensors
 from tests.tiny_models import (
     GGUF_PROMPT_IDS, assert_greedy_equals_transformers, assert_ids_decode_as_transformers, assert_refused_in_one_line,
-    assert_sampled_tokens_follow_the_target, hf_model, read_config, save_tiny_bundle_source,
+    assert_sampled_tokens_follow_the_target, edit_config, hf_model, read_config, save_tiny_bundle_source,
 )
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
@@ -195,19 +194,13 @@ def test_quantized_hybrid_is_validated_and_drafts(sources, tmp_path, precision):
         assert engine.generate(prompt, params).wait().token_ids == plain.token_ids
 
 
-def _edit_config(src, **changes):
-    hf = read_config(src)
-    text = hf.get("text_config", hf)
-    text.update(changes)
-    (src / "config.json").write_text(json.dumps(hf))
-
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda s: _edit_config(s, layer_types=["full_attention"] * 4),
+    (lambda s: edit_config(s, layer_types=["full_attention"] * 4),
      "layer 0 has tensor model.layers.0.linear_attn.in_proj_qkv.weight, but config.json's layer_types says "
      "full_attention"),
-    (lambda s: _edit_config(s, linear_num_value_heads=3), "linear_num_value_heads 3 is not a multiple"),
-    (lambda s: _edit_config(s, layer_types=["linear_attention"] * 3), "layer_types must list 4 layers"),
+    (lambda s: edit_config(s, linear_num_value_heads=3), "linear_num_value_heads 3 is not a multiple"),
+    (lambda s: edit_config(s, layer_types=["linear_attention"] * 3), "layer_types must list 4 layers"),
     (lambda s: _drop_tensor(s, "model.language_model.layers.1.linear_attn.A_log"),
      "missing tensor model.layers.1.linear_attn.A_log"),
     (lambda s: _reshape_tensor(s, "model.language_model.layers.2.linear_attn.conv1d.weight"),

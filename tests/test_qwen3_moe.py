@@ -5,7 +5,6 @@ speculation is lossless, and bad sources are named in one line."""
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
@@ -17,8 +16,8 @@ from specrt.convert.onnx_graph import walk_nodes
 from specrt.runtime.sampling import SamplingParams
 from tests.test_qwen3_5 import add_mtp, assert_gguf_converts_and_mtp_drafts
 from tests.tiny_models import (
-    assert_greedy_equals_transformers, assert_ids_decode_as_transformers, assert_refused_in_one_line, hf_model,
-    read_config, save_tiny_bundle_source,
+    assert_greedy_equals_transformers, assert_ids_decode_as_transformers, assert_refused_in_one_line, edit_config,
+    hf_model, read_config, save_tiny_bundle_source,
 )
 
 PROMPTS = ("the cat and the dog", "a man in the house of the world", "what is the time of day for you")
@@ -169,11 +168,6 @@ def test_quantized_experts_are_validated_and_exact(sources, tmp_path, arch, prec
         assert engine.generate(prompt, params).wait().token_ids == plain.token_ids
 
 
-def _edit_config(src, **changes):
-    hf = read_config(src)
-    hf.update(changes)
-    (src / "config.json").write_text(json.dumps(hf))
-
 
 def _rewrite(src, change):
     tensors = load_file(str(src / "model.safetensors"))
@@ -185,11 +179,11 @@ def _drop(name):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda s: _edit_config(s, num_experts=6),
+    (lambda s: edit_config(s, num_experts=6),
      r"layer 0 has tensor model.layers.0.mlp.experts.6.gate_proj.weight, but the config says num_experts = 6"),
-    (lambda s: _edit_config(s, num_experts=10),
+    (lambda s: edit_config(s, num_experts=10),
      r"tensor model.layers.0.mlp.gate.weight has shape \(8, 64\), expected \(10, 64\)"),
-    (lambda s: _edit_config(s, num_experts_per_tok=9), "num_experts_per_tok = 9 must be between 1 and num_experts"),
+    (lambda s: edit_config(s, num_experts_per_tok=9), "num_experts_per_tok = 9 must be between 1 and num_experts"),
     (_drop("model.layers.2.mlp.experts.5.down_proj.weight"), "missing tensor model.layers.2.mlp.experts.5.down_proj"),
     (lambda s: _rewrite(s, lambda t: {**t, "model.layers.0.mlp.experts.3.up_proj.weight":
                                       np.ascontiguousarray(t["model.layers.0.mlp.experts.3.up_proj.weight"][:16])}),

@@ -162,6 +162,13 @@ def read_config(path: Path) -> dict:
     return json.loads((Path(path) / "config.json").read_text())
 
 
+def edit_config(src: Path, **changes) -> None:
+    """Change keys of a source folder's config.json (of its text_config, in a multimodal layout)."""
+    hf = read_config(src)
+    hf.get("text_config", hf).update(changes)
+    (Path(src) / "config.json").write_text(json.dumps(hf))
+
+
 WORDS = (
     "<unk> <s> </s> <|im_start|> <|im_end|> the a an of to in and is was it for on with as at by this that "
     "from or be are not have has had but what all were when we there can one so out up if about who get which "
