@@ -194,22 +194,6 @@ class Gemma4Block(nn.Module):
         return x * self.layer_scalar, k, v
 
 
-class PerLayerInputs(nn.Module):
-    """The per-layer input embeddings' tables and projection (model.embed_tokens_per_layer etc.)."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.cfg = cfg
-        width = cfg.num_layers * cfg.ple_size
-        self.embed_tokens_per_layer = nn.Embedding(cfg.ple_vocab, width)
-        self.per_layer_model_projection = nn.Linear(cfg.hidden_size, width, bias=False)
-        self.per_layer_projection_norm = RMSNorm(cfg.ple_size, cfg.rms_norm_eps, 0.0)
-
-    def forward(self, input_ids: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
-        return per_layer_inputs(self.cfg, self.embed_tokens_per_layer(input_ids), embedded,
-                                self.per_layer_model_projection.weight, self.per_layer_projection_norm)
-
-
 def per_layer_inputs(cfg: ModelConfig, token_rows: torch.Tensor, embedded: torch.Tensor, projection: torch.Tensor,
                      norm: RMSNorm) -> torch.Tensor:
     """token_rows: the tokens' rows of embed_tokens_per_layer [B, S, L * P]; embedded: the scaled token embeddings

@@ -174,13 +174,11 @@ class Backbone(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(BLOCKS[cfg.family](cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
-        if cfg.ple_size:  # Gemma 4 E2B/E4B: per-layer input embeddings (models/gemma4.py)
-            from specrt.models.gemma4 import PerLayerInputs
-
-            ple = PerLayerInputs(cfg)
-            self.embed_tokens_per_layer = ple.embed_tokens_per_layer
-            self.per_layer_model_projection = ple.per_layer_model_projection
-            self.per_layer_projection_norm = ple.per_layer_projection_norm
+        if cfg.ple_size:  # Gemma 4 E2B/E4B: per-layer input embeddings (models/gemma4.per_layer_inputs)
+            width = cfg.num_layers * cfg.ple_size
+            self.embed_tokens_per_layer = nn.Embedding(cfg.ple_vocab, width)
+            self.per_layer_model_projection = nn.Linear(cfg.hidden_size, width, bias=False)
+            self.per_layer_projection_norm = RMSNorm(cfg.ple_size, cfg.rms_norm_eps, 0.0)
 
 
 def causal_mask(cfg: ModelConfig, layer: int, position_ids, past_len: int, dtype=torch.float32):
