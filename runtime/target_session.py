@@ -63,7 +63,7 @@ def make_session_options(threads: int = 0) -> ort.SessionOptions:
 
 
 def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider",), kv_layers=None,
-                 kv_shape=None, widths: dict[str, int] | None = None):
+                 kv_shapes=None, widths: dict[str, int] | None = None):
     """An ONNX Runtime session for a bundle's graph; a graph ONNX Runtime cannot load (corrupt, truncated, not
     ONNX) or whose KV inputs disagree with the manifest's layer count is a one-line BundleError naming it."""
     try:
@@ -77,11 +77,10 @@ def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider"
         have = sum(1 for n in names if n.startswith("past_key_values.") and n.endswith(".key"))
         if have != len(layers) or any(f"past_key_values.{i}.key" not in names for i in layers):
             raise BundleError(f"{model_path}: the graph has {have} layers of KV inputs, the manifest says {len(layers)}")
-    if kv_shape is not None:  # (KV heads, head size), or one such pair per cached layer
-        layers = list(range(kv_layers) if isinstance(kv_layers, int) else kv_layers or [0])
-        pairs = list(kv_shape) if isinstance(kv_shape[0], (tuple, list)) else [kv_shape] * len(layers)
+    if kv_shapes is not None:  # one (KV heads, head size) pair per cached layer (kv_layers)
+        layers = range(kv_layers) if isinstance(kv_layers, int) else kv_layers
         inputs = {i.name: i.shape for i in session.get_inputs()}
-        for layer, want in zip(layers, pairs):
+        for layer, want in zip(layers, kv_shapes):
             shape = inputs.get(f"past_key_values.{layer}.key")
             if shape is not None and len(shape) == 4 and [shape[1], shape[3]] != list(want):
                 raise BundleError(f"{model_path}: the graph's KV heads x head size are {shape[1]} x {shape[3]}, the "
