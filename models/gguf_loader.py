@@ -424,14 +424,9 @@ def _gemma4_refs(path: Path, reader) -> dict[str, TensorRef]:
         shape = tuple(int(x) for x in reversed(t.shape))
         if base.startswith("blk."):
             _, block, kind = base.split(".", 2)
-            if kind in gguf_gemma4.FUSED_EXPERTS and suffix == "weight":
-                _check_supported(t)
-                if len(shape) != 3 or int(t.n_bytes) % shape[0]:
-                    raise SourceError(f"tensor {t.name} has shape {list(shape)}, expected [experts, rows, columns]")
-                stacked = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape, _decoder(t.tensor_type))
-                proj = gguf_gemma4.FUSED_EXPERTS[kind]
-                refs.update({f"model.layers.{block}.experts.{e}.{proj}.weight": stacked.expert(e, shape[1:])
-                             for e in range(shape[0])})
+            if kind in gguf_gemma4.FUSED_EXPERTS and suffix == "weight":  # Gemma 4's experts sit beside its MLP
+                refs.update({name.replace(".mlp.experts.", ".experts.", 1): ref for name, ref in
+                             _expert_refs(path, t, gguf_gemma4.FUSED_EXPERTS[kind]).items()})
                 continue
             name = gguf_gemma4.block_name(kind, suffix)
             name = f"model.layers.{block}.{name}" if name else None
