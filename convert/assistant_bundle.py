@@ -103,14 +103,13 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     c = cfg.layer
     graph = TargetGraph(file=f"{STEM}.onnx", data_file=f"{STEM}.onnx.data", precision=opts.precision,
                         inputs=INPUTS, outputs=("logits", "hidden_out"), hidden_size=cfg.backbone_hidden_size)
-    sliding, full = cfg.sources
     return {
         "kind": "assistant", "name": "assistant", "spec": spec, "source": str(folder),
         "source_sha256": checkpoint_sha256(folder), "model_config": c.to_dict(), "graph": dataclasses.asdict(graph),
         # it keeps no cache: kv names the target layers it reads (their caches are the target's)
-        "kv": {"layers": len([s for s in cfg.sources if s >= 0]), "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
+        "kv": {"layers": len(cfg.readers), "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
                "max_context": max_context, "dtype": "float32"},
-        "target_layer_ids": [s for s in (sliding, full) if s >= 0], "vocab_size": cfg.vocab_size,
+        "target_layer_ids": list(cfg.readers), "vocab_size": cfg.vocab_size,
         "target_hidden_size": cfg.backbone_hidden_size, "sliding_window": c.sliding_window,
         "ordered_embeddings": cfg.ordered_embeddings, "validation": validation,
     }
@@ -174,7 +173,7 @@ def compare(session, module, embed, target_cfg, seed: int = 0, slots: int = 12) 
     rng = np.random.default_rng(seed)
     b, window = cfg.backbone_hidden_size, cfg.layer.sliding_window
     feeds, caches = {}, {}
-    for i in sorted({s for s in cfg.sources if s >= 0}):
+    for i in cfg.readers:
         heads, dim = target_cfg.kv_shape_of(i)
         keys, values = (rng.normal(size=(1, heads, 2 * slots, dim)).astype(np.float32) for _ in range(2))
         feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = keys, values

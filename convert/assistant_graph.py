@@ -45,21 +45,19 @@ class AssistantBuilder(_TargetBuilder):
         g.add_input("features", self.elem, [1, "sequence_length", b])
         g.add_input("hidden", self.elem, [1, "sequence_length", b])
         g.add_input("use_features", TensorProto.BOOL, [1])
-        caches = {}
-        for src in sorted({s for s in a.sources if s >= 0}):
-            layer = next(i for i in range(cfg.num_layers) if a.source_of(i) == src)
+        caches, starts = {}, {}  # per target layer read: its (keys, values) inputs and the first slot its readers see
+        window = g.const([cfg.sliding_window + 1])
+        for src, layer in a.readers.items():
             heads, dim = cfg.kv_shape_of(layer)
             caches[src] = (g.add_input(f"past_key_values.{src}.key", self.elem, [1, heads, "max_context", dim]),
                            g.add_input(f"past_key_values.{src}.value", self.elem, [1, heads, "max_context", dim]))
+            starts[src] = (g.op("Max", [g.op("Sub", ["kv_length", window]), g.const([0])]) if cfg.is_sliding(layer)
+                           else g.const([0]))
         embedded, _ = self.embed_lookup(TARGET_EMBED, b)  # the target's own table (quantized as the target's)
         embedded = g.op("Mul", [embedded, g.const(math.sqrt(b), dtype=self.dtype)])
         features = self.norm("features", TARGET_NORM)
         h = g.op("Where", ["use_features", features, "hidden"])
         x = self.linear(g.op("Concat", [embedded, h], axis=-1), ["pre_projection"], "pre_projection")
-        window = g.const([cfg.sliding_window + 1])
-        starts = {src: (g.op("Max", [g.op("Sub", ["kv_length", window]), g.const([0])])
-                        if cfg.is_sliding(next(i for i in range(cfg.num_layers) if a.source_of(i) == src))
-                        else g.const([0])) for src in caches}
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
             normed = self.norm(x, p + "input_layernorm.weight")

@@ -46,6 +46,15 @@ class AssistantConfig:
         """The target layer whose cache the assistant's layer reads."""
         return self.sources[0] if self.layer.is_sliding(layer) else self.sources[1]
 
+    @property
+    def readers(self) -> dict[int, int]:
+        """Each target layer the assistant reads -> the first of its layers that reads it (its kind and cache
+        shape), by target layer."""
+        first: dict[int, int] = {}
+        for i in range(self.layer.num_layers):
+            first.setdefault(self.source_of(i), i)
+        return dict(sorted(first.items()))
+
 
 def target_sources(target: ModelConfig) -> tuple[int, int]:
     """The last cached sliding and full layer of the target (-1 where it has none)."""
