@@ -13,13 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from specrt.drafter_entry import DrafterEntry
-from specrt.errors import BundleError
 from specrt.runtime.drafter import Draft, Drafter, TargetView
 from specrt.runtime.sampling import SamplingParams, target_probs
-from specrt.runtime.target_session import make_session_options
+from specrt.runtime.target_session import open_session
 
 
 class AssistantDrafter(Drafter):
@@ -27,12 +25,7 @@ class AssistantDrafter(Drafter):
     reads_hidden_states = True
 
     def __init__(self, bundle_dir: Path, entry: DrafterEntry, target_layers: int, providers, threads: int = 0):
-        path = Path(bundle_dir) / entry.graph.file
-        try:
-            self.session = ort.InferenceSession(str(path), make_session_options(threads), providers=list(providers))
-        except Exception as exc:  # ORT's own messages span lines
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BundleError(f"{path}: ONNX Runtime cannot load this graph ({first[:200]})") from None
+        self.session = open_session(Path(bundle_dir) / entry.graph.file, threads, providers)
         self.sources = tuple(entry.target_layer_ids)
         self.width = entry.target_hidden_size
         self.last_layer = target_layers - 1
