@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specrt.errors import BundleError
+from specrt.runtime.sampling import target_probs
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,23 @@ class Draft:
 
     def is_chain(self) -> bool:
         return bool(np.array_equal(self.parents, np.arange(len(self.tokens)) - 1))
+
+
+def draft_chain(logits: np.ndarray, k: int, params, rng: np.random.Generator, step) -> Draft:
+    """A k-token chain from a drafter's logits over the target vocabulary [V]: each token its argmax (greedy) or a
+    draw from target_probs (whose q the draft carries); step(token) feeds a token and returns the next logits."""
+    tokens, probs = [], []
+    for i in range(k):
+        if params.greedy:
+            token = int(np.argmax(logits))
+        else:
+            q = target_probs(logits, params)  # [V_target]
+            token = int(rng.choice(len(q), p=q))
+            probs.append(q)
+        tokens.append(token)
+        if i + 1 < k:
+            logits = step(token)
+    return Draft.chain(tokens, np.stack(probs) if probs else None)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from specrt.drafter_entry import DrafterEntry
-from specrt.runtime.drafter import Draft, Drafter, TargetView
-from specrt.runtime.sampling import SamplingParams, target_probs
+from specrt.runtime.drafter import Draft, Drafter, TargetView, draft_chain
+from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.target_session import open_session
 
 
@@ -34,6 +34,7 @@ class AssistantDrafter(Drafter):
         self.target: TargetView | None = None
         self.columns: np.ndarray | None = None
         self.params, self.rng = SamplingParams(temperature=0.0), np.random.default_rng()
+        self.hidden: np.ndarray | None = None  # [1, 1, B] the last step's hidden_out
 
     @classmethod
     def from_bundle(cls, bundle_dir, entry, manifest, providers, threads: int = 0) -> "AssistantDrafter":
@@ -50,21 +51,22 @@ class AssistantDrafter(Drafter):
         self.params = params or SamplingParams(temperature=0.0)
         self.rng = rng if rng is not None else np.random.default_rng()
 
-    def _step(self, token: int, position: int, features: np.ndarray | None, hidden: np.ndarray | None):
-        """One draft step -> (logits [V], hidden_out [1, 1, B])."""
+    def _step(self, token: int, position: int, features: np.ndarray | None) -> np.ndarray:
+        """One draft step -> logits [V]: from the target's features (the first step) or from the previous step's
+        hidden_out, which it replaces."""
         b, bind = self.width, self.binding
         zeros = np.zeros((1, 1, b), np.float32)
         bind.bind_cpu_input("input_ids", np.array([[token]], dtype=np.int64))
         bind.bind_cpu_input("position_ids", np.array([[position]], dtype=np.int64))
         bind.bind_cpu_input("kv_length", np.array([position], dtype=np.int64))
         bind.bind_cpu_input("features", features.reshape(1, 1, b).astype(np.float32) if features is not None else zeros)
-        bind.bind_cpu_input("hidden", hidden if hidden is not None else zeros)
+        bind.bind_cpu_input("hidden", zeros if features is not None else self.hidden)
         bind.bind_cpu_input("use_features", np.array([features is not None]))
         bind.bind_output("logits", "cpu")
         bind.bind_output("hidden_out", "cpu")
         self.session.run_with_iobinding(bind)
-        logits, hidden_out = (o.numpy() for o in bind.get_outputs())
-        return logits[0, -1], hidden_out
+        logits, self.hidden = (o.numpy() for o in bind.get_outputs())
+        return logits[0, -1]
 
     def propose(self, context: list[int], max_tokens: int) -> Draft | None:
         n = len(context) - 1  # the target has read context[:n]; context[n] is the pending token, at position n
@@ -72,16 +74,5 @@ class AssistantDrafter(Drafter):
         if self.target is None or n < 1 or k < 1:
             return None
         features = self.target.features(n - 1, n, self.columns)  # [1, B]
-        logits, hidden = self._step(context[n], n, features, None)
-        tokens, probs = [], []
-        for i in range(k):
-            if self.params.greedy:
-                token = int(np.argmax(logits))
-            else:
-                q = target_probs(logits.astype(np.float64), self.params)
-                token = int(self.rng.choice(len(q), p=q))
-                probs.append(q)
-            tokens.append(token)
-            if i + 1 < k:
-                logits, hidden = self._step(token, n, None, hidden)
-        return Draft.chain(tokens, np.stack(probs) if probs else None)
+        logits = self._step(context[n], n, features)
+        return draft_chain(logits, k, self.params, self.rng, lambda token: self._step(token, n, None))

@@ -18,8 +18,8 @@ import numpy as np
 from specrt.bundle import parse_states
 from specrt.drafter_entry import DrafterEntry
 from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
-from specrt.runtime.drafter import Draft, Drafter, common_prefix
-from specrt.runtime.sampling import SamplingParams, target_probs
+from specrt.runtime.drafter import Draft, Drafter, common_prefix, draft_chain
+from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.target_session import TargetSession, TargetSpec
 
 PREFILL_CHUNK = 256
@@ -100,15 +100,4 @@ class DraftModelDrafter(Drafter):
         # steady state feeds 1-2 tokens (pending, maybe the bonus); more is catching up after a prompt or a
         # stretch of plain decoding, which the adaptive controller must not count as the cost of drafting
         self.catchup_seconds = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0
-        tokens, probs = [], []
-        for i in range(k):
-            if self.params.greedy:
-                token = int(np.argmax(logits))
-            else:
-                q = target_probs(logits, self.params)  # [V_target]
-                token = int(self.rng.choice(len(q), p=q))
-                probs.append(q)
-            tokens.append(token)
-            if i + 1 < k:
-                logits = self._feed([token])
-        return Draft.chain(tokens, np.stack(probs) if probs else None)
+        return draft_chain(logits, k, self.params, self.rng, lambda token: self._feed([token]))
