@@ -66,7 +66,9 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
             xs = [x * torch.tensor(cfg.embed_scale, dtype=x.dtype) for x in xs]
         positions = [torch.arange(len(ids))[None] for ids in prompts]
         ple = per_layer_inputs(cfg, weights, prompts, xs) if cfg.ple_size else None
-        kept: list[dict[int, tuple]] = [{} for _ in prompts]  # Gemma 4: the caches that later layers read
+        # Gemma 4: the layers whose caches later layers read, and each prompt's keys and values of them
+        read_later = {cfg.kv_source(j) for j in range(cfg.num_layers) if cfg.kv_source(j) != j}
+        kept: list[dict[int, tuple]] = [{} for _ in prompts]
         taps: list[list[torch.Tensor]] = [[] for _ in prompts]
         for i in range(cfg.num_layers):
             with torch.device("meta"):
@@ -84,7 +86,7 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
                 if source != i:
                     extra["shared"] = kept[p][source]
                 xs[p], k, v = block(x, pos, empty, empty, causal_mask(cfg, i, pos, 0), **extra)
-                if cfg.kv_shared_layers and source == i and not cfg.is_linear(i):
+                if i in read_later:
                     kept[p][i] = (k, v)
                 if hook is not None:
                     hook.remove()
