@@ -14,7 +14,8 @@ runtime allocates that one spare slot) and its output is sliced away; being last
 is causal within a call). Only attention pays for the extra row, but attention grows with the context (measured
 at int4: +2 % of a one-token call at 64 tokens of context, +16 % at 512, +31 % at 1024; docs/perf.md), so the
 runtime asks for it only where it wants exact calls (batch-invariant mode) and feeds m = 1 otherwise. Calls of two
-or more tokens, and every call at m = 1, are unchanged (the gathers are identities).
+or more tokens, and every call at m = 1, are unchanged (the gathers are identities). At m > 1 CPU graphs also
+switch each attention to a form whose rounding no call's key count changes (convert/exact_attention.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class AttentionRows:
     total_len: str  # [1] int32: the attention's total sequence length, counting the pad
     position_ids: str  # [B, S'] int64: the pad row one position after the last real token
     biases: dict[str, str]  # additive bias input -> [B, 1, S', T + D] (the pad column appended, open)
+    exact: str  # [1] bool: m > 1, batch-invariant mode (attention computed call-invariantly, exact_attention.py)
 
     def pad(self, g: GraphWriter, x: str) -> str:
         """x [B, S, C] -> [B, S', C]."""
@@ -65,4 +67,5 @@ def pad_attention_rows(g: GraphWriter, seqlens_k: str, total_len: str, biases: l
     padded_biases = {b: g.op("Pad", [g.op("Gather", [b, rows], axis=2), column]) for b in biases}
     extra32 = g.op("Cast", [extra], to=TensorProto.INT32)
     return AttentionRows(rows=rows, real=s, seqlens_k=g.op("Add", [seqlens_k, extra32]),
-                         total_len=g.op("Add", [total_len, extra32]), position_ids=positions, biases=padded_biases)
+                         total_len=g.op("Add", [total_len, extra32]), position_ids=positions, biases=padded_biases,
+                         exact=g.op("Greater", [ATTENTION_ROWS_INPUT, g.const([1])]))

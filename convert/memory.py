@@ -155,8 +155,14 @@ def check_fits(what: str, shapes: Mapping, num_layers: int, precision: str, bloc
     need = estimate_peak(shapes, num_layers, precision, block_size, tied, kv_bytes)
     free = available_bytes()
     if free is not None and need > free:
+        if precision != "int4":
+            hint = "choose --precision int4"
+        elif block_size < 128:
+            hint = "choose --int4-block-size 128"
+        else:
+            hint = "this model does not fit this machine at int4"
         raise SpecrtError(f"converting {what} to {precision} needs about {need / GIB:.1f} GiB of memory; "
-                          f"{free / GIB:.1f} GiB is available (close other programs, or choose --precision int4)")
+                          f"{free / GIB:.1f} GiB is available (close other programs, or {hint})")
     return need
 
 

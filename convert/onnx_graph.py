@@ -10,6 +10,7 @@ same bundle.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -140,6 +141,17 @@ class GraphWriter:
         )
         model.ir_version = 10
         return model
+
+
+@contextmanager
+def captured(g, into: list):
+    """Nodes the block adds to g go to `into` instead (a subgraph's body); initializers stay in g (outer scope)."""
+    start = len(g.nodes)
+    try:
+        yield
+    finally:
+        into.extend(g.nodes[start:])
+        del g.nodes[start:]
 
 
 def walk_nodes(graph: onnx.GraphProto):

@@ -261,7 +261,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     cfg = loaded.config
     stages.start(f"build {stem} graph")
     graph_opts = GraphOptions(precision=precision, max_context=max_context, hidden_layers=tuple(sorted(hidden_layers)),
-                              int4_block_size=int4_block_size, attention_rows_input=True)
+                              int4_block_size=int4_block_size, attention_rows_input=True,
+                              exact_attention=providers[0] == "CPUExecutionProvider")
     prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, min(max_context, VALIDATION_TOKENS))
     bits = weight_bits(precision)
     exact_gguf = precision == "gguf"  # the source's own quantized weights: no calibration, nothing smoothed

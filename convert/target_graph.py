@@ -36,6 +36,7 @@ from onnx import TensorProto
 
 from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
+from specrt.convert.exact_attention import exact_attention_switch
 from specrt.convert.gemma4_graph import gemma4_layer_rest, per_layer_inputs
 from specrt.convert.gguf_exact import exact_from_ref
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
@@ -60,6 +61,9 @@ class GraphOptions:
     # the attention_min_rows input: at 2 every GroupQueryAttention runs at least two rows, so that one-token calls
     # round as multi-token ones do (convert/attention_rows.py; the KV cache needs one slot past max_context)
     attention_rows_input: bool = False
+    # with attention_rows_input: at attention_min_rows > 1 each attention is computed call-invariantly as well
+    # (convert/exact_attention.py: an If per layer; CPU graphs only, where MLAS's GEMM blocking needs it)
+    exact_attention: bool = False
 
     @property
     def bits(self) -> int:
@@ -348,8 +352,10 @@ class _TargetBuilder:
             present = [f"layers.{i}.unread_present_key", f"layers.{i}.unread_present_value"]
         ins = [q, k, v, io["past_key"][source], io["past_value"][source], seqlens_k, total_len, cos, sin, positions,
                bias]
+        sinks = None
         if cfg.attention_sinks:  # head_sink [N]: each head's logit that joins the softmax's denominator
-            ins.append(self.param(p + "sinks"))
+            sinks = self.param(p + "sinks")
+            ins.append(sinks)
         out = self.g.op(
             "GroupQueryAttention", ins, outputs=[name, *present],
             domain=MS_DOMAIN, num_heads=cfg.num_heads, kv_num_heads=cfg.kv_heads_of(i),
@@ -357,6 +363,8 @@ class _TargetBuilder:
             local_window_size=-1,  # sliding windows arrive through sliding_attention_bias
         )[0]
         if rows is not None:
+            if self.opts.exact_attention:  # batch-invariant mode's call-invariant form: convert/exact_attention.py
+                out = exact_attention_switch(self, rows.exact, out, q, present, positions, bias, total_len, i, sinks)
             out = rows.cut(self.g, out, f"layers.{i}.attn")
         if gate is not None:
             out = self.g.op("Mul", [out, self.g.op("Sigmoid", [gate])])

@@ -352,7 +352,9 @@ class Engine:
         self._batch_invariant = on
         self.target.experts_token_by_token = on
         pad = on and not self.rows_invariant
-        self.target.attention_min_rows = 2 if on and self.rows_invariant else 1
+        # the attention's input also switches on its call-invariant form (convert/exact_attention.py): on with the
+        # calls padded too, where padding the attention alone would not do
+        self.target.attention_min_rows = 2 if on and self.target.has_attention_rows else 1
         self.target.min_rows = 2 if pad else 1
         self.target.even_rows = pad and self.manifest.target.int4_block_size > 32
 

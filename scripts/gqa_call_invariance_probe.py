@@ -1,8 +1,11 @@
 """Probe: is ONNX Runtime's GroupQueryAttention (CPU) call-invariant? A token's attention output is computed once
 in one-token calls (padded to two query rows, as batch-invariant mode runs them) and once in calls of 2, 3 and 6
 tokens, over the same random queries, keys and values; prefixes where any split differs are listed. Finding (ORT
-1.32, AMD EPYC avx512): head size 256 differs near 64 and 192 keys, 512 near 96, 160, 224 (GEMM blocking thresholds:
-a token's row rounds by the key count of the call it is in), head size 128 nowhere in 54..135 keys.
+1.32, AMD EPYC avx512): head size 256 differs near 64 and 192 keys, 512 near 96, 160, 224 (GEMM blocking: a token's
+row rounds by the key count of the call it is in), head size 128 nowhere in 54..135 keys. A wider run of the same
+calls (with a causal bias, prefixes 300-1000 every 11) found 256 at 443 and 828, 512 at 410, 476, 542, 795, 861.
+Batch-invariant mode therefore computes the attention itself (convert/exact_attention.py), whose call invariance
+tests/test_exact_attention.py checks at these head sizes.
 
     python scripts/gqa_call_invariance_probe.py
 """

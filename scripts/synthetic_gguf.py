@@ -5,6 +5,12 @@ compared); a Gemma 4 folder its gemma4 layout (models/gguf_gemma4.py: rope_freqs
 layers' unread k/v left out).
 
     python scripts/synthetic_gguf.py FOLDER OUT.gguf
+    python scripts/synthetic_gguf.py --preset gemma4-26b-a4b OUT   # no bf16 folder: OUT/target.gguf drawn directly
+                                                                   # (+ OUT/tokenizer, OUT/assistant)
+
+With --preset the weights are drawn tensor by tensor (each from a generator seeded by its name, with
+scripts/synthetic_model.py's values) and quantized as they are drawn: a model whose bf16 folder would not fit on the
+disk (26B-A4B: 50 GB) is written as its 14 GB GGUF, which both llama.cpp and `specrt convert` read.
 
 Every matrix becomes Q4_0 (32 weights per block: an fp16 scale and 4-bit values, llama.cpp's own layout), every
 norm stays F32; q/k rows are permuted to llama.cpp's interleaved rotary order; the tokenizer's vocabulary goes in
@@ -23,15 +29,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main(folder: str, out: str) -> None:
+def main(folder: str, out: str, loaded=None) -> None:
     import gguf
 
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))
     from specrt.convert import sources
     from tests.gguf_writer import gguf_name, llama_cpp_permute
 
     folder_path = Path(folder)
-    loaded = sources.load(sources.resolve(folder))
+    loaded = loaded or sources.load(sources.resolve(folder))
     hf, cfg = loaded.hf_config, loaded.config
     hybrid = cfg.family == "qwen3_5"
     if hybrid:
@@ -171,5 +177,82 @@ def _tensors(writer, loaded, gguf, name_of, value_of, skip, extra: dict | None =
     writer.close()
 
 
+class DrawnWeights:
+    """HF name -> float32 array drawn on every read from a generator seeded by the name (the same values each time),
+    with scripts/synthetic_model.py's value ranges; fused experts as per-expert tensors, as the loaders read them."""
+
+    def __init__(self, tensors: list, seed: int):
+        from specrt.models.hf_loader import hf_name
+
+        self._tensors, self._seed = {}, seed
+        for t in tensors:
+            if len(t.shape) == 3 and t.kind == "matrix":  # fused experts [E, out, in]
+                stem, kind = t.name.rsplit(".", 1)
+                for e in range(t.shape[0]):
+                    self._tensors[hf_name(f"{stem}.{e}.{kind}.weight")] = type(t)(
+                        f"{stem}.{e}.{kind}.weight", t.shape[1:], t.kind, t.dtype)
+            else:
+                self._tensors[hf_name(t.name)] = t
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __contains__(self, name) -> bool:
+        return name in self._tensors
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._tensors[name].shape)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        import zlib
+
+        from synthetic_model import _chunks
+
+        t = self._tensors[name]
+        rng = np.random.default_rng([self._seed, zlib.crc32(name.encode())])
+        bits = np.frombuffer(b"".join(_chunks(t, rng, {})), dtype=np.uint16)
+        return (bits.astype(np.uint32) << 16).view(np.float32).reshape(t.shape)
+
+
+def main_preset(preset: str, out: Path, layers: int | None, seed: int) -> None:
+    """OUT/tokenizer (config + tokenizer, no weights), OUT/target.gguf drawn directly, OUT/<drafter> (its HF folder)."""
+    import json
+
+    sys.path.append(str(ROOT))
+    sys.path.append(str(ROOT / "scripts"))
+    import synthetic_model as sm
+    from specrt.models.config import config_from_hf
+
+    config_of, _, write_drafter, drafter = sm.PRESETS[preset]
+    if preset != "gemma4-26b-a4b":
+        raise SystemExit("--preset draws gemma4-26b-a4b only (the others fit on the disk as bf16 folders)")
+    cfg = config_of(False)
+    if layers:
+        cfg["text_config"]["num_hidden_layers"] = layers
+    folder = out / "tokenizer"
+    folder.mkdir(parents=True)
+    tensors = sm.gemma4_tensors(cfg)  # sets text_config.layer_types
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    sm.write_tokenizer(folder, cfg, preset)
+
+    class Drawn:  # what sources.load returns, as far as main reads it
+        hf_config, config, weights = cfg, config_from_hf(cfg), DrawnWeights(tensors, seed)
+
+    main(str(folder), str(out / "target.gguf"), Drawn)
+    write_drafter(out / drafter, cfg, np.random.default_rng(seed))
+    print(f"{drafter} drafter -> {out / drafter}", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--preset":
+        import argparse
+
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--preset", required=True)
+        ap.add_argument("out", type=Path)
+        ap.add_argument("--layers", type=int)
+        ap.add_argument("--seed", type=int, default=0)
+        a = ap.parse_args()
+        main_preset(a.preset, a.out, a.layers, a.seed)
+    else:
+        main(sys.argv[1], sys.argv[2])

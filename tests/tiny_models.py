@@ -80,6 +80,12 @@ def hf_config(arch: str):
 
     if arch == "llama":
         return tf.LlamaConfig(**COMMON, tie_word_embeddings=False, rope_theta=10000.0)
+    if arch == "llama_wide_heads":  # Gemma 4's head sizes (256, 512) on a tiny model: tests/test_exact_attention.py
+        return tf.LlamaConfig(**dict(COMMON, num_hidden_layers=2, num_key_value_heads=1, head_dim=256),
+                              tie_word_embeddings=False, rope_theta=10000.0)
+    if arch == "llama_wider_heads":
+        return tf.LlamaConfig(**dict(COMMON, num_hidden_layers=2, num_key_value_heads=1, head_dim=512),
+                              tie_word_embeddings=False, rope_theta=10000.0)
     if arch == "qwen2":
         return tf.Qwen2Config(**COMMON, tie_word_embeddings=True, rope_theta=100000.0)
     if arch == "qwen3":
