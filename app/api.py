@@ -126,13 +126,14 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
 def _stale(bundle: Path, model: str, spec) -> bool:
     """A cached catalog bundle that must be converted again: unreadable, built with other shipped drafters or
     other int4 blocks than the catalog entry asks for now, or before its graph could run attention on two rows (exact
-    one-token calls without padding: convert/attention_rows.py). One manifest read for every check."""
+    one-token calls without padding: convert/attention_rows.py) and call-invariantly (convert/exact_attention.py).
+    One manifest read for every check."""
     try:
         manifest = load_bundle(bundle, check_hashes=False)
     except SpecrtError:
         return True
     return (_stale_head(manifest, spec) or _stale_blocks(manifest, model) or _stale_vocab(manifest, model, spec)
-            or ATTENTION_ROWS_INPUT not in manifest.target.inputs)
+            or ATTENTION_ROWS_INPUT not in manifest.target.inputs or not manifest.target.exact_attention)
 
 
 def _stale_head(manifest: Manifest, spec) -> bool:

@@ -339,7 +339,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
                                 + ((EXPERT_CALLS_INPUT,) if cfg.moe_layers else ())),
                         outputs=tuple(outputs),
                         hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
-                        int4_block_size=int4_block_size if bits else 0)
+                        int4_block_size=int4_block_size if bits else 0, exact_attention=graph_opts.exact_attention)
     return graph, validation
 
 

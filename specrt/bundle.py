@@ -100,6 +100,7 @@ class TargetGraph:
     hidden_layers: tuple[int, ...] = ()  # residual stream after these layers, concatenated
     hidden_size: int = 0
     int4_block_size: int = 0  # int4 graphs: weights per quantization block (0: written before it was recorded, 32)
+    exact_attention: bool = False  # attention_min_rows > 1 also computes attention call-invariantly (CPU graphs)
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,8 @@ def check_manifest(m: Manifest) -> None:
         bad("target.hidden_layers", list(t.hidden_layers), "a list of layer indices")
     if not _int(t.hidden_size, 0, 1 << 17) or not _int(t.int4_block_size, 0, 1024):
         bad("target.hidden_size / int4_block_size", (t.hidden_size, t.int4_block_size), "non-negative integers")
+    if not isinstance(t.exact_attention, bool):
+        bad("target.exact_attention", t.exact_attention, "true or false")
     if "hidden_states" in t.outputs and (not t.hidden_layers or t.hidden_size < 1):
         bad("target.hidden_layers / hidden_size", (list(t.hidden_layers), t.hidden_size),
             "set where the graph outputs hidden_states")
