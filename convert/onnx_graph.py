@@ -165,15 +165,23 @@ def walk_nodes(graph: onnx.GraphProto):
                 yield from walk_nodes(sub)
 
 
-def float_activation_twin(path: Path) -> Path:
-    """A copy of an int4/int8 graph (beside it, sharing its data file) whose MatMulNBits and QMoE keep float
-    activations."""
+ROUTER_LOGITS = ".router_logits"  # the suffix of the graph value holding an MoE layer's router logits [N, E]
+
+
+def float_activation_twin(path: Path, router_outputs: bool = False) -> Path | tuple[Path, dict[int, str]]:
+    """A copy of a graph (beside it, sharing its data file) whose MatMulNBits and QMoE keep float activations; with
+    router_outputs, every MoE layer's router logits [N, E] are also outputs, returned as {layer: output name}."""
     model = onnx.load(str(path), load_external_data=False)
     for node in walk_nodes(model.graph):
         if node.op_type in ("MatMulNBits", "QMoE"):
             for attr in node.attribute:
                 if attr.name == "accuracy_level":
                     attr.i = 0
+    routers = {}
+    if router_outputs:  # named layers.{i}.<block>.router_logits by convert/moe_graph.py and convert/gemma4_graph.py
+        routers = {int(o.split(".")[1]): o for n in model.graph.node for o in n.output if o.endswith(ROUTER_LOGITS)}
+        model.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
+                                  for name in routers.values())
     twin = path.with_name(path.stem + ".exact.onnx")
     onnx.save_model(model, str(twin))
-    return twin
+    return (twin, routers) if router_outputs else twin

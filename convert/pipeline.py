@@ -35,7 +35,8 @@ from specrt.convert.linear_attention_graph import state_layout
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
 from specrt.convert.target_graph import GraphOptions, QuantReadback, io_names, write_target_graph
 from specrt.convert.tokenizer import write_tokenizer
-from specrt.convert.validate import VALIDATION_TEXTS, VALIDATION_TOKENS, SpilledOutputs, check, compare
+from specrt.convert.validate import (VALIDATION_TEXTS, VALIDATION_TOKENS, SpilledOutputs, check, check_routing,
+                                     compare, run_graph)
 from specrt.errors import OutputPathError, SpecrtError
 from specrt.runtime.providers import providers_for
 from specrt.runtime.target_session import TargetSession, TargetSpec
@@ -246,6 +247,29 @@ def _torch_model(cfg, weights: dict):
     return model
 
 
+def _against_followed_routes(graph: Path, spec: TargetSpec, providers, prompts: list[list[int]], cfg, spill: Path,
+                             name: str, reference) -> tuple:
+    """An MoE graph (with float activations) against the torch reference that follows its choice of experts where
+    two nearly tie (rounding may pick either; a swap moves every later logit of a deep model). The graph runs
+    first, its router logits as extra outputs and its outputs waiting on disk; then reference(routes) runs.
+    Returns the report, the reference's outputs (spilled) and the routing record (a choice beyond a near-tie
+    refuses the graph)."""
+    twin, routers = float_activation_twin(graph, router_outputs=True)
+    try:
+        session = TargetSession(twin, dataclasses.replace(spec, extra_outputs=tuple(routers.values())),
+                                providers=providers)
+        got, routes = run_graph(session, prompts, spill, routers, cfg.experts_per_token)
+        del session
+    finally:
+        twin.unlink()
+    release_freed_memory()  # ONNX Runtime's copy of the model goes back before the torch reference runs
+    ref = reference(routes)
+    record = check_routing(ref.routing)
+    outputs = SpilledOutputs(spill, name, list(zip(ref.logits, ref.taps)))
+    del ref
+    return compare(got, outputs, prompts), outputs, record
+
+
 def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int, hidden_layers: tuple[int, ...],
                  providers, stages: Stages, int4_block_size: int = 32) -> tuple[TargetGraph, dict]:
     """Build `<stem>.onnx` (+ .data) for a loaded model, streaming, and validate it against torch.
@@ -267,15 +291,19 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     bits = weight_bits(precision)
     exact_gguf = precision == "gguf"  # the source's own quantized weights: no calibration, nothing smoothed
     calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context) if bits and not exact_gguf else []
-    # one pass of the source model: calibration statistics (int4/int8) and the validation reference together
-    source = run_layerwise(cfg, loaded.weights, calibration + prompts, graph_opts.hidden_layers,
-                           observe=len(calibration), outputs_from=len(calibration))
+    # a mixture of experts is checked against a reference that follows the graph's near-tied choices of experts,
+    # run after the graph (_against_followed_routes); on CUDA (fp16) its top-1 agreement is what is held
+    follow_routes = bool(cfg.moe_layers) and precision != "fp16"
     spill = tmp / ".validation"  # the references wait on disk (removed below, before the bundle is kept)
-    source_outputs = SpilledOutputs(spill, "source", list(zip(source.logits, source.taps)))
-    weights = loaded.weights
-    if bits and not exact_gguf:
-        weights = smooth_down_proj(weights, source.down_proj_max)
-    del source
+    weights, source_outputs = loaded.weights, None
+    if bits or not follow_routes:
+        # one pass of the source model: calibration statistics (int4/int8) and the validation reference together
+        source = run_layerwise(cfg, loaded.weights, calibration + prompts, graph_opts.hidden_layers,
+                               observe=len(calibration), outputs_from=len(calibration))
+        source_outputs = SpilledOutputs(spill, "source", list(zip(source.logits, source.taps)))
+        if bits and not exact_gguf:
+            weights = smooth_down_proj(weights, source.down_proj_max)
+        del source
     stages.done()
 
     stages.start(f"save {stem} graph")  # the weights are written as the graph is built
@@ -296,26 +324,41 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
         # (MatMulNBits accuracy_level 0); the shipped graph's int8 activations and how far quantization moves the
         # model from its source are recorded as quality.
         untied = dataclasses.replace(cfg, tie_word_embeddings=False)
-        quantized = run_layerwise(untied, QuantReadback(weights, written), prompts, graph_opts.hidden_layers)
-        quantized_outputs = SpilledOutputs(spill, "quantized", list(zip(quantized.logits, quantized.taps)))
-        del quantized
-        release_freed_memory()  # what the torch reference freed goes back before ONNX Runtime takes the model
-        exact_path = float_activation_twin(tmp / f"{stem}.onnx")
-        try:
-            exact = compare(TargetSession(exact_path, spec, providers=providers), quantized_outputs, prompts)
-        finally:
-            exact_path.unlink()
+
+        def quantized_reference(routes=None):
+            return run_layerwise(untied, QuantReadback(weights, written), prompts, graph_opts.hidden_layers,
+                                 routes=routes)
+
+        if follow_routes:
+            exact, quantized_outputs, validation["routing"] = _against_followed_routes(
+                tmp / f"{stem}.onnx", spec, providers, prompts, cfg, spill, "quantized", quantized_reference)
+        else:
+            quantized = quantized_reference()
+            quantized_outputs = SpilledOutputs(spill, "quantized", list(zip(quantized.logits, quantized.taps)))
+            del quantized
+            release_freed_memory()  # what the torch reference freed goes back before ONNX Runtime takes the model
+            exact_path = float_activation_twin(tmp / f"{stem}.onnx")
+            try:
+                exact = compare(TargetSession(exact_path, spec, providers=providers), quantized_outputs, prompts)
+            finally:
+                exact_path.unlink()
         validation["quantized_reference"] = exact.as_dict()
         check(exact, f"{precision}-exact")
         stages.log(f"{stem} validation: max |diff| {exact.max_abs_diff:.2e}, top-1 agreement "
                    f"{exact.top1_agreement:.1%} over {exact.positions} positions (same {precision} weights, float "
                    "activations)")
     release_freed_memory()
-    session = TargetSession(tmp / f"{stem}.onnx", spec, providers=providers)
-    if bits:  # one run of the shipped graph, held to both references
-        report, shipped = compare(session, source_outputs, prompts, quantized_outputs)
+    if follow_routes and not bits:  # the graph itself ran beside its router outputs
+        report, _, validation["routing"] = _against_followed_routes(
+            tmp / f"{stem}.onnx", spec, providers, prompts, cfg, spill, "source",
+            lambda routes: run_layerwise(cfg, loaded.weights, prompts, graph_opts.hidden_layers, routes=routes))
     else:
-        report = compare(session, source_outputs, prompts)
+        session = TargetSession(tmp / f"{stem}.onnx", spec, providers=providers)
+        if bits:  # one run of the shipped graph, held to both references
+            report, shipped = compare(session, source_outputs, prompts, quantized_outputs)
+        else:
+            report = compare(session, source_outputs, prompts)
+        del session
     shutil.rmtree(spill)
     validation["source"] = report.as_dict()
     if bits:
@@ -329,7 +372,10 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     else:
         stages.log(f"{stem} validation: max |diff| {report.max_abs_diff:.2e}, top-1 agreement "
                    f"{report.top1_agreement:.1%} over {report.positions} positions")
-    del session
+    if "routing" in validation:
+        stages.log(f"{stem} validation: the reference followed the graph's experts at "
+                   f"{validation['routing']['followed_near_ties']} near-tied token-layers of "
+                   f"{validation['routing']['token_layers']}")
     check(report, precision)
     stages.done()
     io = io_names(cfg)

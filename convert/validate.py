@@ -7,7 +7,10 @@ tokenizer and a 150k vocabulary made them a gigabyte). Thresholds: fp32 max |log
 the spread (standard deviation) of the reference's logits, at least 1e-3, and every top-1 equal; fp16 top-1
 agreement >= 99%; int4 and int8: the same graph with float activations against torch on the very same quantized
 weights, held to fp32's limits. The shipped graph's int8 activations move near-tied logits (on random-weight test
-models, most of them), so its agreement is recorded, not limited.
+models, most of them), so its agreement is recorded, not limited. A mixture of experts runs the graph first, its
+router logits as extra outputs (run_graph), and the reference after it following the graph's choice of experts
+where two nearly tie (models/moe.py ExpertChoice: rounding may pick either, and one swap moves every later logit
+of a deep model); a choice beyond a near-tie refuses the graph (check_routing).
 """
 
 from __future__ import annotations
@@ -56,16 +59,10 @@ class ValidationReport:
         return {k: v for k, v in self.__dict__.items()}
 
 
-def compare(session, reference, prompts: list[list[int]], *more) -> ValidationReport | tuple[ValidationReport, ...]:
-    """session: a runtime TargetSession; reference: per prompt, the torch reference's logits [S, V] and hidden-state
-    taps [S, taps * H] (None without taps), from models/layerwise.py (a list, or a SpilledOutputs read back one
-    prompt at a time). `more`: further references held to the same run of the session (one report each)."""
-    references = (reference, *more)
-    if any(len(r) != len(prompts) for r in references):
-        raise ValueError(f"{len(prompts)} prompts but {[len(r) for r in references]} reference outputs")
-    stats = [[0.0, 0, None, 0.0] for _ in references]  # per reference: max |diff|, top-1 agreements, hidden, std
-    total = 0
-    for p, ids in enumerate(prompts):
+def graph_outputs(session, prompts: list[list[int]]):
+    """Per prompt, what the graph gives when each prompt runs in three calls (a prefill chunk, one decode step, the
+    rest): (logits [S, V], hidden-state taps [S, F] or None, the session's extra outputs [S, ...] in its order)."""
+    for ids in prompts:
         if len(ids) < 3:
             raise ValueError("validation prompts need at least 3 tokens")
         session.reset()
@@ -73,13 +70,47 @@ def compare(session, reference, prompts: list[list[int]], *more) -> ValidationRe
         cut = len(ids) // 2
         chunks = [arr[:, :cut], arr[:, cut:cut + 1], arr[:, cut + 1:]]
         outs = [session.forward(c) for c in chunks if c.shape[1]]
-        tap = None
-        if isinstance(outs[0], tuple):
-            got = np.concatenate([o[0] for o in outs], axis=1)[0]
-            tap = np.concatenate([o[1] for o in outs], axis=1)[0].astype(np.float32)
-        else:
-            got = np.concatenate(outs, axis=1)[0]
+        outs = [o if isinstance(o, tuple) else (o,) for o in outs]
+        # [1, s, X] per call ([s, X] for an output of flattened rows, such as router logits) -> [S, X]
+        joined = [np.concatenate([o[j] for o in outs], axis=1)[0] if outs[0][j].ndim == 3
+                  else np.concatenate([o[j] for o in outs], axis=0) for j in range(len(outs[0]))]
         del outs
+        tap = joined[1].astype(np.float32) if session.spec.hidden_output else None
+        yield joined[0], tap, joined[1 + session.spec.hidden_output:]
+
+
+def run_graph(session, prompts: list[list[int]], folder: Path, routers: dict[int, str], top_k: int):
+    """One run of a graph whose extra outputs are its MoE layers' router logits (`routers`: {layer: output name},
+    in the session's extra_outputs order): its logits and taps wait on disk (a SpilledOutputs, for compare), and
+    per prompt the experts it chose in each MoE layer [S, k] (ONNX Runtime's softmax, then its top k; ties to the
+    lower id), for the reference to follow where they are near-ties (models/layerwise.py)."""
+    spilled, routes = SpilledOutputs(folder, "graph", []), []
+    for logits, tap, extras in graph_outputs(session, prompts):
+        chosen = {}
+        for layer, scores in zip(routers, extras):  # scores [S, E]
+            z = np.exp(scores - scores.max(-1, keepdims=True), dtype=np.float32)
+            probs = z / z.sum(-1, keepdims=True)
+            chosen[layer] = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
+        routes.append(chosen)
+        spilled.add(logits, tap)
+    return spilled, routes
+
+
+def compare(session, reference, prompts: list[list[int]], *more) -> ValidationReport | tuple[ValidationReport, ...]:
+    """session: a runtime TargetSession (run here as graph_outputs runs it), or its outputs from run_graph;
+    reference: per prompt, the torch reference's logits [S, V] and hidden-state taps [S, taps * H] (None without
+    taps), from models/layerwise.py (a list, or a SpilledOutputs read back one prompt at a time). `more`: further
+    references held to the same run of the session (one report each)."""
+    references = (reference, *more)
+    if any(len(r) != len(prompts) for r in references):
+        raise ValueError(f"{len(prompts)} prompts but {[len(r) for r in references]} reference outputs")
+    if isinstance(session, SpilledOutputs):
+        outputs = (session[p] for p in range(len(session)))
+    else:
+        outputs = ((got, tap) for got, tap, _ in graph_outputs(session, prompts))
+    stats = [[0.0, 0, None, 0.0] for _ in references]  # per reference: max |diff|, top-1 agreements, hidden, std
+    total = 0
+    for p, (ids, (got, tap)) in enumerate(zip(prompts, outputs)):
         for reference, st in zip(references, stats):
             ref, ref_tap = reference[p]
             if ref_tap is not None:
@@ -98,6 +129,18 @@ def compare(session, reference, prompts: list[list[int]], *more) -> ValidationRe
     return reports if more else reports[0]
 
 
+def check_routing(routing) -> dict:
+    """The record of a reference that followed the graph's experts (models/layerwise.RoutesFollowed); refuses a
+    graph whose choice differs from the reference's beyond a near-tie."""
+    if routing.refused:
+        layer, prompt, position, gap = max(routing.refused, key=lambda r: r[3])
+        raise ValidationError(
+            f"the graph chooses other experts than the torch reference at {len(routing.refused)} of "
+            f"{routing.tokens} token-layers (worst: layer {layer}, validation prompt {prompt}, position {position}, "
+            f"{gap:.2g} spreads below the k-th expert's score); bundle not written")
+    return {"followed_near_ties": routing.followed, "token_layers": routing.tokens}
+
+
 class SpilledOutputs:
     """A reference's per-prompt (logits [S, V], taps [S, F] or None), kept in .npy files under `folder` and read
     back one prompt at a time (five prompts' logits over a 248k vocabulary are 300 MB: not held while ONNX Runtime
@@ -105,13 +148,18 @@ class SpilledOutputs:
 
     def __init__(self, folder: Path, name: str, outputs: list[tuple[np.ndarray, np.ndarray | None]]):
         folder.mkdir(parents=True, exist_ok=True)
-        self.files = []
-        for i, (logits, taps) in enumerate(outputs):
-            files = (folder / f"{name}.{i}.logits.npy", folder / f"{name}.{i}.taps.npy" if taps is not None else None)
-            np.save(files[0], logits)
-            if taps is not None:
-                np.save(files[1], taps)
-            self.files.append(files)
+        self.folder, self.name, self.files = folder, name, []
+        for logits, taps in outputs:
+            self.add(logits, taps)
+
+    def add(self, logits: np.ndarray, taps: np.ndarray | None) -> None:
+        i = len(self.files)
+        files = (self.folder / f"{self.name}.{i}.logits.npy",
+                 self.folder / f"{self.name}.{i}.taps.npy" if taps is not None else None)
+        np.save(files[0], logits)
+        if taps is not None:
+            np.save(files[1], taps)
+        self.files.append(files)
 
     def __len__(self) -> int:
         return len(self.files)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from specrt.errors import SourceError
 from specrt.models.config import ModelConfig
+from specrt.models.moe import ExpertChoice
 from specrt.models.transformer import MLP, RMSNorm, rotate
 
 
@@ -93,12 +94,13 @@ class Gemma4Router(nn.Module):
         self.proj = nn.Linear(h, e, bias=False)
         self.scale = nn.Parameter(torch.ones(h))
         self.per_expert_scale = nn.Parameter(torch.ones(e))
+        self.choice = ExpertChoice()
 
     def forward(self, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """r [N, H] (the residual) -> (weights [N, k], expert ids [N, k])."""
         z = rms(r, self.eps) * self.scale * self.hidden**-0.5
         probs = torch.softmax(self.proj(z).float(), dim=-1)
-        weights, ids = torch.topk(probs, self.top_k, dim=-1)
+        weights, ids = self.choice(probs, self.top_k)
         weights = weights / weights.sum(dim=-1, keepdim=True) * self.per_expert_scale[ids]
         return weights.to(r.dtype), ids
 

@@ -5,6 +5,11 @@ for int4, the largest input of every down projection (to smooth it). Running eve
 then every prompt through layer 1, and so on, computes exactly what the whole model would (the same modules on
 the same inputs) while holding one layer's float32 weights and the prompts' activations, never the model: peak
 memory does not grow with the number of layers.
+
+A mixture of experts' reference can follow another implementation's choice of experts (`routes`, the ONNX graph's,
+for validation): where two experts nearly tie, each side's rounding may pick either, and the reference takes the
+graph's pick where it is such a near-tie (models/moe.py ExpertChoice); `Reference.routing` counts the picks it
+followed and lists any that were not near-ties.
 """
 
 from __future__ import annotations
@@ -16,8 +21,16 @@ import numpy as np
 import torch
 
 from specrt.models.config import ModelConfig
+from specrt.models.moe import ExpertChoice
 from specrt.models.tensor_source import rows_of, shape_of
 from specrt.models.transformer import BLOCKS, RMSNorm, causal_mask
+
+
+@dataclass
+class RoutesFollowed:
+    followed: int = 0  # token-layers where the given choice differs from the reference's own top k (near-ties)
+    refused: list[tuple[int, int, int, float]] = field(default_factory=list)  # (layer, prompt, position, gap)
+    tokens: int = 0  # token-layers routed
 
 
 @dataclass
@@ -25,6 +38,7 @@ class Reference:
     logits: list[np.ndarray] = field(default_factory=list)  # per prompt: [S, V] float32
     taps: list[np.ndarray | None] = field(default_factory=list)  # per prompt: [S, len(hidden_layers) * H]
     down_proj_max: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [intermediate] max |input|
+    routing: RoutesFollowed | None = None  # with `routes`: what following the given choice of experts took
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -51,14 +65,16 @@ def load_module(module: torch.nn.Module, weights: Mapping, prefix: str) -> torch
 
 
 def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], hidden_layers=(),
-                  observe: int = 0, outputs_from: int = 0) -> Reference:
+                  observe: int = 0, outputs_from: int = 0, routes: list[dict[int, np.ndarray]] | None = None
+                  ) -> Reference:
     """The reference outputs for each prompt (batch 1, no past), computed layer by layer.
 
     weights: HF-named float arrays (read when used; a LazyWeights reads each from disk). A tap for layer i is
     the residual stream after layer i. observe: the first `observe` prompts also record every down
     projection's largest input per channel (int4 calibration). Logits and taps are returned for
-    prompts[outputs_from:] only (a [S, V] array per prompt is large with a 150k vocabulary)."""
-    out = Reference()
+    prompts[outputs_from:] only (a [S, V] array per prompt is large with a 150k vocabulary). routes: per prompt of
+    prompts[outputs_from:], MoE layer -> the expert ids [S, k] to follow where they are near-ties."""
+    out = Reference(routing=RoutesFollowed() if routes is not None else None)
     with torch.no_grad():
         # per prompt [1, S, H]: only the prompts' rows of the embedding table are read
         xs = [_tensor(rows_of(weights, "model.embed_tokens.weight", np.asarray(ids)))[None] for ids in prompts]
@@ -85,7 +101,10 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
                     extra["per_layer_input"] = ple[p][:, :, i]
                 if source != i:
                     extra["shared"] = kept[p][source]
+                choice = _follow(block, i, routes[p - outputs_from]) if routes and p >= outputs_from else None
                 xs[p], k, v = block(x, pos, empty, empty, causal_mask(cfg, i, pos, 0), **extra)
+                if choice is not None:
+                    _count(out.routing, choice, i, p - outputs_from, x.shape[1])
                 if i in read_later:
                     kept[p][i] = (k, v)
                 if hook is not None:
@@ -104,6 +123,27 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
                 np.multiply(np.tanh(logits / cfg.final_softcap), cfg.final_softcap, out=logits)
         out.taps = [torch.cat(tap, dim=-1)[0].numpy() if tap else None for tap in taps[outputs_from:]]
     return out
+
+
+def _follow(block: torch.nn.Module, layer: int, routes: dict[int, np.ndarray]) -> ExpertChoice | None:
+    """Set the block's router to follow routes[layer] [S, k] (None when the layer has no experts)."""
+    choice = next((m.choice for m in block.modules() if isinstance(getattr(m, "choice", None), ExpertChoice)), None)
+    if choice is None:
+        if layer in routes:
+            raise ValueError(f"routes given for layer {layer}, which has no experts")
+        return None
+    if layer not in routes:
+        raise ValueError(f"no routes given for MoE layer {layer}")
+    choice.follow, choice.followed, choice.refused = torch.from_numpy(np.asarray(routes[layer])), 0, []
+    return choice
+
+
+def _count(record: RoutesFollowed, choice: ExpertChoice, layer: int, prompt: int, tokens: int) -> None:
+    if choice.follow is not None:
+        raise RuntimeError(f"layer {layer}'s router did not take the routes it was given")
+    record.followed += choice.followed
+    record.refused += [(layer, prompt, t, gap) for t, gap in choice.refused]
+    record.tokens += tokens
 
 
 def per_layer_inputs(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], xs: list[torch.Tensor]):

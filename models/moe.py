@@ -8,6 +8,10 @@ scaled by sigmoid(`shared_expert_gate.weight` x). gpt-oss (softmax over the top-
 routing) has biases on the router and the experts and a clamped SwiGLU; its fused checkpoint tensors are read as
 these per-expert names (models/gpt_oss_layout.py). transformers' Qwen3MoeSparseMoeBlock computes the
 same; the ONNX graph computes it with ONNX Runtime's MoE / QMoE (convert/moe_graph.py).
+
+Validation can make a router follow the graph's choice of experts (`follow`): two experts whose scores are nearly
+tied may swap places between two correct implementations (rounding), and a swap late in a deep model moves every
+later logit; the reference takes the graph's choice where it is a near-tie and counts where it is not.
 """
 
 from __future__ import annotations
@@ -37,10 +41,40 @@ class Expert(nn.Module):
         return self.down_proj(g * torch.sigmoid(self.alpha * g) * (u + self.beta))
 
 
+ROUTE_TIE = 1e-2  # a followed expert's log-probability may be this much (times the row's spread) below the k-th
+
+
+class ExpertChoice:
+    """The top k of a router's probabilities, or the ids another implementation chose (`follow` [N, k], set before
+    the call) where each chosen expert scores within ROUTE_TIE of the k-th best; counts what it followed."""
+
+    def __init__(self):
+        self.follow: torch.Tensor | None = None
+        self.followed = 0  # tokens whose followed choice differs from the top k (near-ties)
+        self.refused: list[tuple[int, float]] = []  # (token, gap in spreads): choices beyond a near-tie
+
+    def __call__(self, probs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """probs [N, E] float32 -> (the chosen probabilities [N, k], expert ids [N, k])."""
+        top, ids = torch.topk(probs, k, dim=-1)
+        if self.follow is None:
+            return top, ids
+        follow, self.follow = self.follow.to(torch.int64), None
+        if follow.shape != ids.shape:
+            raise ValueError(f"followed expert ids {tuple(follow.shape)} do not match the router's {tuple(ids.shape)}")
+        logp = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))  # [N, E]
+        spread = logp.std(dim=-1).clamp_min(1e-6)  # [N]
+        gap = (logp.gather(-1, ids[:, -1:]) - logp.gather(-1, follow)).amax(-1) / spread  # [N] worst, in spreads
+        differs = (follow.sort(-1).values != ids.sort(-1).values).any(-1)  # [N]
+        self.followed += int(differs.sum())
+        self.refused += [(int(t), float(gap[t])) for t in torch.nonzero(differs & (gap > ROUTE_TIE)).flatten()]
+        return probs.gather(-1, follow), follow
+
+
 class SparseMoE(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.top_k, self.normalize = cfg.experts_per_token, cfg.norm_topk_prob
+        self.choice = ExpertChoice()
         self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=cfg.moe_bias)
         self.experts = nn.ModuleList(Expert(cfg.hidden_size, cfg.moe_intermediate_size, cfg)
                                      for _ in range(cfg.num_experts))
@@ -51,7 +85,7 @@ class SparseMoE(nn.Module):
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N, H] -> (routing weights [N, k], expert ids [N, k])."""
         probs = torch.softmax(self.gate(x).float(), dim=-1)  # [N, E]
-        weights, ids = torch.topk(probs, self.top_k, dim=-1)
+        weights, ids = self.choice(probs, self.top_k)
         if self.normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights.to(x.dtype), ids
