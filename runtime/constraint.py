@@ -6,6 +6,8 @@ choosing. Speculative decoding walks the draft through the grammar first: a draf
 the draft there (it could never be accepted), and every verified position's logits are masked with the grammar's
 state after the draft tokens before it, so the verifier picks from the constrained distribution, exactly what
 plain constrained decoding picks from (runtime/speculative.py). The state then advances by the tokens kept.
+The grammar is also a drafter: where it forces the next bytes (a key, a quote, a brace), their tokens lead the
+draft at no drafting cost (`forced`), so a JSON object's fixed parts take no target call of their own.
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from specrt.errors import SpecrtError
+
+
+# JSON written one way, as Python's json.dumps writes it: `{"a": 1, "b": [2, 3]}`. With no choice of whitespace the
+# grammar forces every key, quote and separator (the grammar drafter's tokens); a schema's own "x-guidance" options
+# still apply over these.
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 class ConstraintError(SpecrtError):
@@ -79,7 +87,7 @@ class OutputConstraint:
         else:
             raise ConstraintError(f"response_format type must be json_object or json_schema, got {kind!r}")
         try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_LAYOUT)
         except (TypeError, ValueError) as exc:
             raise ConstraintError(f"the JSON schema cannot be used: {exc}") from None
         problem = llguidance.LLMatcher.validate_grammar(grammar)  # "" when it compiles
@@ -105,6 +113,12 @@ class OutputConstraint:
     def rollback(self, n: int) -> None:
         if n and not self.matcher.rollback(n):
             raise ConstraintError("the grammar state could not be rolled back")
+
+    def forced(self, limit: int) -> list[int]:
+        """Up to `limit` tokens the grammar forces next (its fast-forward: the bytes every allowed continuation
+        starts with, as the tokenizer writes them), the grammar drafter's draft; the state is left as it was. The
+        target verifies them like any draft (it may tokenize the same bytes otherwise), so they stay lossless."""
+        return list(self.matcher.compute_ff_tokens())[:limit] if limit > 0 else []
 
     def walk(self, tokens) -> tuple[int, list[np.ndarray]]:
         """How many of `tokens` (a chain after the current state) the grammar allows in a row, and the allowed sets

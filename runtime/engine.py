@@ -11,6 +11,8 @@ with wait=False); state is never shared half-way. Importing this module imports 
 
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 import time
 from pathlib import Path
@@ -25,7 +27,7 @@ from specrt.runtime.drafter import Drafter, TargetTaps, TargetView, common_prefi
 from specrt.runtime.generation import Generation, GenerationResult, GenerationStats
 from specrt.runtime.pays import PaysMemory
 from specrt.runtime.sampling import SamplingParams
-from specrt.runtime.speculative import PlainStepper, SpeculativeStepper
+from specrt.runtime.speculative import GrammarOnly, PlainStepper, SpeculativeStepper
 from specrt.runtime.target_session import ContextOverflowError, TargetSession, TargetSpec
 from specrt.runtime.tokenizer import BundleTokenizer, PromptError
 
@@ -109,6 +111,7 @@ class Engine:
         # gpt-oss: "low" | "medium" | "high" sets the template's reasoning_effort; None: its default
         self.reasoning_effort: str | None = None
         self._grammar_tokenizer = None  # the tokenizer as the grammar engine reads it (runtime/constraint.py)
+        self.grammar_drafts = True  # under a constraint, the tokens the grammar forces lead each draft
 
     # -- prompts -------------------------------------------------------------------------------
     def template_variables(self, thinking: bool | None = None, reasoning_effort: str | None = None) -> dict:
@@ -173,39 +176,77 @@ class Engine:
     # -- generation ----------------------------------------------------------------------------
     def generate(self, prompt, params: SamplingParams | None = None, *, system: str | None = None,
                  raw: bool = False, wait: bool = True, drafter="default", ids: list[int] | None = None,
-                 response_format: dict | None = None) -> Generation:
+                 response_format: dict | None = None, tools: list | None = None, tool_choice=None,
+                 parallel_tool_calls: bool = True, thinking: bool | None = None,
+                 reasoning_effort: str | None = None) -> Generation:
         """drafter: "default" (the engine's), None (plain decoding) or a Drafter (runtime/drafter.py). ids: the
         prompt's token ids where the caller already has them (prompt_ids of the same prompt): not encoded again.
         response_format: OpenAI's {"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema": S}}:
-        the output is constrained to it (runtime/constraint.py; needs specrt[grammar])."""
+        the output is constrained to it (runtime/constraint.py; needs specrt[grammar]). tools, tool_choice,
+        parallel_tool_calls: OpenAI's (runtime/tools.py): the result's tool_calls hold the calls made, its text
+        whatever else was said. thinking, reasoning_effort: this prompt's template variables (None: the engine's)."""
         params = params or SamplingParams()
-        constraint = self.output_constraint(response_format, params) if response_format is not None else None
-        ids = list(ids) if ids is not None else self.prompt_ids(prompt, system=system, raw=raw)
+        plan = None
+        if tools is not None and not raw:
+            plan, ids = self._tool_plan(prompt, system, tools, tool_choice, parallel_tool_calls, thinking,
+                                        reasoning_effort)
+        if plan is not None and plan.grammar is not None:
+            constraint = self._constraint(plan.grammar)
+        else:
+            constraint = self.output_constraint(response_format, params) if response_format is not None else None
+        ids = list(ids) if ids is not None else self.prompt_ids(prompt, system=system, raw=raw, thinking=thinking,
+                                                                reasoning_effort=reasoning_effort)
         if len(ids) >= self.max_context:
             raise ContextOverflowError(
                 f"prompt has {len(ids)} tokens; the bundle's context is {self.max_context} (convert with a larger --max-context)"
             )
         gen = Generation(iter(()))
-        gen._chunks = self._run(ids, params, gen, wait, self.drafter if drafter == "default" else drafter, constraint)
+        gen._chunks = self._run(ids, params, gen, wait, self.drafter if drafter == "default" else drafter, constraint,
+                                plan)
         return gen
 
-    def output_constraint(self, response_format: dict, params: SamplingParams):
-        """A fresh grammar state for one generation's output (ConstraintError for a format it cannot compile)."""
+    def _tool_plan(self, prompt, system, tools, tool_choice, parallel, thinking, reasoning_effort):
+        """A request with tools: its ToolPlan (runtime/tools.py) and prompt ids, rendered with the tools."""
+        from specrt.runtime import tools as tool_calls
+
+        given = tool_calls.parse_tools(tools)
+        mode, only = tool_calls.parse_choice(tool_choice, given)
+        if isinstance(prompt, str):
+            prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        plan = tool_calls.plan(list(prompt), given, mode, only, bool(parallel),
+                               tool_calls.template_format(self.tokenizer.template_source))
+        variables = {**self.template_variables(thinking, reasoning_effort), **plan.variables}
+        return plan, self._encode(self.tokenizer.render(plan.messages, add_generation_prompt=True,
+                                                        variables=variables))
+
+    def _constraint(self, grammar: str):
         from specrt.runtime.constraint import GrammarTokenizer, OutputConstraint
 
-        grammar = OutputConstraint.grammar_for(response_format)
         if self._grammar_tokenizer is None:
             self._grammar_tokenizer = GrammarTokenizer(self.bundle_dir / "tokenizer.json", self.manifest.vocab_size,
                                                        self.stop_ids)
         return OutputConstraint(self._grammar_tokenizer, grammar)
 
-    def _run(self, ids: list[int], params: SamplingParams, gen: Generation, wait: bool, drafter, constraint=None):
+    def output_constraint(self, response_format: dict, params: SamplingParams):
+        """A fresh grammar state for one generation's output (ConstraintError for a format it cannot compile)."""
+        from specrt.runtime.constraint import OutputConstraint
+
+        return self._constraint(OutputConstraint.grammar_for(response_format))
+
+    def _run(self, ids: list[int], params: SamplingParams, gen: Generation, wait: bool, drafter, constraint=None,
+             plan=None):
         if not self._lock.acquire(blocking=wait):
             raise EngineBusyError("another generation is running on this engine")
         try:
             yield from self._decode(ids, params, gen, drafter, constraint)
         finally:
             self._lock.release()
+        if plan is not None:  # the calls made, and whatever else was said
+            from specrt.runtime.tools import read_output
+
+            content, calls = read_output(gen.result.text, plan)
+            gen.result = dataclasses.replace(gen.result, text=content or "", tool_calls=calls or None,
+                                             finish_reason="tool_calls" if calls else gen.result.finish_reason)
 
     def _prefill(self, ids: list[int]) -> tuple[np.ndarray, int]:
         """Bring the cache to hold ids; returns (logits of the last id [V], reused tokens)."""
@@ -264,6 +305,8 @@ class Engine:
         return self.manifest.states.capacity - 1 if self.manifest.states is not None else None
 
     def _stepper(self, params: SamplingParams, drafter: Drafter | None, constraint=None):
+        if drafter is None and constraint is not None and self.grammar_drafts:
+            return SpeculativeStepper(self, params, GrammarOnly(), max_draft=1, adaptive=False, constraint=constraint)
         if drafter is None:
             return PlainStepper(self, params, constraint)
         limit = self.draft_limit or 1 << 30
@@ -328,6 +371,7 @@ class Engine:
             accepted_by_position=list(stepper.stats.accepted_by_position),
             draft_seconds=stepper.stats.draft_seconds, verify_seconds=stepper.stats.verify_seconds,
             drafts_by_drafter=dict(stepper.stats.drafts_by_drafter),
+            forced_drafted=stepper.stats.forced_drafted, forced_accepted=stepper.stats.forced_accepted,
         )
         gen.result = GenerationResult(stops.text, out, finish, stats)
 

@@ -22,6 +22,8 @@ class GenerationStats:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0  # target calls after prefill (verification, or plain decode steps)
     drafts_by_drafter: dict = field(default_factory=dict)  # verified drafts per drafter (a mix has several)
+    forced_drafted: int = 0  # tokens the grammar forced at the head of drafts (constrained output)
+    forced_accepted: int = 0  # of those, accepted
 
     @property
     def acceptance_length(self) -> float | None:
@@ -39,8 +41,9 @@ class GenerationStats:
 class GenerationResult:
     text: str
     token_ids: list[int]
-    finish_reason: str  # "stop" | "length"
+    finish_reason: str  # "stop" | "length" | "tool_calls"
     stats: GenerationStats
+    tool_calls: list | None = None  # OpenAI's [{"id", "type": "function", "function": {"name", "arguments"}}]
 
 
 class Generation:

@@ -9,7 +9,9 @@ slots into place and then the roll-back. Nothing is allocated for the cache per 
 ask for (down to none) is the adaptive controller's choice (runtime/adaptive.py); with several drafters
 (drafters/mixed.py) each has its controller, and the step asks them in order of expected tokens per second.
 The controllers start from the engine's calibrated call costs and its drafters' records (runtime/pays.py). A step
-that drafts nothing is exactly a plain step: the same one-token target call PlainStepper makes.
+that drafts nothing is exactly a plain step: the same one-token target call PlainStepper makes. Under an output
+constraint the grammar drafts too: the tokens it forces next lead the draft (the drafter continues after them), at
+no drafting cost; constrained decoding with no drafter runs GrammarOnly, which drafts only those.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from specrt.runtime.sampling import Sampler, SamplingParams
 from specrt.runtime.verify import verify, verify_on_device
 
 PROBE_BACKLOG = 48  # context tokens a drafter may have to catch up on for a probe (beyond: postponed)
+FORCED_MAX = 16  # grammar-forced tokens one verification takes at most
 
 
 @dataclass
@@ -36,6 +39,8 @@ class StepStats:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     drafts_by_drafter: dict[str, int] = field(default_factory=dict)  # verified drafts per member drafter
+    forced_drafted: int = 0  # tokens the grammar forced at the head of a draft
+    forced_accepted: int = 0  # of those, accepted by the target
 
 
 class PlainStepper:
@@ -89,6 +94,23 @@ def tree_bias(draft: Draft, past: int) -> np.ndarray:
     return full
 
 
+class GrammarOnly(Drafter):
+    """Constrained decoding with no drafter: nothing of its own is proposed, so each step's draft is what the
+    grammar forces (SpeculativeStepper), or the step is plain."""
+
+    name = "grammar"
+
+    def propose(self, context: list[int], max_tokens: int) -> Draft | None:
+        return None
+
+
+def _one_hot(tokens: list[int], width: int) -> np.ndarray:
+    """[n, width]: the draft distribution of tokens proposed with certainty (the grammar's forced tokens)."""
+    rows = np.zeros((len(tokens), width), dtype=np.float32)
+    rows[np.arange(len(tokens)), tokens] = 1.0
+    return rows
+
+
 class SpeculativeStepper(PlainStepper):
     """Draft (as long as the adaptive controller says pays), verify in one target call, commit the path."""
 
@@ -96,6 +118,9 @@ class SpeculativeStepper(PlainStepper):
                  constraint=None):
         super().__init__(engine, params, constraint)
         self.drafter, self.params, self.max_draft = drafter, params, max_draft
+        # tokens the grammar forces lead the draft (none without a constraint, or with engine.grammar_drafts off)
+        self.forced_max = min(FORCED_MAX, engine.draft_limit or FORCED_MAX) if constraint is not None \
+            and engine.grammar_drafts else 0
         self.members = drafter.members  # a mix's members, else the drafter itself
         # the target's call costs, calibrated on this machine: one table for every member (runtime/pays.py)
         shared_costs = engine.pays.costs(engine.target, engine.batch_invariant, max_draft + 1) if adaptive else {}
@@ -142,16 +167,16 @@ class SpeculativeStepper(PlainStepper):
                 chosen.append((c.rate(k, overhead), i, k))
         return [(i, k) for _, i, k in sorted(chosen, key=lambda p: -p[0])]
 
-    def _propose(self, budget: int):
+    def _propose(self, budget: int, forced: list[int]):
         """(member index, draft, seconds that member spent drafting, context tokens it caught up on) or None when
-        no member drafts. A probe (a draft the controller asks for only to see whether acceptance changed) is
-        postponed while the member would first have to read more than PROBE_BACKLOG tokens (a head that has not
-        seen a long prompt)."""
+        no member drafts; the draft continues the grammar's forced tokens. A probe (a draft the controller asks
+        for only to see whether acceptance changed) is postponed while the member would first have to read more
+        than PROBE_BACKLOG tokens (a head that has not seen a long prompt)."""
         built: list[list[int]] = []
 
         def context() -> list[int]:  # built once, and only when some member needs it
             if not built:
-                built.append(self._context())
+                built.append(self._context() + forced)
             return built[0]
 
         for i, k in self._plans(budget, context):
@@ -168,9 +193,25 @@ class SpeculativeStepper(PlainStepper):
                 return i, draft, time.perf_counter() - t, behind
         return None
 
+    def _with_forced(self, forced: list[int], proposal):
+        """The step's draft: the grammar's forced tokens, then the member's chain (a tree is dropped after forced
+        tokens). Returns (member index or None, draft, seconds drafting, backlog read) or None: nothing drafted."""
+        if not forced:
+            return proposal
+        if proposal is None or not proposal[1].is_chain():
+            return None, Draft.chain(forced), 0.0, 0
+        member, draft, drafting, behind = proposal
+        probs = None if draft.probs is None else np.concatenate([_one_hot(forced, draft.probs.shape[1]), draft.probs])
+        draft = Draft.chain(np.concatenate([np.asarray(forced, np.int64), draft.tokens]), probs)
+        limit = self.engine.draft_limit
+        if limit and len(draft) > limit:  # a recurrent target replays at most its capture capacity
+            draft = Draft.chain(draft.tokens[:limit], None if probs is None else probs[:limit])
+        return member, draft, drafting, behind
+
     def step(self, budget: int) -> list[int]:
         t0 = time.perf_counter()
-        proposal = self._propose(budget)
+        forced = self.constraint.forced(min(self.forced_max, budget - 1)) if self.forced_max else []
+        proposal = self._with_forced(forced, self._propose(budget - len(forced), forced))
         t1 = time.perf_counter()
         self.stats.draft_seconds += t1 - t0
         if proposal is None:
@@ -183,6 +224,7 @@ class SpeculativeStepper(PlainStepper):
                 return self._plain(budget)
             if kept < len(draft):
                 draft = Draft.chain(draft.tokens[:kept], None if draft.probs is None else draft.probs[:kept])
+        n_forced = min(len(forced), len(draft))
         base = self.engine.target.length
         tokens = [self.pending, *draft.tokens.tolist()]
         depths = draft.depths()
@@ -199,21 +241,27 @@ class SpeculativeStepper(PlainStepper):
         verdict = (verify_on_device if on_device else verify)(draft, logits, self.params, self.sampler.rng)
         self.stats.verify_seconds += time.perf_counter() - t1
         self.stats.target_calls += 1
-        name = self.members[member].name
-        self.stats.drafts_by_drafter[name] = self.stats.drafts_by_drafter.get(name, 0) + 1
-        depth = int(depths.max())
-        self._count(depth, len(verdict.accepted))
+        accepted = len(verdict.accepted)
+        self.stats.forced_drafted += n_forced
+        self.stats.forced_accepted += min(accepted, n_forced)
+        own = len(draft) - n_forced  # the member's tokens after the forced ones (its depth: a tree has no forced)
+        depth = int(depths.max()) - n_forced
+        if own:
+            name = self.members[member].name
+            self.stats.drafts_by_drafter[name] = self.stats.drafts_by_drafter.get(name, 0) + 1
+            self._count(depth, max(0, accepted - n_forced))
         t3 = time.perf_counter()
         self.engine.commit(base, verdict.accepted, draft)
         # keeping the accepted path is part of the call's cost (a tree's KV gather; a recurrent target's replay)
         committing = time.perf_counter() - t3
         self.stats.verify_seconds += committing
         if self.controllers:
-            controller = self.controllers[member]
+            controller = self.controllers[member if own else 0]
             controller.observe_call(len(tokens), t2 - t1 + committing)
-            catchup = self.members[member].catchup_seconds
-            controller.observe_catchup(behind, catchup)
-            controller.observe_draft(depth, len(verdict.accepted), drafting - catchup, len(draft))
+            if own:
+                catchup = self.members[member].catchup_seconds
+                controller.observe_catchup(behind, catchup)
+                controller.observe_draft(depth, max(0, accepted - n_forced), drafting - catchup, own)
         self.pending = verdict.next_token
         out = [int(draft.tokens[i]) for i in verdict.accepted] + [verdict.next_token]
         if self.constraint is not None:

@@ -72,7 +72,7 @@ class BundleTokenizer:
             raise BundleError(f"{cfg_path}: must be a JSON object, not {type(cfg).__name__}")
         self.bos_token = _token_text(cfg.get("bos_token"))
         self.eos_token = _token_text(cfg.get("eos_token"))
-        self.template = None
+        self.template, self.template_source = None, chat_template  # the template, compiled and as written
         if chat_template:
             self._items = 0  # range() items handed out in the render under way
             env = _bounded_environment()

@@ -82,7 +82,7 @@ def cli():
 @click.option("--drafter", "drafters", multiple=True, metavar="KIND:ARG",
               help="add a drafter graph (repeatable, one per kind): draft-model:PATH_OR_NAME (bundle, HF folder, "
                    ".gguf, catalog name), draft-model:self-int4, eagle3:CHECKPOINT_FOLDER, dflash:CHECKPOINT_FOLDER, "
-                   "or mtp (the target's own MTP module); none for no drafter. Default: a catalog model's own "
+                   "assistant:CHECKPOINT_FOLDER (Gemma 4's assistant), or mtp (the target's own MTP module); none for no drafter. Default: a catalog model's own "
                    "EAGLE-3 head, if it ships one")
 @click.option("--force", is_flag=True, help="replace an existing output folder")
 @click.option("--draft-vocab", type=int, default=None, metavar="N",

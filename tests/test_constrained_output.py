@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import specrt
@@ -55,9 +56,18 @@ def test_constrained_output_fits_its_schema_with_every_drafter(engine, index):
     from specrt.app.api import make_drafter
 
     schema, prompt = SCHEMAS[index], PROMPTS[index]
-    plain = engine.generate(prompt, PARAMS, drafter=None, response_format=json_schema(schema)).wait()
-    assert plain.finish_reason == "stop"
+    engine.grammar_drafts = False  # plain constrained decoding: one target call a token
+    try:
+        plain = engine.generate(prompt, PARAMS, drafter=None, response_format=json_schema(schema)).wait()
+    finally:
+        engine.grammar_drafts = True
+    assert plain.finish_reason == "stop" and plain.stats.mean_accepted == 1.0
     jsonschema.validate(json.loads(plain.text), schema)
+    forced = engine.generate(prompt, PARAMS, drafter=None, response_format=json_schema(schema)).wait()
+    assert forced.token_ids == plain.token_ids and forced.stats.drafter == "grammar"
+    # the grammar's forced tokens (keys, quotes, braces) were verified several a call
+    assert 0 < forced.stats.forced_accepted <= forced.stats.forced_drafted
+    assert forced.stats.target_calls <= plain.stats.target_calls - forced.stats.forced_accepted
     engine.adaptive = False
     calls = []
     try:
@@ -85,6 +95,36 @@ def test_sampled_constrained_output_fits_its_schema(engine):
                               drafter=None, response_format=json_schema(schema)).wait()
         assert out.finish_reason == "stop"
         jsonschema.validate(json.loads(out.text), schema)
+
+
+def test_sampled_output_with_the_grammar_drafting_follows_plain_constrained_sampling(engine):
+    """Temperature 1 under a schema of one enum between forced runs (`{"pet":"`, `"}`): the grammar's forced tokens
+    drafted (alone, and with the n-gram drafter after them) give the same distribution of outputs as plain
+    constrained sampling (chi-square test of homogeneity over 160 samples each)."""
+    from scipy.stats import chi2_contingency
+
+    from specrt.app.api import make_drafter
+
+    schema = {"type": "object", "properties": {"pet": {"enum": ["cat", "dog", "fish", "bird", "none"]}},
+              "required": ["pet"], "additionalProperties": False}
+    ngram = make_drafter("ngram", engine.bundle_dir, engine.manifest, engine.providers)
+    counts = {}
+    for name, drafter, grammar in (("plain", None, False), ("grammar", None, True), ("grammar+ngram", ngram, True)):
+        engine.grammar_drafts = grammar
+        try:
+            outs = [engine.generate("Which pet do you have? Answer as JSON.", SamplingParams(
+                max_new_tokens=24, temperature=1.0, seed=seed), drafter=drafter,
+                response_format=json_schema(schema)).wait() for seed in range(160)]
+        finally:
+            engine.grammar_drafts = True
+        counts[name] = [sum(json.loads(o.text)["pet"] == v for o in outs) for v in schema["properties"]["pet"]["enum"]]
+        if grammar:
+            assert sum(o.stats.forced_accepted for o in outs) > 0
+    table = np.array(list(counts.values()))
+    table = table[:, table.sum(0) > 0]
+    assert table.shape[1] >= 2, counts  # the test needs a choice that varies
+    for row in (1, 2):
+        assert chi2_contingency(table[[0, row]]).pvalue > 0.01, counts
 
 
 @pytest.mark.parametrize("response_format, message", [

@@ -7,6 +7,21 @@ import pytest
 from specrt.app.serve.requests import RequestError, parse
 
 ASK = [{"role": "user", "content": "hi"}]
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+    "x": {"type": "integer"}}, "required": ["x"]}}}
+
+
+def test_tools_and_a_tool_history_reach_the_job():
+    history = [*ASK, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "2"}]
+    job = parse({"messages": history, "tools": [TOOL], "tool_choice": "required", "parallel_tool_calls": False},
+                True, "m", 4096)
+    assert job.tools == [TOOL] and job.tool_choice == "required" and job.parallel_tool_calls is False
+    assert job.prompt[1] == {"role": "assistant", "content": "", "tool_calls": history[1]["tool_calls"]}
+    assert job.prompt[2] == {"role": "tool", "content": "2", "tool_call_id": "call_1"}
+    with pytest.raises(RequestError, match="chat/completions only"):
+        parse({"prompt": "x", "tools": [TOOL]}, False, "m", 4096)
 
 
 def test_a_chat_request_becomes_sampling_parameters():
@@ -42,6 +57,14 @@ def test_a_chat_request_becomes_sampling_parameters():
     ({"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nonsense"}}}},
      400, "invalid_value"),
     ({"model": "other", "messages": ASK}, 404, "model_not_found"),
+    ({"messages": ASK, "tools": [{"type": "function", "function": {"name": "a b"}}]}, 400, "invalid_value"),
+    ({"messages": ASK, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400,
+     "invalid_value"),
+    ({"messages": ASK, "tool_choice": "required"}, 400, "invalid_value"),
+    ({"messages": ASK, "tools": [TOOL], "parallel_tool_calls": "yes"}, 400, "invalid_type"),
+    ({"messages": [{"role": "tool", "content": "18 C"}]}, 400, "invalid_type"),  # no tool_call_id
+    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f"}}]}]}, 400,
+     "invalid_value"),
 ])
 def test_bad_requests_are_named(body, status, code):
     with pytest.raises(RequestError) as info:
@@ -128,7 +151,7 @@ class _SlowEngine:
 
         self.release, self.runs = threading.Event(), []
 
-    def generate(self, prompt, params, raw=False, ids=None, response_format=None):
+    def generate(self, prompt, params, raw=False, ids=None, response_format=None, **tool_and_template_options):
         self.runs.append(prompt)
         return _FakeGeneration(self.release)
 

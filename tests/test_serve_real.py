@@ -108,7 +108,7 @@ def test_stop_strings(client):
     (json.dumps({"model": MODEL, "messages": ASK, "temperature": 7}).encode(), 400, "invalid_value"),
     (json.dumps({"model": "gpt-4o", "messages": ASK}).encode(), 404, "model_not_found"),
     (json.dumps({"model": MODEL, "messages": ASK, "n": 3}).encode(), 400, "unsupported_value"),
-    (json.dumps({"model": MODEL, "messages": ASK, "tools": []}).encode(), 400, "unsupported_parameter"),
+    (json.dumps({"model": MODEL, "messages": ASK, "tools": []}).encode(), 400, "invalid_value"),
     (json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "word " * 5000}]}).encode(), 400,
      "context_length_exceeded"),
     # streamed, over the context: 400 before the stream starts (not an error event inside a 200)
@@ -224,3 +224,56 @@ def test_response_format_json_schema_through_the_openai_client(client):
     content = r.choices[0].message.content
     assert content.lstrip().startswith("{")  # an object, whole where the budget let it end
     assert r.choices[0].finish_reason == "length" or isinstance(json.loads(content), dict)
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
+                   "required": ["city"], "additionalProperties": False}}}
+
+
+def test_tool_calls_through_the_openai_client(client):
+    """tool_choice required: the official client reads the call, whole and streamed (as OpenAI streams calls:
+    id and name, then the arguments), with finish_reason tool_calls; the arguments fit the parameters."""
+    import jsonschema
+
+    ask = [{"role": "user", "content": "What is the weather in Rome?"}]
+    whole = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=64, temperature=0,
+                                           tools=[WEATHER_TOOL], tool_choice="required")
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+    calls, finish = {}, None
+    for chunk in client.chat.completions.create(model=MODEL, messages=ask, max_tokens=64, temperature=0,
+                                                tools=[WEATHER_TOOL], tool_choice="required", stream=True):
+        if not chunk.choices:
+            continue
+        for delta in chunk.choices[0].delta.tool_calls or ():
+            entry = calls.setdefault(delta.index, {"name": "", "arguments": "", "id": None})
+            entry["id"] = delta.id or entry["id"]
+            entry["name"] += (delta.function.name or "") if delta.function else ""
+            entry["arguments"] += (delta.function.arguments or "") if delta.function else ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and len(calls) == 1
+    assert calls[0]["name"] == "get_weather" and calls[0]["arguments"] == call.function.arguments
+    # the call and its result go back in the history; the next answer is text or another call
+    follow = client.chat.completions.create(model=MODEL, max_tokens=32, temperature=0, tools=[WEATHER_TOOL], messages=[
+        *ask, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "22 degrees and sunny"}])
+    assert follow.choices[0].message.content or follow.choices[0].message.tool_calls
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}]}, "tools"),
+    ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "search"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+])
+def test_bad_tools_get_400_naming_the_problem(server, client, body, param):
+    import httpx
+
+    r = httpx.post(f"{server}/v1/chat/completions", json={"model": MODEL, "messages": ASK, **body}, timeout=60,
+                   headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, temperature=0).choices

@@ -119,8 +119,9 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
             return _error(RequestError(503, f"the server is busy: {exc}", None, "queue_full", "server_error"))
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         kind = "chat.completion" if chat else "text_completion"
+        calls = job.tools is not None and job.tool_choice != "none"  # the answer is read after it ends
         if job.stream:
-            return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage, harmony),
+            return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage, harmony, calls),
                                      media_type="text/event-stream")
         parts, checked = [], time.monotonic()
         try:
@@ -146,7 +147,10 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
             ticket.cancel()  # a client that went away while waiting frees its place
         text = "".join(parts)
         message = {"role": "assistant", "content": text}
-        if harmony is not None:
+        if calls:  # the content and calls the engine read from the output
+            message = {"role": "assistant", "content": value.text or None,
+                       **({"tool_calls": value.tool_calls} if value.tool_calls else {})}
+        elif harmony is not None:
             pieces = harmony.feed(text) + harmony.finish()
             message = {"role": "assistant", "content": "".join(p.text for p in pieces if not p.reasoning),
                        "reasoning_content": "".join(p.text for p in pieces if p.reasoning)}
@@ -159,8 +163,12 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         from specrt.errors import SpecrtError
 
         try:
-            ids = engine.prompt_ids(job.prompt, raw=job.raw, thinking=job.thinking,
-                                    reasoning_effort=job.reasoning_effort)
+            if job.tools is not None:  # the prompt as the tools render it
+                ids = engine._tool_plan(job.prompt, None, job.tools, job.tool_choice, job.parallel_tool_calls,
+                                        job.thinking, job.reasoning_effort)[1]
+            else:
+                ids = engine.prompt_ids(job.prompt, raw=job.raw, thinking=job.thinking,
+                                        reasoning_effort=job.reasoning_effort)
         except SpecrtError as exc:
             raise _generation_error(exc) from None
         if len(ids) >= engine.max_context:
@@ -168,7 +176,7 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                                "messages" if not job.raw else "prompt", "context_length_exceeded")
         job.ids = ids  # the worker generates from these: the template is rendered and the text encoded once
 
-    async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool, harmony=None):
+    async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool, harmony=None, calls=False):
         def chunk(choice: dict | None, **extra) -> str:
             body = {"id": rid, "object": kind + ".chunk" if chat else kind, "created": int(time.time()),
                     "model": model_id, "choices": [choice] if choice is not None else [], **extra}
@@ -185,7 +193,9 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                 yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
             while True:
                 event, value = await ticket.events.get()
-                if event == "text" and harmony is not None:
+                if event == "text" and calls:
+                    continue  # tools: content and calls go out once the output has been read
+                elif event == "text" and harmony is not None:
                     for p in harmony.feed(value):
                         yield chunk({"index": 0, "delta": {"reasoning_content" if p.reasoning else "content": p.text},
                                      "finish_reason": None})
@@ -195,7 +205,15 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                     yield f"data: {json.dumps(_generation_error(value).body())}\n\n"
                     break
                 else:
-                    for p in harmony.finish() if harmony is not None else ():
+                    if calls and value.text:
+                        yield chunk(piece(value.text))
+                    for i, call in enumerate(value.tool_calls or () if calls else ()):  # as OpenAI streams them
+                        head = {"index": i, "id": call["id"], "type": "function",
+                                "function": {"name": call["function"]["name"], "arguments": ""}}
+                        yield chunk({"index": 0, "delta": {"tool_calls": [head]}, "finish_reason": None})
+                        yield chunk({"index": 0, "delta": {"tool_calls": [{"index": i, "function": {
+                            "arguments": call["function"]["arguments"]}}]}, "finish_reason": None})
+                    for p in harmony.finish() if harmony is not None and not calls else ():
                         yield chunk({"index": 0, "delta": {"reasoning_content" if p.reasoning else "content": p.text},
                                      "finish_reason": None})
                     yield chunk(piece(None, value.finish_reason), specrt=_extension(value))

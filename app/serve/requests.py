@@ -5,7 +5,9 @@ top_p, seed, stop (a string or up to 4), stream, stream_options.include_usage, n
 extension: generate max_tokens even past the end-of-text token), `chat_template_kwargs` {"enable_thinking": bool}
 (vLLM's: a reasoning model's thinking on or off), `reasoning_effort` low | medium | high (gpt-oss's chat
 template; OpenAI's name), `response_format` json_object | json_schema (the output constrained to it, with the
-grammar extra installed: runtime/constraint.py), and the parameters that
+grammar extra installed: runtime/constraint.py), `tools` / `tool_choice` none | auto | required | a named function /
+`parallel_tool_calls` (runtime/tools.py; chat only; the history may hold assistant `tool_calls` and `tool`
+messages), and the parameters that
 change nothing here at their neutral values (presence/frequency penalty 0, logprobs false, user). Anything
 else that would change the output is refused (400), not silently ignored.
 """
@@ -27,11 +29,11 @@ MAX_DEPTH = 64  # JSON nesting
 MAX_INT_DIGITS = 24  # an integer literal longer than this is refused (no real parameter needs one)
 MAX_MESSAGES = 4096
 
-NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "n": 1, "echo": False,
-           "tool_choice": "none", "parallel_tool_calls": None}
+NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "n": 1, "echo": False}
 IGNORED = {"user", "metadata", "store", "service_tier", "stream_options"}
 KNOWN = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
-         "stop", "stream", "ignore_eos", "chat_template_kwargs", "reasoning_effort", "response_format", *NEUTRAL,
+         "stop", "stream", "ignore_eos", "chat_template_kwargs", "reasoning_effort", "response_format", "tools",
+         "tool_choice", "parallel_tool_calls", *NEUTRAL,
          *IGNORED}
 
 
@@ -58,6 +60,9 @@ class Job:
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking (None: the template's default)
     reasoning_effort: str | None = None  # gpt-oss: "low" | "medium" | "high" (None: the template's default)
     response_format: dict | None = None  # json_object / json_schema (None: text)
+    tools: list | None = None  # OpenAI's tools (checked), with tool_choice and parallel_tool_calls
+    tool_choice: object = None
+    parallel_tool_calls: bool = True
 
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string literal, escapes included
@@ -140,9 +145,9 @@ def _messages(body: dict) -> list[dict]:
                            "invalid_value")
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
-            raise RequestError(400, f"messages[{i}] needs a role of system, user or assistant", f"messages[{i}].role",
-                               "invalid_value")
+        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+            raise RequestError(400, f"messages[{i}] needs a role of system, user, assistant or tool",
+                               f"messages[{i}].role", "invalid_value")
         content = m.get("content")
         if isinstance(content, list):  # content parts: text only
             if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
@@ -150,11 +155,37 @@ def _messages(body: dict) -> list[dict]:
                 raise RequestError(400, f"messages[{i}].content: only text parts are supported",
                                    f"messages[{i}].content", "unsupported_value")
             content = "".join(p["text"] for p in content)
+        calls = m.get("tool_calls") if m["role"] == "assistant" else None
+        if content is None and calls:
+            content = ""
         if not isinstance(content, str):
             raise RequestError(400, f"messages[{i}].content must be a string", f"messages[{i}].content", "invalid_type")
-        out.append({"role": "system" if m["role"] == "developer" else m["role"],
-                    "content": _text(content, f"messages[{i}].content")})
+        message = {"role": "system" if m["role"] == "developer" else m["role"],
+                   "content": _text(content, f"messages[{i}].content")}
+        if calls:
+            message["tool_calls"] = _history_calls(calls, i)
+        if m["role"] == "tool":
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise RequestError(400, f"messages[{i}] (a tool result) needs a string tool_call_id",
+                                   f"messages[{i}].tool_call_id", "invalid_type")
+            message["tool_call_id"] = call_id
+        out.append(message)
     return out
+
+
+def _history_calls(calls, i: int) -> list[dict]:
+    """An assistant message's earlier tool calls: [{"id", "type": "function", "function": {"name", "arguments"}}]."""
+    ok = isinstance(calls, list) and all(
+        isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+        and isinstance(c["function"].get("arguments"), str) for c in calls)
+    if not ok:
+        raise RequestError(400, f"messages[{i}].tool_calls must be a list of {{\"id\", \"type\": \"function\", "
+                           "\"function\": {\"name\": string, \"arguments\": string}}", f"messages[{i}].tool_calls",
+                           "invalid_value")
+    return [{"id": c.get("id"), "type": "function", "function": {"name": c["function"]["name"],
+                                                                 "arguments": c["function"]["arguments"]}}
+            for c in calls]
 
 
 def parse(body, chat: bool, model_id: str, max_context: int) -> Job:
@@ -201,8 +232,31 @@ def parse(body, chat: bool, model_id: str, max_context: int) -> Job:
     if effort is not None and effort not in REASONING_EFFORTS:
         raise RequestError(400, f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)}",
                            "reasoning_effort", "invalid_value")
-    return Job(prompt, raw, params, stream, include_usage, thinking=_thinking(body), reasoning_effort=effort,
-               response_format=_response_format(body))
+    job = Job(prompt, raw, params, stream, include_usage, thinking=_thinking(body), reasoning_effort=effort,
+              response_format=_response_format(body))
+    _tools(body, job, chat)
+    return job
+
+
+def _tools(body: dict, job: Job, chat: bool) -> None:
+    """tools / tool_choice / parallel_tool_calls onto the job, checked here (a 400 names the problem)."""
+    from specrt.runtime.tools import ToolError, parse_choice, parse_tools
+
+    tools, choice, parallel = body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise RequestError(400, "'parallel_tool_calls' must be a boolean", "parallel_tool_calls", "invalid_type")
+    if tools is None:
+        if choice not in (None, "none", "auto"):
+            raise RequestError(400, "'tool_choice' needs 'tools'", "tool_choice", "invalid_value")
+        return
+    if not chat:
+        raise RequestError(400, "'tools' are taken by /v1/chat/completions only", "tools", "unsupported_parameter")
+    try:
+        parse_choice(choice, parse_tools(tools))
+    except ToolError as exc:
+        param = "tool_choice" if str(exc).startswith("tool_choice") else "tools"
+        raise RequestError(400, str(exc), param, "invalid_value") from None
+    job.tools, job.tool_choice, job.parallel_tool_calls = tools, choice, parallel is not False
 
 
 def _response_format(body: dict) -> dict | None:

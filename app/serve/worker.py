@@ -62,7 +62,9 @@ class EngineWorker:
     def _run(self, job, ticket: Ticket) -> None:
         try:
             gen = self.engine.generate(job.prompt, job.params, raw=job.raw, ids=job.ids,
-                                       response_format=job.response_format)
+                                       response_format=job.response_format, tools=job.tools,
+                                       tool_choice=job.tool_choice, parallel_tool_calls=job.parallel_tool_calls,
+                                       thinking=job.thinking, reasoning_effort=job.reasoning_effort)
             try:
                 for chunk in gen:
                     if ticket.cancelled.is_set():

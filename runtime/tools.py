@@ -1,0 +1,242 @@
+"""Tool calls: OpenAI's `tools` / `tool_choice` through the chat template's own tool format, or a generic one.
+
+Two formats:
+- hermes, the format of templates that write `<tool_call>` (Qwen2.5, Qwen3): the tools go to the template (its
+  `tools` variable, which lists them in the system prompt), a call is `<tool_call>\\n{"name": ..., "arguments":
+  {...}}\\n</tool_call>`.
+- generic, for a template with no tool format (the default model's), as llama.cpp's server does it: the tools are
+  described in a system message and the answer is one JSON object, `{"tool_call": {"name": ..., "arguments":
+  {...}}}` (`{"tool_calls": [...]}` with parallel calls) or `{"response": "..."}`, constrained to that schema.
+
+tool_choice: `none` (the tools are not shown; plain text), `auto` (the model decides: hermes output is parsed for
+calls, generic output is constrained to a call or a response), `required` or a named function (the output is
+constrained to calls, of that function only when named). A call's arguments fit the tool's parameters schema
+wherever the output is constrained; parsed hermes calls are kept only if their JSON parses and names a given tool.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+
+from specrt.errors import SpecrtError
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+CHOICES = ("none", "auto", "required")
+_HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+HERMES_OPEN = "<tool_call>"
+
+
+class ToolError(SpecrtError):
+    """Tools or a tool_choice that cannot be used (named in one line; the server answers 400)."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict  # a JSON schema of the arguments object
+    spec: dict  # the OpenAI tool as given ({"type": "function", "function": {...}})
+
+
+def parse_tools(tools) -> list[Tool]:
+    """OpenAI's tools list, checked: function names, parameter schemas the grammar engine compiles."""
+    from specrt.runtime.constraint import ConstraintError, OutputConstraint
+
+    if not isinstance(tools, list) or not tools:
+        raise ToolError("'tools' must be a non-empty list of {\"type\": \"function\", \"function\": {...}}")
+    out, names = [], set()
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
+        if not isinstance(fn, dict):
+            raise ToolError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
+        name = fn.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ToolError(f"tools[{i}].function.name must be 1-64 letters, digits, _ or -, got {name!r}")
+        if name in names:
+            raise ToolError(f"tools[{i}].function.name {name!r} is given twice")
+        names.add(name)
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict):
+            raise ToolError(f"tools[{i}].function.parameters must be a JSON schema object")
+        try:
+            OutputConstraint.grammar_for({"type": "json_schema", "json_schema": {"schema": params}})
+        except ConstraintError as exc:
+            raise ToolError(f"tools[{i}].function.parameters: {exc}") from None
+        description = fn.get("description", "")
+        if not isinstance(description, str):
+            raise ToolError(f"tools[{i}].function.description must be a string")
+        out.append(Tool(name, description, params, {"type": "function", "function": {
+            "name": name, "description": description, "parameters": params}}))
+    return out
+
+
+def parse_choice(choice, tools: list[Tool]) -> tuple[str, str | None]:
+    """tool_choice -> (none | auto | required, the named function or None)."""
+    if choice is None:
+        return "auto", None
+    if isinstance(choice, str):
+        if choice not in CHOICES:
+            raise ToolError(f"tool_choice must be none, auto, required or {{\"type\": \"function\", ...}}, got "
+                            f"{choice!r}")
+        return choice, None
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) and choice.get("type") == "function" \
+        and isinstance(choice.get("function"), dict) else None
+    if not isinstance(name, str):
+        raise ToolError("tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": "
+                        "{\"name\": ...}}")
+    if name not in {t.name for t in tools}:
+        raise ToolError(f"tool_choice names the function {name!r}, which is not among the tools "
+                        f"({', '.join(t.name for t in tools)})")
+    return "required", name
+
+
+def template_format(template_source: str | None) -> str:
+    """hermes where the chat template writes <tool_call> blocks itself, else generic."""
+    return "hermes" if template_source and HERMES_OPEN in template_source and "tools" in template_source \
+        else "generic"
+
+
+def _call_schema(tools: list[Tool], only: str | None) -> dict:
+    from specrt.runtime.constraint import JSON_LAYOUT
+
+    calls = [{"type": "object", "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+              "required": ["name", "arguments"], "additionalProperties": False}
+             for t in tools if only is None or t.name == only]
+    return {"anyOf": calls, "x-guidance": JSON_LAYOUT} if len(calls) > 1 else {**calls[0], "x-guidance": JSON_LAYOUT}
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    """How one request with tools is run: the messages to render, template variables, the output grammar (None:
+    free text) and the format its output is read in."""
+    messages: list[dict]
+    variables: dict
+    grammar: str | None
+    format: str
+    mode: str  # none | auto | required
+    tools: tuple[Tool, ...]
+
+
+def plan(messages: list[dict], tools: list[Tool], mode: str, only: str | None, parallel: bool, fmt: str) -> ToolPlan:
+    """The request's rendering and constraint (see the module docstring)."""
+    from specrt.runtime.constraint import _llguidance
+
+    llguidance = _llguidance()
+
+    if mode == "none":
+        return ToolPlan(_plain_history(messages, fmt), {}, None, fmt, mode, tuple(tools))
+    call = _call_schema(tools, only)
+    if fmt == "hermes":
+        grammar = None
+        if mode == "required":
+            lark = f'start: call{"+" if parallel else ""}\ncall: "<tool_call>\\n" body "\\n</tool_call>"\n' \
+                   f"body: %json {json.dumps(call)}\n"
+            grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+        return ToolPlan(_hermes_history(messages), {"tools": [t.spec for t in tools]}, grammar, fmt, mode,
+                        tuple(tools))
+    from specrt.runtime.constraint import JSON_LAYOUT
+
+    calls = {"type": "object", "properties": {"tool_calls": {"type": "array", "items": call, "minItems": 1}},
+             "required": ["tool_calls"], "additionalProperties": False} if parallel else \
+        {"type": "object", "properties": {"tool_call": call}, "required": ["tool_call"], "additionalProperties": False}
+    answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"],
+              "additionalProperties": False}
+    schema = {"anyOf": [calls, answer]} if mode == "auto" else calls
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, "x-guidance": JSON_LAYOUT}))
+    return ToolPlan(_generic_history(messages, tools, mode, parallel), {}, grammar, fmt, mode, tuple(tools))
+
+
+def _arguments(value) -> object:
+    """A history call's arguments as the template reads them: an object (OpenAI sends a JSON string)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _hermes_history(messages: list[dict]) -> list[dict]:
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{"type": "function", "id": c.get("id"), "function": {
+                "name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}}
+                for c in m["tool_calls"]]
+        m["content"] = m.get("content") or ""
+        out.append(m)
+    return out
+
+
+def _plain_history(messages: list[dict], fmt: str) -> list[dict]:
+    """Tools not shown: earlier calls and results as text the template takes."""
+    return _hermes_history(messages) if fmt == "hermes" else _generic_turns(messages)
+
+
+def _generic_turns(messages: list[dict]) -> list[dict]:
+    """Earlier calls as the assistant's JSON, tool results as user turns (templates without a tool role)."""
+    out = []
+    for m in messages:
+        if m.get("role") == "tool":
+            out.append({"role": "user", "content": json.dumps({"tool_result": {
+                "tool_call_id": m.get("tool_call_id"), "content": m.get("content") or ""}}, ensure_ascii=False)})
+        elif m.get("tool_calls"):
+            calls = [{"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}
+                     for c in m["tool_calls"]]
+            body = {"tool_call": calls[0]} if len(calls) == 1 else {"tool_calls": calls}
+            out.append({"role": "assistant", "content": json.dumps(body, ensure_ascii=False)})
+        else:
+            out.append({"role": m["role"], "content": m.get("content") or ""})
+    return out
+
+
+def _generic_history(messages: list[dict], tools: list[Tool], mode: str, parallel: bool) -> list[dict]:
+    listed = "\n".join(json.dumps({"name": t.name, "description": t.description, "parameters": t.parameters},
+                                  ensure_ascii=False) for t in tools)
+    shape = '{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}' if parallel else \
+        '{"tool_call": {"name": ..., "arguments": {...}}}'
+    how = f"Answer with one JSON object: {shape} to call a tool"
+    how += ', or {"response": "..."} to answer directly.' if mode == "auto" else "."
+    note = f"You can call these tools:\n{listed}\n{how}"
+    turns = _generic_turns(messages)
+    if turns and turns[0]["role"] == "system":
+        return [{"role": "system", "content": turns[0]["content"] + "\n\n" + note}] + turns[1:]
+    return [{"role": "system", "content": note}] + turns
+
+
+def _call(name: str, arguments) -> dict:
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def read_output(text: str, p: ToolPlan) -> tuple[str | None, list[dict]]:
+    """The generated text -> (content or None, tool calls in OpenAI's form)."""
+    if p.mode == "none":
+        return text, []
+    names = {t.name for t in p.tools}
+    if p.format == "hermes":
+        calls = []
+        for body in _HERMES_CALL.findall(text):
+            try:
+                value = json.loads(body)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and value.get("name") in names and isinstance(value.get("arguments"), dict):
+                calls.append(_call(value["name"], value["arguments"]))
+        content = _HERMES_CALL.sub("", text).strip() if calls else text
+        return (content or None), calls
+    try:
+        value = json.loads(text)
+    except ValueError:  # cut short (max_tokens): what was written is the content
+        return text, []
+    if not isinstance(value, dict):
+        return text, []
+    if "response" in value:
+        return value["response"], []
+    raw = value.get("tool_calls") or ([value["tool_call"]] if "tool_call" in value else [])
+    calls = [_call(c["name"], c["arguments"]) for c in raw if isinstance(c, dict) and c.get("name") in names]
+    return (None if calls else text), calls
