@@ -7,10 +7,12 @@ Reads with a prompt when stdin is a terminal and plain lines from a pipe otherwi
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from specrt.errors import SpecrtError
 
-HELP = "commands: /reset (new conversation), /stats (last answer's numbers), /exit; Ctrl-C stops an answer"
+HELP = ("commands: /reset (new conversation), /stats (last answer's numbers), /json [SCHEMA.json] (answers as JSON, "
+        "fitting the schema if given), /text (plain answers again), /exit; Ctrl-C stops an answer")
 
 
 class BadLine(Exception):
@@ -143,7 +145,31 @@ def _stats(result) -> str:
             f"drafter {s.drafter}, finish {result.finish_reason}")
 
 
-def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
+def _json_format(arg: str) -> dict:
+    """/json's argument: nothing (any JSON object) or a schema file (SpecrtError naming what is wrong with it)."""
+    import json
+
+    from specrt.runtime.constraint import OutputConstraint
+
+    if not arg:
+        return {"type": "json_object"}
+    try:
+        schema = json.loads(Path(arg).expanduser().read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecrtError(f"{arg}: not a readable JSON schema ({type(exc).__name__}: {str(exc)[:120]})") from None
+    fmt = {"type": "json_schema", "json_schema": {"name": Path(arg).stem, "schema": schema}}
+    OutputConstraint.grammar_for(fmt)  # compiles, or names the problem
+    return fmt
+
+
+def _calls(result) -> str:
+    """The answer's tool calls, one line each (the chat cannot run them: an app would, and send the result)."""
+    return "".join(f"[tool call] {c['function']['name']}({c['function']['arguments']})\n"
+                   for c in (result.tool_calls or ()))
+
+
+def run_chat(engine, params, system: str | None = None, out=sys.stdout, response_format: dict | None = None,
+             tools: list | None = None) -> None:
     interactive = sys.stdin.isatty()
     if interactive:  # Ctrl-C stops an answer even when started from a job that ignores SIGINT (a background &)
         import signal
@@ -174,6 +200,18 @@ def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
         if text == "/stats":
             print(_stats(session.last), file=out, flush=True)
             continue
+        if text == "/text":
+            response_format = None
+            print("(plain answers)", file=out, flush=True)
+            continue
+        if text == "/json" or text.startswith("/json "):
+            try:
+                response_format = _json_format(text[5:].strip())
+            except SpecrtError as exc:
+                print(f"error: {exc}", file=out, flush=True)
+                continue
+            print("(answers as JSON" + (", fitting the schema)" if text[5:].strip() else ")"), file=out, flush=True)
+            continue
         if text.startswith("/"):
             print(f"unknown command {text.split()[0]}; {HELP}", file=out, flush=True)
             continue
@@ -183,11 +221,16 @@ def run_chat(engine, params, system: str | None = None, out=sys.stdout) -> None:
             harmony = engine.harmony_parser(messages)
             view = (HarmonyView(harmony, interactive) if harmony is not None
                     else ReasoningView(engine.reasoning_open(messages), interactive))
-            gen = session.send(text, params)
-            for chunk in gen:
-                out.write(view.feed(chunk))
-                out.flush()
-            out.write(view.finish())
+            gen = session.send(text, params, response_format=response_format, tools=tools)
+            if tools:  # the answer is read once it ends: its text, then its calls
+                gen.wait()
+                out.write(gen.result.text + ("\n" if gen.result.text and gen.result.tool_calls else "")
+                          + _calls(gen.result).rstrip("\n"))
+            else:
+                for chunk in gen:
+                    out.write(view.feed(chunk))
+                    out.flush()
+                out.write(view.finish())
         except KeyboardInterrupt:
             if gen is not None:
                 gen.close()

@@ -22,12 +22,14 @@ class ChatSession:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
         self.last = None
 
-    def send(self, text: str, params: SamplingParams | None = None) -> Generation:
+    def send(self, text: str, params: SamplingParams | None = None, response_format: dict | None = None,
+             tools: list | None = None) -> Generation:
         """Stream the answer to `text`; the exchange joins the conversation once the answer is complete
-        (an answer stopped early, e.g. by Ctrl-C, is kept as far as it got)."""
+        (an answer stopped early, e.g. by Ctrl-C, is kept as far as it got). response_format, tools: as
+        engine.generate takes them (the answer's tool calls join the conversation with it)."""
         self.messages.append({"role": "user", "content": text})
         try:
-            inner = self.engine.generate(self.messages, params)
+            inner = self.engine.generate(self.messages, params, response_format=response_format, tools=tools)
         except Exception:
             self.messages.pop()
             raise
@@ -50,4 +52,5 @@ class ChatSession:
                 from specrt.runtime.harmony import split
 
                 text = split(text)[1]
-            self.messages.append({"role": "assistant", "content": text})
+            calls = inner.result.tool_calls if inner.result else None
+            self.messages.append({"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})})

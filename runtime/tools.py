@@ -94,9 +94,11 @@ def parse_choice(choice, tools: list[Tool]) -> tuple[str, str | None]:
 
 
 def template_format(template_source: str | None) -> str:
-    """hermes where the chat template writes <tool_call> blocks itself, else generic."""
-    return "hermes" if template_source and HERMES_OPEN in template_source and "tools" in template_source \
-        else "generic"
+    """hermes where the chat template writes <tool_call> blocks of JSON itself, else generic (Qwen3.5's template
+    writes its calls as XML, <function=...><parameter=...>, not read here yet: generic)."""
+    hermes = template_source and HERMES_OPEN in template_source and "tools" in template_source \
+        and "<function=" not in template_source
+    return "hermes" if hermes else "generic"
 
 
 def _call_schema(tools: list[Tool], only: str | None) -> dict:

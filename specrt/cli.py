@@ -286,16 +286,32 @@ def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperat
 @cli.command()
 @click.argument("model", required=False, default="smollm2-135m-instruct")
 @click.option("--system", default=None, help="system message")
+@click.option("--json-schema", "schema", type=click.Path(path_type=Path), default=None,
+              help="answer as JSON fitting this JSON schema file (in the chat: /json [FILE], /text)")
+@click.option("--tools", "tools_file", type=click.Path(path_type=Path), default=None,
+              help="a JSON file of OpenAI tools the model may call; its calls are shown as [tool call] lines")
 @with_sampling
-def chat(model, system, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision, batch_invariant,
-         draft_length, thinking, reasoning_effort):
-    """Chat with MODEL (default: smollm2-135m-instruct). /reset, /stats, /exit; Ctrl-C stops an answer."""
-    from specrt.app.chat_cli import run_chat
+def chat(model, system, schema, tools_file, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision,
+         batch_invariant, draft_length, thinking, reasoning_effort):
+    """Chat with MODEL (default: smollm2-135m-instruct). /reset, /stats, /json, /text, /exit; Ctrl-C stops an
+    answer."""
+    import json
+
+    from specrt.app.chat_cli import _json_format, run_chat
+    from specrt.runtime.tools import parse_tools
 
     params = _sampling(max_new_tokens, temperature, top_p, top_k, seed)
+    response_format = _json_format(str(schema)) if schema else None
+    tools = None
+    if tools_file:
+        try:
+            tools = json.loads(Path(tools_file).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SpecrtError(f"{tools_file}: not a readable JSON list of tools ({type(exc).__name__})") from None
+        parse_tools(tools)  # names what is wrong before the model loads
     engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length, thinking,
                           reasoning_effort)
-    run_chat(engine, params, system)
+    run_chat(engine, params, system, response_format=response_format, tools=tools)
 
 
 @cli.command()

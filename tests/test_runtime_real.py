@@ -109,3 +109,43 @@ def test_chat_in_a_pseudo_terminal(bundles):
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_chat_answers_as_json_and_shows_tool_calls(bundles, tmp_path):
+    """/json makes the next answers JSON objects (a schema file: fitting it), /text plain again; --tools shows the
+    model's calls as [tool call] lines."""
+    import json
+
+    import pexpect
+
+    schema = tmp_path / "city.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                                  "required": ["city"], "additionalProperties": False}))
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"],
+            "additionalProperties": False}}}]))
+    child = pexpect.spawn(sys.executable, ["-m", "specrt.cli", "chat", str(bundles["int4"]), "--device", "cpu",
+                                           "--temperature", "0"], encoding="utf-8", timeout=120)
+    child.expect(">>> ")
+    child.sendline(f"/json {schema}")
+    child.expect(r"\(answers as JSON, fitting the schema\)")
+    child.expect(">>> ")
+    child.sendline("Which city is the capital of France?")
+    child.expect(r"\[\d+ tokens")
+    answer = child.before.split("France?", 1)[1].strip()
+    assert set(json.loads(answer)) == {"city"}
+    child.sendline("/json nowhere.json")
+    child.expect("error: nowhere.json: not a readable JSON schema")
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    child = pexpect.spawn(sys.executable, ["-m", "specrt.cli", "chat", str(bundles["int4"]), "--device", "cpu",
+                                           "--temperature", "0", "--tools", str(tools)], encoding="utf-8", timeout=120)
+    child.expect(">>> ")
+    child.sendline("What is the weather in Paris?")
+    child.expect(r"\[tool call\] get_weather\((\{.*?\})\)")
+    assert set(json.loads(child.match.group(1))) == {"city"}
+    child.expect(">>> ")
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
