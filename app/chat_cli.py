@@ -169,7 +169,7 @@ def _calls(result) -> str:
 
 
 def run_chat(engine, params, system: str | None = None, out=sys.stdout, response_format: dict | None = None,
-             tools: list | None = None) -> None:
+             tools: list | None = None, tool_choice: str = "auto") -> None:
     interactive = sys.stdin.isatty()
     if interactive:  # Ctrl-C stops an answer even when started from a job that ignores SIGINT (a background &)
         import signal
@@ -221,7 +221,7 @@ def run_chat(engine, params, system: str | None = None, out=sys.stdout, response
             harmony = engine.harmony_parser(messages)
             view = (HarmonyView(harmony, interactive) if harmony is not None
                     else ReasoningView(engine.reasoning_open(messages), interactive))
-            gen = session.send(text, params, response_format=response_format, tools=tools)
+            gen = session.send(text, params, response_format=response_format, tools=tools, tool_choice=tool_choice)
             if tools:  # the answer is read once it ends: its text, then its calls
                 gen.wait()
                 out.write(gen.result.text + ("\n" if gen.result.text and gen.result.tool_calls else "")

@@ -23,13 +23,14 @@ class ChatSession:
         self.last = None
 
     def send(self, text: str, params: SamplingParams | None = None, response_format: dict | None = None,
-             tools: list | None = None) -> Generation:
+             tools: list | None = None, tool_choice="auto") -> Generation:
         """Stream the answer to `text`; the exchange joins the conversation once the answer is complete
         (an answer stopped early, e.g. by Ctrl-C, is kept as far as it got). response_format, tools: as
         engine.generate takes them (the answer's tool calls join the conversation with it)."""
         self.messages.append({"role": "user", "content": text})
         try:
-            inner = self.engine.generate(self.messages, params, response_format=response_format, tools=tools)
+            inner = self.engine.generate(self.messages, params, response_format=response_format, tools=tools,
+                                         tool_choice=tool_choice)
         except Exception:
             self.messages.pop()
             raise

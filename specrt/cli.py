@@ -290,8 +290,10 @@ def generate(model, prompt, system, raw, stop, as_json, max_new_tokens, temperat
               help="answer as JSON fitting this JSON schema file (in the chat: /json [FILE], /text)")
 @click.option("--tools", "tools_file", type=click.Path(path_type=Path), default=None,
               help="a JSON file of OpenAI tools the model may call; its calls are shown as [tool call] lines")
+@click.option("--tool-choice", type=click.Choice(["auto", "required"]), default="auto", show_default=True,
+              help="with --tools: the model decides, or must call one")
 @with_sampling
-def chat(model, system, schema, tools_file, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision,
+def chat(model, system, schema, tools_file, tool_choice, max_new_tokens, temperature, top_p, top_k, seed, drafter, device, precision,
          batch_invariant, draft_length, thinking, reasoning_effort):
     """Chat with MODEL (default: smollm2-135m-instruct). /reset, /stats, /json, /text, /exit; Ctrl-C stops an
     answer."""
@@ -311,7 +313,7 @@ def chat(model, system, schema, tools_file, max_new_tokens, temperature, top_p, 
         parse_tools(tools)  # names what is wrong before the model loads
     engine = _load_engine(model, device, drafter, precision, batch_invariant, draft_length, thinking,
                           reasoning_effort)
-    run_chat(engine, params, system, response_format=response_format, tools=tools)
+    run_chat(engine, params, system, response_format=response_format, tools=tools, tool_choice=tool_choice)
 
 
 @cli.command()

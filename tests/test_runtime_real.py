@@ -112,8 +112,8 @@ def test_chat_in_a_pseudo_terminal(bundles):
 
 
 def test_chat_answers_as_json_and_shows_tool_calls(bundles, tmp_path):
-    """/json makes the next answers JSON objects (a schema file: fitting it), /text plain again; --tools shows the
-    model's calls as [tool call] lines."""
+    """/json makes the next answers JSON objects (a schema file: fitting it); --tools shows the model's calls as
+    [tool call] lines (--tool-choice required: it must call one)."""
     import json
 
     import pexpect
@@ -141,7 +141,8 @@ def test_chat_answers_as_json_and_shows_tool_calls(bundles, tmp_path):
     child.sendline("/exit")
     child.expect(pexpect.EOF)
     child = pexpect.spawn(sys.executable, ["-m", "specrt.cli", "chat", str(bundles["int4"]), "--device", "cpu",
-                                           "--temperature", "0", "--tools", str(tools)], encoding="utf-8", timeout=120)
+                                           "--temperature", "0", "--tools", str(tools), "--tool-choice", "required"],
+                          encoding="utf-8", timeout=120)
     child.expect(">>> ")
     child.sendline("What is the weather in Paris?")
     child.expect(r"\[tool call\] get_weather\((\{.*?\})\)")
