@@ -187,7 +187,11 @@ class Engine:
         whatever else was said. thinking, reasoning_effort: this prompt's template variables (None: the engine's)."""
         params = params or SamplingParams()
         plan = None
-        if tools is not None and not raw:
+        if tools is not None and raw:
+            from specrt.runtime.tools import ToolError
+
+            raise ToolError("tools go through the chat template; a raw prompt takes none")
+        if tools is not None:
             plan, ids = self._tool_plan(prompt, system, tools, tool_choice, parallel_tool_calls, thinking,
                                         reasoning_effort)
         if plan is not None and plan.grammar is not None:

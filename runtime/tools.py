@@ -242,3 +242,32 @@ def read_output(text: str, p: ToolPlan) -> tuple[str | None, list[dict]]:
     raw = value.get("tool_calls") or ([value["tool_call"]] if "tool_call" in value else [])
     calls = [_call(c["name"], c["arguments"]) for c in raw if isinstance(c, dict) and c.get("name") in names]
     return (None if calls else text), calls
+
+
+class HermesContent:
+    """Streams a hermes answer's content while the model may still call a tool: text is let out up to where a
+    <tool_call> block could begin (a held-back tail that may be its start), nothing after one begins; if the answer
+    then holds no call that parses, the rest goes out at its end."""
+
+    def __init__(self):
+        self.text, self.sent, self.calling = "", 0, False
+
+    def feed(self, chunk: str) -> str:
+        self.text += chunk
+        if self.calling:
+            return ""
+        at = self.text.find(HERMES_OPEN, self.sent)
+        if at >= 0:
+            self.calling = True
+            end = at
+        else:  # hold back a tail that may be the start of <tool_call>
+            keep = next((n for n in range(min(len(HERMES_OPEN) - 1, len(self.text) - self.sent), 0, -1)
+                         if HERMES_OPEN.startswith(self.text[-n:])), 0)
+            end = len(self.text) - keep
+        out, self.sent = self.text[self.sent:end], end
+        return out
+
+    def finish(self, called: bool) -> str:
+        """What is left to send once the answer has ended: nothing when it made calls."""
+        out, self.sent = ("" if called else self.text[self.sent:]), len(self.text)
+        return out

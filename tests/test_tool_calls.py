@@ -71,6 +71,19 @@ def test_hermes_output_is_read_into_calls_and_content():
     assert template_format(HERMES_TEMPLATE) == "hermes" and template_format("{{ messages }}") == "generic"
 
 
+def test_hermes_content_streams_up_to_a_call():
+    from specrt.runtime.tools import HermesContent
+
+    stream = HermesContent()
+    sent = [stream.feed(c) for c in ("Sure, <b>", "checking <to", "ol_call>\n{\"na", "me\": 1}")]
+    assert sent == ["Sure, <b>", "checking ", "", ""] and stream.finish(called=True) == ""
+    broken = HermesContent()
+    text = "".join(broken.feed(c) for c in ("a <tool", "_call> {not json"))
+    assert text + broken.finish(called=False) == "a <tool_call> {not json"
+    plain = HermesContent()
+    assert plain.feed("ends with <tool") == "ends with " and plain.finish(called=False) == "<tool"
+
+
 @pytest.fixture(scope="module")
 def engine(int4_bundle):
     return specrt.load(str(int4_bundle), device="cpu", batch_invariant=True)

@@ -121,8 +121,8 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         kind = "chat.completion" if chat else "text_completion"
         calls = job.tools is not None and job.tool_choice != "none"  # the answer is read after it ends
         if job.stream:
-            return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage, harmony, calls),
-                                     media_type="text/event-stream")
+            return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage, harmony, calls,
+                                             _hermes_auto(job)), media_type="text/event-stream")
         parts, checked = [], time.monotonic()
         try:
             while True:
@@ -159,6 +159,15 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         return JSONResponse({"id": rid, "object": kind, "created": int(time.time()), "model": model_id,
                              "choices": [choice], "usage": _usage(value), "specrt": _extension(value)})
 
+    def _hermes_auto(job):
+        """A stream whose content may go out as it comes: tool_choice auto under a hermes template (free text that
+        may open a <tool_call>); None for others (a constrained call or JSON answer is read once it ends)."""
+        from specrt.runtime.tools import HermesContent, template_format
+
+        if job.tools is None or job.tool_choice not in (None, "auto"):
+            return None
+        return HermesContent() if template_format(engine.tokenizer.template_source) == "hermes" else None
+
     def _check_prompt(job) -> None:
         from specrt.errors import SpecrtError
 
@@ -176,7 +185,8 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                                "messages" if not job.raw else "prompt", "context_length_exceeded")
         job.ids = ids  # the worker generates from these: the template is rendered and the text encoded once
 
-    async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool, harmony=None, calls=False):
+    async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool, harmony=None, calls=False,
+                      content=None):
         def chunk(choice: dict | None, **extra) -> str:
             body = {"id": rid, "object": kind + ".chunk" if chat else kind, "created": int(time.time()),
                     "model": model_id, "choices": [choice] if choice is not None else [], **extra}
@@ -193,7 +203,10 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                 yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
             while True:
                 event, value = await ticket.events.get()
-                if event == "text" and calls:
+                if event == "text" and content is not None:
+                    if text := content.feed(value):
+                        yield chunk(piece(text))
+                elif event == "text" and calls:
                     continue  # tools: content and calls go out once the output has been read
                 elif event == "text" and harmony is not None:
                     for p in harmony.feed(value):
@@ -205,7 +218,9 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                     yield f"data: {json.dumps(_generation_error(value).body())}\n\n"
                     break
                 else:
-                    if calls and value.text:
+                    if content is not None and (text := content.finish(bool(value.tool_calls))):
+                        yield chunk(piece(text))
+                    elif content is None and calls and value.text:
                         yield chunk(piece(value.text))
                     for i, call in enumerate(value.tool_calls or () if calls else ()):  # as OpenAI streams them
                         head = {"index": i, "id": call["id"], "type": "function",
