@@ -29,8 +29,10 @@ class ChatSession:
         engine.generate takes them (the answer's tool calls join the conversation with it)."""
         self.messages.append({"role": "user", "content": text})
         try:
-            inner = self.engine.generate(self.messages, params, response_format=response_format, tools=tools,
-                                         tool_choice=tool_choice)
+            options = {"response_format": response_format} if response_format is not None else {}
+            if tools is not None:
+                options.update(tools=tools, tool_choice=tool_choice)
+            inner = self.engine.generate(self.messages, params, **options)
         except Exception:
             self.messages.pop()
             raise
