@@ -36,10 +36,10 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--one-at-a-time", action="store_true")
     args = ap.parse_args()
-    engine = specrt.load(args.bundle, device="cpu")
     params = SamplingParams(max_new_tokens=args.tokens, stop_token_ids=())
-    if args.one_at_a_time:
-        return one_at_a_time(engine, params, args)
+    if args.one_at_a_time:  # the engine is loaded (and freed) there: no other reference may hold it
+        return one_at_a_time(params, args)
+    engine = specrt.load(args.bundle, device="cpu")
     python = llama_cpp_python(log=lambda m: print(m, file=sys.stderr))
     script = Path(specrt.__file__).resolve().parents[1] / "app" / "compare" / "workers" / "llama_cpp_worker.py"
     worker = WorkerProcess(python, script, {"model": str(Path(args.gguf).resolve()), "threads": 2, "n_ctx": 2048},
@@ -66,13 +66,14 @@ def main() -> None:
           f"Q4_0 {l:.2f} tok/s; specrt / llama.cpp = {s / l:.2f}")
 
 
-def one_at_a_time(engine, params, args) -> None:
+def one_at_a_time(params, args) -> None:
     import gc
 
     import specrt
     from specrt.app.compare.systems import llama_cpp_python
     from specrt.app.compare.worker_client import WorkerProcess
 
+    engine = specrt.load(args.bundle, device="cpu")
     prompts = [engine.prompt_ids(p) for p in PROMPTS[:args.prompts]]
     ours = []
     for prompt, ids in zip(PROMPTS, prompts):
@@ -82,6 +83,11 @@ def one_at_a_time(engine, params, args) -> None:
     precision = engine.manifest.target.precision
     del engine
     gc.collect()
+    from specrt.convert.memory import release_freed_memory
+
+    release_freed_memory()  # glibc keeps freed pages: hand them back before llama.cpp maps its file
+    rss = int(next(line for line in open("/proc/self/status") if line.startswith("VmRSS")).split()[1]) / (1 << 20)
+    print(f"specrt freed: resident {rss:.2f} GiB", flush=True)
     python = llama_cpp_python(log=lambda m: print(m, file=sys.stderr))
     script = Path(specrt.__file__).resolve().parents[1] / "app" / "compare" / "workers" / "llama_cpp_worker.py"
     worker = WorkerProcess(python, script, {"model": str(Path(args.gguf).resolve()), "threads": 2, "n_ctx": 2048},
