@@ -12,7 +12,6 @@ with wait=False); state is never shared half-way. Importing this module imports 
 from __future__ import annotations
 
 import dataclasses
-
 import threading
 import time
 from pathlib import Path
@@ -192,8 +191,9 @@ class Engine:
 
             raise ToolError("tools go through the chat template; a raw prompt takes none")
         if tools is not None:
-            plan, ids = self._tool_plan(prompt, system, tools, tool_choice, parallel_tool_calls, thinking,
-                                        reasoning_effort)
+            plan = self._tool_plan(prompt, system, tools, tool_choice, parallel_tool_calls)
+            if ids is None:  # a caller that checked the prompt's length passes the ids it rendered
+                ids = self._tool_prompt_ids(plan, thinking, reasoning_effort)
         if plan is not None and plan.grammar is not None:
             constraint = self._constraint(plan.grammar)
         else:
@@ -209,19 +209,28 @@ class Engine:
                                 plan)
         return gen
 
-    def _tool_plan(self, prompt, system, tools, tool_choice, parallel, thinking, reasoning_effort):
-        """A request with tools: its ToolPlan (runtime/tools.py) and prompt ids, rendered with the tools."""
+    def tool_prompt_ids(self, prompt, tools, tool_choice=None, parallel_tool_calls: bool = True,
+                        system: str | None = None, thinking: bool | None = None,
+                        reasoning_effort: str | None = None) -> list[int]:
+        """Token ids of a prompt as a request with these tools renders it (generate's, for a caller that checks the
+        length first and hands generate the ids)."""
+        return self._tool_prompt_ids(self._tool_plan(prompt, system, tools, tool_choice, parallel_tool_calls),
+                                     thinking, reasoning_effort)
+
+    def _tool_plan(self, prompt, system, tools, tool_choice, parallel):
+        """A request with tools: its ToolPlan (runtime/tools.py)."""
         from specrt.runtime import tools as tool_calls
 
         given = tool_calls.parse_tools(tools)
         mode, only = tool_calls.parse_choice(tool_choice, given)
         if isinstance(prompt, str):
             prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        plan = tool_calls.plan(list(prompt), given, mode, only, bool(parallel),
+        return tool_calls.plan(list(prompt), given, mode, only, bool(parallel),
                                tool_calls.template_format(self.tokenizer.template_source))
+
+    def _tool_prompt_ids(self, plan, thinking, reasoning_effort) -> list[int]:
         variables = {**self.template_variables(thinking, reasoning_effort), **plan.variables}
-        return plan, self._encode(self.tokenizer.render(plan.messages, add_generation_prompt=True,
-                                                        variables=variables))
+        return self._encode(self.tokenizer.render(plan.messages, add_generation_prompt=True, variables=variables))
 
     def _constraint(self, grammar: str):
         from specrt.runtime.constraint import GrammarTokenizer, OutputConstraint

@@ -173,8 +173,8 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
 
         try:
             if job.tools is not None:  # the prompt as the tools render it
-                ids = engine._tool_plan(job.prompt, None, job.tools, job.tool_choice, job.parallel_tool_calls,
-                                        job.thinking, job.reasoning_effort)[1]
+                ids = engine.tool_prompt_ids(job.prompt, job.tools, job.tool_choice, job.parallel_tool_calls,
+                                             thinking=job.thinking, reasoning_effort=job.reasoning_effort)
             else:
                 ids = engine.prompt_ids(job.prompt, raw=job.raw, thinking=job.thinking,
                                         reasoning_effort=job.reasoning_effort)
