@@ -58,6 +58,11 @@ class GrammarTokenizer:
         self.tokenizer = llguidance.LLTokenizer(Path(tokenizer_json).read_text(encoding="utf-8"), n_vocab=vocab_size,
                                                 eos_token=sorted(stop_ids))
 
+    def special_id(self, text: str) -> int | None:
+        """The id of text where it is one special token of the vocabulary (a tool format's marker), else None."""
+        ids = self.tokenizer.tokenize_str(text, parse_special=True)
+        return ids[0] if len(ids) == 1 and self.tokenizer.is_special_token(ids[0]) else None
+
 
 class OutputConstraint:
     """The grammar's state over one generation's output tokens."""

@@ -194,7 +194,9 @@ class Engine:
             plan = self._tool_plan(prompt, system, tools, tool_choice, parallel_tool_calls)
             if ids is None:  # a caller that checked the prompt's length passes the ids it rendered
                 ids = self._tool_prompt_ids(plan, thinking, reasoning_effort)
-        if plan is not None and plan.grammar is not None:
+        if plan is not None and plan.native_calls:  # a call in the template's format, built for this vocabulary
+            constraint = self._constraint(self._call_grammar(plan, ids))
+        elif plan is not None and plan.grammar is not None:
             constraint = self._constraint(plan.grammar)
         else:
             constraint = self.output_constraint(response_format, params) if response_format is not None else None
@@ -232,13 +234,27 @@ class Engine:
         variables = {**self.template_variables(thinking, reasoning_effort), **plan.variables}
         return self._encode(self.tokenizer.render(plan.messages, add_generation_prompt=True, variables=variables))
 
-    def _constraint(self, grammar: str):
-        from specrt.runtime.constraint import GrammarTokenizer, OutputConstraint
+    def _call_grammar(self, plan, ids: list[int]) -> str:
+        """The grammar of a call the answer must make (runtime/tools.py call_grammar): the format's markers by this
+        vocabulary's special tokens; reasoning first where the prompt leaves a <think> open."""
+        from specrt.runtime.tools import call_grammar
+
+        self._grammar_tokenizer_once()
+        tail = self.tokenizer.tok.decode(list(ids[-4:]), skip_special_tokens=False)
+        return call_grammar(plan, self._grammar_tokenizer.special_id, tail.rstrip().endswith("<think>"))
+
+    def _grammar_tokenizer_once(self):
+        from specrt.runtime.constraint import GrammarTokenizer
 
         if self._grammar_tokenizer is None:
             self._grammar_tokenizer = GrammarTokenizer(self.bundle_dir / "tokenizer.json", self.manifest.vocab_size,
                                                        self.stop_ids)
-        return OutputConstraint(self._grammar_tokenizer, grammar)
+        return self._grammar_tokenizer
+
+    def _constraint(self, grammar: str):
+        from specrt.runtime.constraint import OutputConstraint
+
+        return OutputConstraint(self._grammar_tokenizer_once(), grammar)
 
     def output_constraint(self, response_format: dict, params: SamplingParams):
         """A fresh grammar state for one generation's output (ConstraintError for a format it cannot compile)."""
@@ -251,7 +267,9 @@ class Engine:
         if not self._lock.acquire(blocking=wait):
             raise EngineBusyError("another generation is running on this engine")
         try:
-            yield from self._decode(ids, params, gen, drafter, constraint)
+            # a tool format's markers are special tokens in its model's vocabulary: its answer is read with them
+            keep_special = plan is not None and plan.format != "generic" and plan.mode != "none"
+            yield from self._decode(ids, params, gen, drafter, constraint, keep_special)
         finally:
             self._lock.release()
         if plan is not None:  # the calls made, and whatever else was said
@@ -330,7 +348,8 @@ class Engine:
         return SpeculativeStepper(self, params, drafter, max_draft=min(max_draft, limit), adaptive=self.adaptive,
                                   constraint=constraint)
 
-    def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None, constraint=None):
+    def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None, constraint=None,
+                keep_special: bool = False):
         t0 = time.perf_counter()
         stop_ids = self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids)
         logits, reused = self._prefill(ids)
@@ -338,7 +357,7 @@ class Engine:
             drafter.prefill(ids)  # a draft model reads the prompt too: part of the time to first token
         stepper = self._stepper(params, drafter, constraint)  # calibrates the call costs on first use: before the first token
         t_first = time.perf_counter()
-        decoder = StreamDecoder(self.tokenizer.tok, skip_special_tokens=not self.tokenizer.harmony)
+        decoder = StreamDecoder(self.tokenizer.tok, skip_special_tokens=not (self.tokenizer.harmony or keep_special))
         stops = StopStringFilter(params.stop)
         out: list[int] = []
         finish, hit, stop_token = "length", False, False

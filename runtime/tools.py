@@ -1,17 +1,19 @@
 """Tool calls: OpenAI's `tools` / `tool_choice` through the chat template's own tool format, or a generic one.
 
-Two formats:
-- hermes, the format of templates that write `<tool_call>` (Qwen2.5, Qwen3): the tools go to the template (its
-  `tools` variable, which lists them in the system prompt), a call is `<tool_call>\\n{"name": ..., "arguments":
-  {...}}\\n</tool_call>`.
+Formats:
+- the template's own, where it has one (runtime/tool_formats.py: hermes for Qwen2.5/Qwen3, qwen_xml for
+  Qwen3.5/3.6, llama3, gemma4, harmony for gpt-oss): the tools go to the template's `tools` variable, earlier calls
+  and results go back as the template takes them, calls are read out of the answer in that format.
 - generic, for a template with no tool format (the default model's), as llama.cpp's server does it: the tools are
   described in a system message and the answer is one JSON object, `{"tool_call": {"name": ..., "arguments":
   {...}}}` (`{"tool_calls": [...]}` with parallel calls) or `{"response": "..."}`, constrained to that schema.
 
-tool_choice: `none` (the tools are not shown; plain text), `auto` (the model decides: hermes output is parsed for
-calls, generic output is constrained to a call or a response), `required` or a named function (the output is
-constrained to calls, of that function only when named). A call's arguments fit the tool's parameters schema
-wherever the output is constrained; parsed hermes calls are kept only if their JSON parses and names a given tool.
+tool_choice: `none` (the tools are not shown; plain text), `auto` (the model decides: an answer in the template's
+format is read for calls, a generic one is constrained to a call or a response), `required` or a named function
+(the answer is constrained to calls, of that function only when named, in the template's format: its markers by
+the vocabulary's special tokens, reasoning first where the prompt leaves a thought open). A call's arguments fit
+the tool's parameters schema wherever the answer is constrained; calls read from a free answer are kept only if
+they parse and name a given tool.
 """
 
 from __future__ import annotations
@@ -22,11 +24,10 @@ import uuid
 from dataclasses import dataclass
 
 from specrt.errors import SpecrtError
+from specrt.runtime.tool_formats import object_arguments
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 CHOICES = ("none", "auto", "required")
-_HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-HERMES_OPEN = "<tool_call>"
 
 
 class ToolError(SpecrtError):
@@ -94,11 +95,10 @@ def parse_choice(choice, tools: list[Tool]) -> tuple[str, str | None]:
 
 
 def template_format(template_source: str | None) -> str:
-    """hermes where the chat template writes <tool_call> blocks of JSON itself, else generic (Qwen3.5's template
-    writes its calls as XML, <function=...><parameter=...>, not read here yet: generic)."""
-    hermes = template_source and HERMES_OPEN in template_source and "tools" in template_source \
-        and "<function=" not in template_source
-    return "hermes" if hermes else "generic"
+    """The chat template's own tool format (runtime/tool_formats.py), or generic where it has none."""
+    from specrt.runtime.tool_formats import format_of
+
+    return format_of(template_source)
 
 
 def _call_schema(tools: list[Tool], only: str | None) -> dict:
@@ -120,6 +120,26 @@ class ToolPlan:
     format: str
     mode: str  # none | auto | required
     tools: tuple[Tool, ...]
+    only: str | None = None  # the function a named tool_choice asks for
+    parallel: bool = True
+
+    @property
+    def native_calls(self) -> bool:
+        """The answer must call, in the template's own format: its grammar is built with the vocabulary's special
+        tokens and the prompt's end (call_grammar)."""
+        return self.mode == "required" and self.format != "generic"
+
+
+def call_grammar(p: ToolPlan, special_id, open_thought: bool) -> str:
+    """The grammar of an answer that must call (plan.native_calls): reasoning where the prompt leaves a thought
+    open, then one call (several where allowed) of the given tools, of the named one only when named."""
+    from specrt.runtime.constraint import _llguidance
+    from specrt.runtime.tool_formats import FORMATS
+    from specrt.runtime.tool_grammar import LarkBuilder
+
+    tools = [t for t in p.tools if p.only is None or t.name == p.only]
+    lark = FORMATS[p.format].grammar(tools, p.parallel, LarkBuilder(special_id), open_thought)
+    return _llguidance().LLMatcher.grammar_from_lark(lark)
 
 
 def plan(messages: list[dict], tools: list[Tool], mode: str, only: str | None, parallel: bool, fmt: str) -> ToolPlan:
@@ -129,16 +149,13 @@ def plan(messages: list[dict], tools: list[Tool], mode: str, only: str | None, p
     llguidance = _llguidance()
 
     if mode == "none":
-        return ToolPlan(_plain_history(messages, fmt), {}, None, fmt, mode, tuple(tools))
+        return ToolPlan(_plain_history(messages, fmt), {}, None, fmt, mode, tuple(tools), only, parallel)
+    if fmt != "generic":  # the template lists the tools; a required call's grammar comes with the prompt
+        from specrt.runtime.tool_formats import FORMATS
+
+        return ToolPlan(FORMATS[fmt].history(messages), {"tools": [t.spec for t in tools]}, None, fmt, mode,
+                        tuple(tools), only, parallel)
     call = _call_schema(tools, only)
-    if fmt == "hermes":
-        grammar = None
-        if mode == "required":
-            lark = f'start: call{"+" if parallel else ""}\ncall: "<tool_call>\\n" body "\\n</tool_call>"\n' \
-                   f"body: %json {json.dumps(call)}\n"
-            grammar = llguidance.LLMatcher.grammar_from_lark(lark)
-        return ToolPlan(_hermes_history(messages), {"tools": [t.spec for t in tools]}, grammar, fmt, mode,
-                        tuple(tools))
     from specrt.runtime.constraint import JSON_LAYOUT
 
     calls = {"type": "object", "properties": {"tool_calls": {"type": "array", "items": call, "minItems": 1}},
@@ -148,35 +165,15 @@ def plan(messages: list[dict], tools: list[Tool], mode: str, only: str | None, p
               "additionalProperties": False}
     schema = {"anyOf": [calls, answer]} if mode == "auto" else calls
     grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, "x-guidance": JSON_LAYOUT}))
-    return ToolPlan(_generic_history(messages, tools, mode, parallel), {}, grammar, fmt, mode, tuple(tools))
-
-
-def _arguments(value) -> object:
-    """A history call's arguments as the template reads them: an object (OpenAI sends a JSON string)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _hermes_history(messages: list[dict]) -> list[dict]:
-    out = []
-    for m in messages:
-        m = dict(m)
-        if m.get("tool_calls"):
-            m["tool_calls"] = [{"type": "function", "id": c.get("id"), "function": {
-                "name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}}
-                for c in m["tool_calls"]]
-        m["content"] = m.get("content") or ""
-        out.append(m)
-    return out
+    return ToolPlan(_generic_history(messages, tools, mode, parallel), {}, grammar, fmt, mode, tuple(tools),
+                    only, parallel)
 
 
 def _plain_history(messages: list[dict], fmt: str) -> list[dict]:
-    """Tools not shown: earlier calls and results as text the template takes."""
-    return _hermes_history(messages) if fmt == "hermes" else _generic_turns(messages)
+    """Tools not shown: earlier calls and results as the template's own format writes them, or as text."""
+    from specrt.runtime.tool_formats import FORMATS
+
+    return FORMATS[fmt].history(messages) if fmt in FORMATS else _generic_turns(messages)
 
 
 def _generic_turns(messages: list[dict]) -> list[dict]:
@@ -187,7 +184,7 @@ def _generic_turns(messages: list[dict]) -> list[dict]:
             out.append({"role": "user", "content": json.dumps({"tool_result": {
                 "tool_call_id": m.get("tool_call_id"), "content": m.get("content") or ""}}, ensure_ascii=False)})
         elif m.get("tool_calls"):
-            calls = [{"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}
+            calls = [{"name": c["function"]["name"], "arguments": object_arguments(c["function"]["arguments"])}
                      for c in m["tool_calls"]]
             body = {"tool_call": calls[0]} if len(calls) == 1 else {"tool_calls": calls}
             out.append({"role": "assistant", "content": json.dumps(body, ensure_ascii=False)})
@@ -219,18 +216,12 @@ def read_output(text: str, p: ToolPlan) -> tuple[str | None, list[dict]]:
     """The generated text -> (content or None, tool calls in OpenAI's form)."""
     if p.mode == "none":
         return text, []
+    if p.format != "generic":
+        from specrt.runtime.tool_formats import FORMATS
+
+        content, found = FORMATS[p.format].read(text, p.tools)
+        return (content or None), [_call(name, args) for name, args in found]
     names = {t.name for t in p.tools}
-    if p.format == "hermes":
-        calls = []
-        for body in _HERMES_CALL.findall(text):
-            try:
-                value = json.loads(body)
-            except ValueError:
-                continue
-            if isinstance(value, dict) and value.get("name") in names and isinstance(value.get("arguments"), dict):
-                calls.append(_call(value["name"], value["arguments"]))
-        content = _HERMES_CALL.sub("", text).strip() if calls else text
-        return (content or None), calls
     try:
         value = json.loads(text)
     except ValueError:  # cut short (max_tokens): what was written is the content
@@ -244,25 +235,26 @@ def read_output(text: str, p: ToolPlan) -> tuple[str | None, list[dict]]:
     return (None if calls else text), calls
 
 
-class HermesContent:
-    """Streams a hermes answer's content while the model may still call a tool: text is let out up to where a
-    <tool_call> block could begin (a held-back tail that may be its start), nothing after one begins; if the answer
+class CallContent:
+    """Streams an answer's content while the model may still call a tool: text is let out up to where a call could
+    begin (`opener`, the format's; a held-back tail that may be its start), nothing after one begins; if the answer
     then holds no call that parses, the rest goes out at its end."""
 
-    def __init__(self):
+    def __init__(self, opener: str = "<tool_call>"):
+        self.opener = opener
         self.text, self.sent, self.calling = "", 0, False
 
     def feed(self, chunk: str) -> str:
         self.text += chunk
         if self.calling:
             return ""
-        at = self.text.find(HERMES_OPEN, self.sent)
+        at = self.text.find(self.opener, self.sent)
         if at >= 0:
             self.calling = True
             end = at
-        else:  # hold back a tail that may be the start of <tool_call>
-            keep = next((n for n in range(min(len(HERMES_OPEN) - 1, len(self.text) - self.sent), 0, -1)
-                         if HERMES_OPEN.startswith(self.text[-n:])), 0)
+        else:  # hold back a tail that may be the start of the opener
+            keep = next((n for n in range(min(len(self.opener) - 1, len(self.text) - self.sent), 0, -1)
+                         if self.opener.startswith(self.text[-n:])), 0)
             end = len(self.text) - keep
         out, self.sent = self.text[self.sent:end], end
         return out
@@ -271,3 +263,12 @@ class HermesContent:
         """What is left to send once the answer has ended: nothing when it made calls."""
         out, self.sent = ("" if called else self.text[self.sent:]), len(self.text)
         return out
+
+
+def streamed_content(fmt: str, mode: str) -> CallContent | None:
+    """For tool_choice auto under a format whose calls open with a marker: the content streamer; None where the
+    answer is read once it ends (a constrained call, generic JSON, llama3's whole-answer JSON, harmony)."""
+    from specrt.runtime.tool_formats import FORMATS
+
+    opener = FORMATS[fmt].opener if fmt in FORMATS else None
+    return CallContent(opener) if mode == "auto" and opener else None

@@ -1,6 +1,7 @@
 """Tool calls (runtime/tools.py) on the real default model: forced (`required`) and named calls parse and fit their
-parameters, in the generic format (the default model's template has no tool format) and in the hermes format
-(the same model under a template that writes <tool_call> blocks, as Qwen2.5's does); every drafter gives the same
+parameters, in the generic format (the default model's template has no tool format) and in each template's own format
+(the same model under templates shaped like Qwen2.5's, Qwen3.5's, Llama 3's, Gemma 4's and gpt-oss's:
+tests/tool_templates.py); every drafter gives the same
 greedy calls as none; bad tools are named."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 import specrt
 from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.tools import ToolError, ToolPlan, parse_choice, parse_tools, read_output, template_format
+from tests.tool_templates import TEMPLATES
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city",
@@ -25,16 +27,7 @@ ADD = {"type": "function", "function": {
                    "required": ["a", "b"], "additionalProperties": False}}}
 TOOLS = [WEATHER, ADD]
 PARAMS = SamplingParams(max_new_tokens=96)
-# a ChatML template with a tool format of the hermes kind (Qwen2.5's writes the same blocks)
-HERMES_TEMPLATE = (
-    "{%- if tools %}<|im_start|>system\nYou may call these tools:\n<tools>\n{%- for tool in tools %}\n"
-    "{{ tool | tojson }}{%- endfor %}\n</tools>\nTo call one, write <tool_call>\n{\"name\": NAME, \"arguments\": "
-    "ARGS}\n</tool_call><|im_end|>\n{%- endif %}"
-    "{%- for m in messages %}\n<|im_start|>{{ m.role }}\n{{ m.content }}"
-    "{%- for c in m.tool_calls or [] %}\n<tool_call>\n{{ {'name': c.function.name, 'arguments': "
-    "c.function.arguments} | tojson }}\n</tool_call>{%- endfor %}<|im_end|>{%- endfor %}"
-    "{%- if add_generation_prompt %}\n<|im_start|>assistant\n{%- endif %}"
-)
+HERMES_TEMPLATE = TEMPLATES["hermes"]  # a ChatML template writing <tool_call> blocks, as Qwen2.5's does
 
 
 def _fits(call: dict, tools=TOOLS) -> dict:
@@ -72,15 +65,15 @@ def test_hermes_output_is_read_into_calls_and_content():
 
 
 def test_hermes_content_streams_up_to_a_call():
-    from specrt.runtime.tools import HermesContent
+    from specrt.runtime.tools import CallContent
 
-    stream = HermesContent()
+    stream = CallContent("<tool_call>")
     sent = [stream.feed(c) for c in ("Sure, <b>", "checking <to", "ol_call>\n{\"na", "me\": 1}")]
     assert sent == ["Sure, <b>", "checking ", "", ""] and stream.finish(called=True) == ""
-    broken = HermesContent()
+    broken = CallContent("<tool_call>")
     text = "".join(broken.feed(c) for c in ("a <tool", "_call> {not json"))
     assert text + broken.finish(called=False) == "a <tool_call> {not json"
-    plain = HermesContent()
+    plain = CallContent("<tool_call>")
     assert plain.feed("ends with <tool") == "ends with " and plain.finish(called=False) == "<tool"
 
 
@@ -90,12 +83,14 @@ def engine(int4_bundle):
 
 
 @pytest.fixture
-def hermes(engine):
-    """The engine under HERMES_TEMPLATE for one test."""
+def templated(engine, request):
+    """The engine under one tool format's template (tests/tool_templates.py) for one test; "generic": its own."""
     from specrt.runtime.tokenizer import BundleTokenizer
 
     kept = engine.tokenizer
-    engine.tokenizer = BundleTokenizer(engine.bundle_dir, HERMES_TEMPLATE)
+    if request.param != "generic":
+        engine.tokenizer = BundleTokenizer(engine.bundle_dir, TEMPLATES[request.param])
+    assert template_format(engine.tokenizer.template_source) == request.param  # the format is told by its template
     yield engine
     engine.tokenizer = kept
 
@@ -103,9 +98,9 @@ def hermes(engine):
 ASK = "What is the weather in Paris, in celsius?"
 
 
-@pytest.mark.parametrize("fmt", ["generic", "hermes"])
-def test_required_and_named_calls_parse_and_fit_their_parameters(engine, request, fmt):
-    e = request.getfixturevalue("hermes") if fmt == "hermes" else engine
+@pytest.mark.parametrize("templated", ["generic", *TEMPLATES], indirect=True)
+def test_required_and_named_calls_parse_and_fit_their_parameters(templated):
+    e = templated
     for choice, parallel in (("required", False), ("required", True),
                              ({"type": "function", "function": {"name": "add"}}, False)):
         out = e.generate(ASK, PARAMS, tools=TOOLS, tool_choice=choice, parallel_tool_calls=parallel).wait()
@@ -135,10 +130,12 @@ def test_auto_none_and_a_tool_result_turn(engine):
     assert after.text or after.tool_calls
 
 
+@pytest.mark.parametrize("templated", ["generic", "qwen_xml"], indirect=True)
 @pytest.mark.parametrize("kind", ["ngram", "eagle3", "dflash"])
-def test_every_drafter_makes_the_same_greedy_calls(engine, kind):
+def test_every_drafter_makes_the_same_greedy_calls(templated, kind):
     from specrt.app.api import make_drafter
 
+    engine = templated
     drafter = make_drafter(kind, engine.bundle_dir, engine.manifest, engine.providers)
     for choice in ("required", "auto"):
         engine.grammar_drafts = False

@@ -122,7 +122,7 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         calls = job.tools is not None and job.tool_choice != "none"  # the answer is read after it ends
         if job.stream:
             return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage, harmony, calls,
-                                             _hermes_auto(job)), media_type="text/event-stream")
+                                             _content_stream(job)), media_type="text/event-stream")
         parts, checked = [], time.monotonic()
         try:
             while True:
@@ -159,14 +159,15 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         return JSONResponse({"id": rid, "object": kind, "created": int(time.time()), "model": model_id,
                              "choices": [choice], "usage": _usage(value), "specrt": _extension(value)})
 
-    def _hermes_auto(job):
-        """A stream whose content may go out as it comes: tool_choice auto under a hermes template (free text that
-        may open a <tool_call>); None for others (a constrained call or JSON answer is read once it ends)."""
-        from specrt.runtime.tools import HermesContent, template_format
+    def _content_stream(job):
+        """A stream whose content may go out as it comes: tool_choice auto under a format whose calls open with a
+        marker (free text that may open a call); None for others (a constrained call or JSON answer is read once it
+        ends)."""
+        from specrt.runtime.tools import streamed_content, template_format
 
         if job.tools is None or job.tool_choice not in (None, "auto"):
             return None
-        return HermesContent() if template_format(engine.tokenizer.template_source) == "hermes" else None
+        return streamed_content(template_format(engine.tokenizer.template_source), "auto")
 
     def _check_prompt(job) -> None:
         from specrt.errors import SpecrtError

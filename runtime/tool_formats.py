@@ -1,0 +1,291 @@
+"""The chat templates' own tool-call formats: how earlier calls go back to the template, a grammar for an answer
+that must call, and how calls are read out of an answer.
+
+- hermes (Qwen2.5, Qwen3): `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, several in a row.
+- qwen_xml (Qwen3.5, Qwen3.6, Qwen3-Coder): `<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n
+  ...</function>\\n</tool_call>`; a string VALUE is written as it is, any other as JSON.
+- llama3 (Llama 3.1 - 3.3): the whole answer is one JSON object `{"name": ..., "parameters": {...}}`.
+- gemma4 (Gemma 4): `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>` (runtime/gemma_values.py); results go back
+  inside the model's turn, as the template's `tool_responses`.
+- harmony (gpt-oss): after the analysis (reasoning) message, a commentary message to `functions.NAME` with
+  `<|constrain|>json` and the arguments' JSON, ended by `<|call|>`; one call per answer.
+
+Each lists the tools through its template's own `tools` variable. Reading is lenient (a call that does not parse or
+names no given tool is left in the content); answers that must call are constrained by the grammar, so they parse.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from specrt.runtime import gemma_values
+from specrt.runtime.tool_grammar import LarkBuilder, alternatives, sequence
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_WS = "/[ \\n]*/"
+
+
+def object_arguments(value) -> object:
+    """A history call's arguments as templates read them: an object (OpenAI sends a JSON string)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def objects_history(messages: list[dict]) -> list[dict]:
+    """OpenAI's history with each call's arguments an object and every content a string (None -> "")."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{"type": "function", "id": c.get("id"), "function": {
+                "name": c["function"]["name"], "arguments": object_arguments(c["function"]["arguments"])}}
+                for c in m["tool_calls"]]
+        m["content"] = m.get("content") or ""
+        out.append(m)
+    return out
+
+
+class ToolFormat:
+    name = ""
+    opener: str | None = None  # where a call begins in free text (content streams up to it)
+    several = True  # the format writes several calls in one answer
+
+    def matches(self, template: str) -> bool:
+        raise NotImplementedError
+
+    def history(self, messages: list[dict]) -> list[dict]:
+        return objects_history(messages)
+
+    def call(self, tool, b: LarkBuilder) -> str:
+        """A grammar expression for one call of `tool`."""
+        raise NotImplementedError
+
+    def preamble(self, b: LarkBuilder, open_thought: bool) -> str:
+        """What may come before the calls (reasoning): an expression, or ""."""
+        return f"{b.upto(THINK_CLOSE)} {_WS}" if open_thought else ""
+
+    def between(self) -> str:
+        return ""
+
+    def grammar(self, tools, parallel: bool, b: LarkBuilder, open_thought: bool) -> str:
+        one = alternatives([self.call(t, b) for t in tools])
+        one = b.rule(one, "call") if len(tools) > 1 else one
+        calls = f"{one} ({self.between()} {one})*" if parallel and self.several else one
+        return b.grammar(" ".join(x for x in (self.preamble(b, open_thought), calls) if x))
+
+    def read(self, text: str, tools) -> tuple[str, list[tuple[str, dict]]]:
+        """An answer -> (its content without the calls, [(name, arguments)])."""
+        raise NotImplementedError
+
+
+class Hermes(ToolFormat):
+    name, opener = "hermes", "<tool_call>"
+    _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+    def matches(self, template):
+        return "<tool_call>" in template and "tools" in template
+
+    def between(self):
+        return '"\\n"'
+
+    def call(self, tool, b):
+        schema = {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
+                  "required": ["name", "arguments"], "additionalProperties": False}
+        return f'"<tool_call>\\n" {b.json(schema)} "\\n</tool_call>"'
+
+    def read(self, text, tools):
+        names, calls = {t.name for t in tools}, []
+        for body in self._CALL.findall(text):
+            try:
+                value = json.loads(body)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and value.get("name") in names and isinstance(value.get("arguments"), dict):
+                calls.append((value["name"], value["arguments"]))
+        return (self._CALL.sub("", text).strip() if calls else text), calls
+
+
+def _is_text(schema) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    if "enum" in schema and isinstance(schema["enum"], list):
+        return all(isinstance(v, str) for v in schema["enum"])
+    kinds = schema.get("type")
+    return kinds == "string" or (isinstance(kinds, list) and "string" in kinds)
+
+
+class QwenXml(ToolFormat):
+    name, opener = "qwen_xml", "<tool_call>"
+    _CALL = re.compile(r"<tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*(?:</tool_call>|$)", re.S)
+    _PARAM = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
+    _END = "\n</parameter>\n"
+
+    def matches(self, template):
+        return "<function=" in template and "<parameter=" in template
+
+    def between(self):
+        return '"\\n"'
+
+    def call(self, tool, b):
+        props = tool.parameters.get("properties") or {}
+        required = set(tool.parameters.get("required", ()))
+        items = [(f'"<parameter={key}>\\n" {self._value(schema, b)}', key in required) for key, schema in props.items()]
+        params = sequence(items, "", b, "params")
+        return f'"<tool_call>\\n<function={tool.name}>\\n" {params} "</function>\\n</tool_call>"'
+
+    def _value(self, schema, b) -> str:
+        end = json.dumps(self._END)
+        if isinstance(schema, dict) and isinstance(schema.get("enum"), list) and _is_text(schema):
+            return f"{alternatives([json.dumps(v) for v in schema['enum']])} {end}"
+        if _is_text(schema):
+            return b.upto(self._END, int(schema.get("minLength", 0)), schema.get("maxLength"))
+        return f"{b.json(schema if isinstance(schema, dict) else {})} {end}"
+
+    def read(self, text, tools):
+        by_name, calls = {t.name: t for t in tools}, []
+        for name, body in self._CALL.findall(text):
+            tool = by_name.get(name.strip())
+            if tool is None:
+                continue
+            props = tool.parameters.get("properties") or {}
+            args = {}
+            for key, raw in self._PARAM.findall(body):
+                key = key.strip()
+                if _is_text(props.get(key)):
+                    args[key] = raw
+                else:
+                    try:
+                        args[key] = json.loads(raw)
+                    except ValueError:
+                        args[key] = raw
+            calls.append((tool.name, args))
+        return (self._CALL.sub("", text).strip() if calls else text), calls
+
+
+class Llama3(ToolFormat):
+    name, several = "llama3", False
+    _TAG = "<|python_tag|>"
+
+    def matches(self, template):
+        return '"parameters": ' in template and ("ipython" in template or "<|python_tag|>" in template)
+
+    def call(self, tool, b):
+        schema = {"type": "object", "properties": {"name": {"const": tool.name}, "parameters": tool.parameters},
+                  "required": ["name", "parameters"], "additionalProperties": False}
+        return b.json(schema)
+
+    def read(self, text, tools):
+        body = text.strip()
+        body = body[len(self._TAG):].strip() if body.startswith(self._TAG) else body
+        try:
+            value = json.loads(body) if body.startswith("{") else None
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and value.get("name") in {t.name for t in tools}:
+            args = value.get("parameters", value.get("arguments"))
+            if isinstance(args, dict):
+                return "", [(value["name"], args)]
+        return text, []
+
+
+class Gemma4(ToolFormat):
+    name, opener = "gemma4", gemma_values.CALL_OPEN
+    _CALL = re.compile(r"<\|tool_call>call:([A-Za-z0-9_-]+)\{(.*?)\}<tool_call\|>", re.S)
+    _THOUGHT = re.compile(r"<\|channel>.*?<channel\|>", re.S)
+
+    def matches(self, template):
+        return "<|tool_call>call:" in template
+
+    def preamble(self, b, open_thought):
+        return f"({b.lit('<|channel>')} {b.upto('<channel|>')})?"
+
+    def call(self, tool, b):
+        args = gemma_values.arguments_lark(tool.parameters, b)
+        return f'{b.lit(gemma_values.CALL_OPEN)} "call:{tool.name}{{" {args} "}}" {b.lit(gemma_values.CALL_CLOSE)}'
+
+    def read(self, text, tools):
+        names, calls = {t.name for t in tools}, []
+        for name, body in self._CALL.findall(text):
+            try:
+                args = gemma_values.parse_arguments(body)
+            except ValueError:
+                continue
+            if name in names:
+                calls.append((name, args))
+        content = self._THOUGHT.sub("", text)
+        content = content.split("<|tool_response>")[0]
+        return (self._CALL.sub("", content).strip() if calls else content), calls
+
+    def history(self, messages):
+        """Results go inside the model's turn that made the calls (`tool_responses`), and the answer that follows
+        them too: the template closes that turn only after them."""
+        out, names = [], {}
+        for m in objects_history(messages):
+            if m.get("role") == "tool":
+                if not out or not out[-1].get("tool_calls"):
+                    out.append({"role": "user", "content": m["content"]})  # a result with no call before it
+                    continue
+                response = object_arguments(m["content"])
+                out[-1].setdefault("tool_responses", []).append({
+                    "name": names.get(m.get("tool_call_id"), m.get("name") or "unknown"),
+                    "response": response if isinstance(response, dict) else m["content"]})
+            elif m.get("role") == "assistant" and out and out[-1].get("tool_responses") \
+                    and not out[-1]["content"] and not m.get("tool_calls"):
+                out[-1]["content"] = m["content"]
+            else:
+                for c in m.get("tool_calls") or ():
+                    names[c.get("id")] = c["function"]["name"]
+                out.append(m)
+        return out
+
+
+class Harmony(ToolFormat):
+    name, several = "harmony", False
+
+    def matches(self, template):
+        return "<|call|>" in template and "functions." in template
+
+    def preamble(self, b, open_thought):
+        return (f"({b.lit('<|channel|>')} \"analysis\" {b.lit('<|message|>')} {b.upto('<|end|>')} "
+                f"{b.lit('<|start|>')} \"assistant\")?")
+
+    def call(self, tool, b):
+        return (f'{b.lit("<|channel|>")} "commentary to=functions.{tool.name} " {b.lit("<|constrain|>")} "json" '
+                f'{b.lit("<|message|>")} {b.json(tool.parameters)}')
+
+    def read(self, text, tools):
+        from specrt.runtime.harmony import HarmonyParser
+
+        parser = HarmonyParser(in_header=True)
+        pieces = parser.feed(text) + parser.finish()
+        names, calls, content = {t.name for t in tools}, [], []
+        for p in pieces:
+            name = p.recipient[len("functions."):] if p.recipient and p.recipient.startswith("functions.") else None
+            if name is not None:
+                try:
+                    args = json.loads(p.text)
+                except ValueError:
+                    continue
+                if name in names and isinstance(args, dict):
+                    calls.append((name, args))
+            elif not p.reasoning:
+                content.append(p.text)
+        if not pieces and "<|message|>" not in text:  # an answer in no message at all: the text is the content
+            return text, calls
+        return "".join(content), calls
+
+
+# the order a template is tried in: the more specific markers first
+FORMATS = {f.name: f for f in (Harmony(), Gemma4(), QwenXml(), Hermes(), Llama3())}
+
+
+def format_of(template: str | None) -> str:
+    """The template's own tool format, or "generic" (runtime/tools.py) where it has none."""
+    if not template or "tools" not in template:
+        return "generic"
+    return next((f.name for f in FORMATS.values() if f.matches(template)), "generic")
