@@ -145,3 +145,24 @@ def test_every_drafter_makes_the_same_greedy_calls(templated, kind):
             engine.grammar_drafts = True
         out = engine.generate(ASK, PARAMS, drafter=drafter, tools=TOOLS, tool_choice=choice).wait()
         assert out.token_ids == plain.token_ids, (kind, choice)
+
+
+@pytest.mark.parametrize("fmt, markers", [
+    ("gemma4", ["<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>"]),
+    ("harmony", ["<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>", "<|call|>"]),
+])
+def test_markers_that_are_special_tokens_are_written_and_read_as_such(int4_bundle, tmp_path, fmt, markers):
+    """Under a vocabulary where the format's markers are special tokens (as in Gemma 4's and gpt-oss's), a required
+    call is written with those tokens (not their spelling in text) and read back from the decoded answer."""
+    from specrt.runtime.tokenizer import BundleTokenizer
+    from tests.tool_templates import bundle_with_markers
+
+    folder, ids = bundle_with_markers(int4_bundle, tmp_path / "b", markers)
+    engine = specrt.load(str(folder), device="cpu", batch_invariant=True, drafter=None)
+    engine.tokenizer = BundleTokenizer(folder, TEMPLATES[fmt])
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        out = engine.generate(ASK, PARAMS, tools=TOOLS, tool_choice=choice, parallel_tool_calls=False).wait()
+        assert out.finish_reason == "tool_calls" and len(out.tool_calls) == 1, out.text
+        _fits(out.tool_calls[0])
+        opener = ids["<|tool_call>"] if fmt == "gemma4" else ids["<|constrain|>"]
+        assert opener in out.token_ids

@@ -77,3 +77,42 @@ HARMONY = (
 )
 
 TEMPLATES = {"hermes": HERMES, "qwen_xml": QWEN_XML, "llama3": LLAMA3, "gemma4": GEMMA4, "harmony": HARMONY}
+
+
+def bundle_with_markers(bundle, folder, markers: list[str]):
+    """A copy of bundle (its files hard-linked where they can be) whose vocabulary's last len(markers) entries are those
+    markers, as special tokens: a format's markers are single special tokens there, as in their own models'
+    vocabularies (the merges that made the replaced entries are dropped)."""
+    import json
+    import os
+    import shutil
+    from pathlib import Path
+
+    bundle, folder = Path(bundle), Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in bundle.iterdir():
+        if f.name not in ("tokenizer.json", "specrt.json"):
+            try:
+                os.link(f, folder / f.name)
+            except OSError:
+                shutil.copy2(f, folder / f.name)
+    tok = json.loads((bundle / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    ids = list(range(len(vocab) - len(markers), len(vocab)))
+    replaced = {by_id[i] for i in ids}
+    for marker, i in zip(markers, ids):
+        del vocab[by_id[i]]
+        vocab[marker] = i
+        tok["added_tokens"].append({"id": i, "content": marker, "single_word": False, "lstrip": False,
+                                    "rstrip": False, "normalized": False, "special": True})
+    tok["model"]["merges"] = [m for m in tok["model"]["merges"]
+                              if ("".join(m) if isinstance(m, list) else m.replace(" ", "")) not in replaced]
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    from specrt.bundle import file_entry
+
+    manifest = json.loads((bundle / "specrt.json").read_text())  # the manifest's checksum of the new tokenizer
+    entry = file_entry(folder / "tokenizer.json")
+    manifest["files"]["tokenizer.json"] = {"size": entry.size, "sha256": entry.sha256}
+    (folder / "specrt.json").write_text(json.dumps(manifest))
+    return folder, dict(zip(markers, ids))
