@@ -29,12 +29,16 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(int4_bundle):
+    yield from _serve(int4_bundle)
+
+
+def _serve(bundle, *extra: str):
     import httpx
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-c", "from specrt.cli import run; run()", "serve", str(int4_bundle),
+    proc = subprocess.Popen([sys.executable, "-c", "from specrt.cli import run; run()", "serve", str(bundle),
                              "--model-id", MODEL, "--port", str(port), "--api-key", KEY, "--queue-size", "8",
-                             "--batch-invariant"],  # exact calls: a temperature-0 answer repeats token for token
+                             "--batch-invariant", *extra],  # exact calls: a temperature-0 answer repeats exactly
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
@@ -277,3 +281,41 @@ def test_bad_tools_get_400_naming_the_problem(server, client, body, param):
                    headers={"Authorization": f"Bearer {KEY}"})
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     assert client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, temperature=0).choices
+
+
+HARMONY_MARKERS = ["<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>", "<|call|>", "<|return|>"]
+
+
+@pytest.fixture(scope="module")
+def harmony_client(int4_bundle, tmp_path_factory):
+    """The server on a bundle that speaks harmony (its markers special tokens, a gpt-oss-shaped template)."""
+    from openai import OpenAI
+
+    from tests.tool_templates import TEMPLATES, bundle_with_markers
+
+    folder, _ = bundle_with_markers(int4_bundle, tmp_path_factory.mktemp("harmony") / "b", HARMONY_MARKERS,
+                                    TEMPLATES["harmony"])
+    for base in _serve(folder, "--drafter", "ngram"):
+        yield OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def test_harmony_tool_calls_whole_and_streamed(harmony_client):
+    """gpt-oss's format through the server: a required call read from the commentary message, no marker in the
+    content, the reasoning (if any) apart, the same whole and streamed."""
+    ask = [{"role": "user", "content": "What is the weather in Rome?"}]
+    kwargs = dict(model=MODEL, messages=ask, max_tokens=64, temperature=0, tools=[WEATHER_TOOL],
+                  tool_choice="required")
+    whole = harmony_client.chat.completions.create(**kwargs).choices[0]
+    assert whole.finish_reason == "tool_calls" and len(whole.message.tool_calls) == 1
+    call = whole.message.tool_calls[0]
+    assert call.function.name == "get_weather" and "city" in json.loads(call.function.arguments)
+    assert not whole.message.content or "<|" not in whole.message.content
+    reasoning, args, finish = "", "", None
+    for chunk in harmony_client.chat.completions.create(**kwargs, stream=True):
+        if chunk.choices:
+            delta = chunk.choices[0].delta
+            reasoning += getattr(delta, "reasoning_content", None) or ""
+            args += "".join(d.function.arguments or "" for d in delta.tool_calls or () if d.function)
+            finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and args == call.function.arguments
+    assert reasoning == (getattr(whole.message, "reasoning_content", None) or "")

@@ -79,7 +79,7 @@ HARMONY = (
 TEMPLATES = {"hermes": HERMES, "qwen_xml": QWEN_XML, "llama3": LLAMA3, "gemma4": GEMMA4, "harmony": HARMONY}
 
 
-def bundle_with_markers(bundle, folder, markers: list[str]):
+def bundle_with_markers(bundle, folder, markers: list[str], template: str | None = None):
     """A copy of bundle (its files hard-linked where they can be) whose vocabulary's last len(markers) entries are those
     markers, as special tokens: a format's markers are single special tokens there, as in their own models'
     vocabularies (the merges that made the replaced entries are dropped)."""
@@ -91,7 +91,7 @@ def bundle_with_markers(bundle, folder, markers: list[str]):
     bundle, folder = Path(bundle), Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for f in bundle.iterdir():
-        if f.name not in ("tokenizer.json", "specrt.json"):
+        if f.name not in ("tokenizer.json", "specrt.json") and not (template and f.name == "chat_template.jinja"):
             try:
                 os.link(f, folder / f.name)
             except OSError:
@@ -112,7 +112,11 @@ def bundle_with_markers(bundle, folder, markers: list[str]):
     from specrt.bundle import file_entry
 
     manifest = json.loads((bundle / "specrt.json").read_text())  # the manifest's checksum of the new tokenizer
-    entry = file_entry(folder / "tokenizer.json")
-    manifest["files"]["tokenizer.json"] = {"size": entry.size, "sha256": entry.sha256}
+    if template:
+        (folder / "chat_template.jinja").write_text(template)
+        manifest["chat_template"] = template
+    for name in ("tokenizer.json", "chat_template.jinja") if template else ("tokenizer.json",):
+        entry = file_entry(folder / name)
+        manifest["files"][name] = {"size": entry.size, "sha256": entry.sha256}
     (folder / "specrt.json").write_text(json.dumps(manifest))
     return folder, dict(zip(markers, ids))

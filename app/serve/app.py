@@ -150,6 +150,9 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         if calls:  # the content and calls the engine read from the output
             message = {"role": "assistant", "content": value.text or None,
                        **({"tool_calls": value.tool_calls} if value.tool_calls else {})}
+            if harmony is not None and (reasoning := "".join(
+                    p.text for p in harmony.feed(text) + harmony.finish() if p.reasoning)):
+                message["reasoning_content"] = reasoning  # gpt-oss's analysis before its call
         elif harmony is not None:
             pieces = harmony.feed(text) + harmony.finish()
             message = {"role": "assistant", "content": "".join(p.text for p in pieces if not p.reasoning),
@@ -207,8 +210,10 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                 if event == "text" and content is not None:
                     if text := content.feed(value):
                         yield chunk(piece(text))
-                elif event == "text" and calls:
-                    continue  # tools: content and calls go out once the output has been read
+                elif event == "text" and calls:  # tools: content and calls go out once the output has been read
+                    for p in harmony.feed(value) if harmony is not None else ():
+                        if p.reasoning:  # gpt-oss's analysis streams as it comes
+                            yield chunk({"index": 0, "delta": {"reasoning_content": p.text}, "finish_reason": None})
                 elif event == "text" and harmony is not None:
                     for p in harmony.feed(value):
                         yield chunk({"index": 0, "delta": {"reasoning_content" if p.reasoning else "content": p.text},
@@ -219,6 +224,10 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                     yield f"data: {json.dumps(_generation_error(value).body())}\n\n"
                     break
                 else:
+                    rest = harmony.finish() if harmony is not None else []
+                    for p in rest if calls else ():  # the last of the reasoning, before the calls
+                        if p.reasoning:
+                            yield chunk({"index": 0, "delta": {"reasoning_content": p.text}, "finish_reason": None})
                     if content is not None and (text := content.finish(bool(value.tool_calls))):
                         yield chunk(piece(text))
                     elif content is None and calls and value.text:
@@ -229,7 +238,7 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                         yield chunk({"index": 0, "delta": {"tool_calls": [head]}, "finish_reason": None})
                         yield chunk({"index": 0, "delta": {"tool_calls": [{"index": i, "function": {
                             "arguments": call["function"]["arguments"]}}]}, "finish_reason": None})
-                    for p in harmony.finish() if harmony is not None and not calls else ():
+                    for p in rest if not calls else ():
                         yield chunk({"index": 0, "delta": {"reasoning_content" if p.reasoning else "content": p.text},
                                      "finish_reason": None})
                     yield chunk(piece(None, value.finish_reason), specrt=_extension(value))
