@@ -194,6 +194,8 @@ class Engine:
             plan = self._tool_plan(prompt, system, tools, tool_choice, parallel_tool_calls)
             if ids is None:  # a caller that checked the prompt's length passes the ids it rendered
                 ids = self._tool_prompt_ids(plan, thinking, reasoning_effort)
+            if plan.stops:
+                params = dataclasses.replace(params, stop=tuple(params.stop) + plan.stops)
         if plan is not None and plan.native_calls:  # a call in the template's format, built for this vocabulary
             constraint = self._constraint(self._call_grammar(plan, ids))
         elif plan is not None and plan.grammar is not None:

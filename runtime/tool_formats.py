@@ -54,6 +54,7 @@ class ToolFormat:
     name = ""
     opener: str | None = None  # where a call begins in free text (content streams up to it)
     several = True  # the format writes several calls in one answer
+    stops: tuple[str, ...] = ()  # text that ends an answer with calls (where the model goes on to imagine results)
 
     def matches(self, template: str) -> bool:
         raise NotImplementedError
@@ -195,6 +196,7 @@ class Llama3(ToolFormat):
 
 class Gemma4(ToolFormat):
     name, opener = "gemma4", gemma_values.CALL_OPEN
+    stops = ("<|tool_response>",)  # after its calls Gemma 4 opens the result: the caller's to write
     _CALL = re.compile(r"<\|tool_call>call:([A-Za-z0-9_-]+)\{(.*?)\}<tool_call\|>", re.S)
     _THOUGHT = re.compile(r"<\|channel>.*?<channel\|>", re.S)
 

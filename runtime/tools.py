@@ -124,6 +124,13 @@ class ToolPlan:
     parallel: bool = True
 
     @property
+    def stops(self) -> tuple[str, ...]:
+        """Stop strings the format adds (runtime/tool_formats.py ToolFormat.stops)."""
+        from specrt.runtime.tool_formats import FORMATS
+
+        return FORMATS[self.format].stops if self.mode != "none" and self.format in FORMATS else ()
+
+    @property
     def native_calls(self) -> bool:
         """The answer must call, in the template's own format: its grammar is built with the vocabulary's special
         tokens and the prompt's end (call_grammar)."""

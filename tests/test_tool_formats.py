@@ -173,3 +173,10 @@ def test_a_thought_may_come_before_a_required_call(int4_bundle):
     assert _accepts(tok, matcher, call)
     tok, _, matcher = _matcher(int4_bundle / "tokenizer.json", call_grammar(p, lambda _t: None, open_thought=False))
     assert not _accepts(tok, matcher, call.replace("add", "get_weather"))
+
+
+def test_gemma_answers_stop_where_the_result_would_begin():
+    """Gemma 4 goes on from its calls to a <|tool_response> of its own imagining: the answer ends there."""
+    assert plan(HISTORY, list(GIVEN), "auto", None, True, "gemma4").stops == ("<|tool_response>",)
+    assert plan(HISTORY, list(GIVEN), "none", None, True, "gemma4").stops == ()
+    assert plan(HISTORY, list(GIVEN), "auto", None, True, "qwen_xml").stops == ()
