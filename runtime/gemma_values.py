@@ -107,7 +107,7 @@ def _members(schema: dict, b: LarkBuilder) -> str:
         return b.rule(f'({_generic_member(b)} ("," {_generic_member(b)})*)?', "gmembers") \
             if schema.get("additionalProperties", True) is not False else ""
     required = set(schema.get("required", ()))
-    items = [(f'"{key}:" {_value_lark(props[key], b)}', key in required) for key in sorted(props)]
+    items = [(f"{json.dumps(key + ':')} {_value_lark(props[key], b)}", key in required) for key in sorted(props)]
     return sequence(items, '","', b, "members")
 
 

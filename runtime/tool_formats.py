@@ -97,7 +97,7 @@ class Hermes(ToolFormat):
     def call(self, tool, b):
         schema = {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
                   "required": ["name", "arguments"], "additionalProperties": False}
-        return f'"<tool_call>\\n" {b.json(schema)} "\\n</tool_call>"'
+        return f'{b.lit("<tool_call>")} "\\n" {b.json(schema)} "\\n" {b.lit("</tool_call>")}'
 
     def read(self, text, tools):
         names, calls = {t.name for t in tools}, []
@@ -135,9 +135,11 @@ class QwenXml(ToolFormat):
     def call(self, tool, b):
         props = tool.parameters.get("properties") or {}
         required = set(tool.parameters.get("required", ()))
-        items = [(f'"<parameter={key}>\\n" {self._value(schema, b)}', key in required) for key, schema in props.items()]
+        items = [(f"{json.dumps(f'<parameter={key}>' + chr(10))} {self._value(schema, b)}", key in required)
+                 for key, schema in props.items()]
         params = sequence(items, "", b, "params")
-        return f'"<tool_call>\\n<function={tool.name}>\\n" {params} "</function>\\n</tool_call>"'
+        return (f'{b.lit("<tool_call>")} "\\n<function={tool.name}>\\n" {params} "</function>\\n" '
+                f'{b.lit("</tool_call>")}')
 
     def _value(self, schema, b) -> str:
         end = json.dumps(self._END)
