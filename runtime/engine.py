@@ -196,8 +196,9 @@ class Engine:
                 ids = self._tool_prompt_ids(plan, thinking, reasoning_effort)
             if plan.stops:
                 params = dataclasses.replace(params, stop=tuple(params.stop) + plan.stops)
-        if plan is not None and plan.native_calls:  # a call in the template's format, built for this vocabulary
-            constraint = self._constraint(self._call_grammar(plan, ids))
+        if plan is not None and plan.native_grammar:  # calls in the template's format, built for this vocabulary
+            grammar = self._call_grammar(plan, ids)
+            constraint = self._constraint(grammar) if grammar is not None else None
         elif plan is not None and plan.grammar is not None:
             constraint = self._constraint(plan.grammar)
         else:
@@ -236,8 +237,8 @@ class Engine:
         variables = {**self.template_variables(thinking, reasoning_effort), **plan.variables}
         return self._encode(self.tokenizer.render(plan.messages, add_generation_prompt=True, variables=variables))
 
-    def _call_grammar(self, plan, ids: list[int]) -> str:
-        """The grammar of a call the answer must make (runtime/tools.py call_grammar): the format's markers by this
+    def _call_grammar(self, plan, ids: list[int]) -> str | None:
+        """The grammar of an answer with calls (runtime/tools.py call_grammar): the format's markers by this
         vocabulary's special tokens; reasoning first where the prompt leaves a <think> open."""
         from specrt.runtime.tools import call_grammar
 

@@ -26,6 +26,11 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _WS = "/[ \\n]*/"
 
 
+def regex_text(text: str) -> str:
+    """text as a literal inside a lark /regex/."""
+    return "".join("\\" + c if c in "\\.+*?()|[]{}^$#&-~/" else c for c in text)
+
+
 def object_arguments(value) -> object:
     """A history call's arguments as templates read them: an object (OpenAI sends a JSON string)."""
     if isinstance(value, str):
@@ -63,7 +68,11 @@ class ToolFormat:
         return objects_history(messages)
 
     def call(self, tool, b: LarkBuilder) -> str:
-        """A grammar expression for one call of `tool`."""
+        """A grammar expression for one call of `tool`: the opener, then the body."""
+        return f"{b.lit(self.opener)} {self.body(tool, b)}"
+
+    def body(self, tool, b: LarkBuilder) -> str:
+        """A call after its opener (formats with one)."""
         raise NotImplementedError
 
     def preamble(self, b: LarkBuilder, open_thought: bool) -> str:
@@ -73,11 +82,28 @@ class ToolFormat:
     def between(self) -> str:
         return ""
 
-    def grammar(self, tools, parallel: bool, b: LarkBuilder, open_thought: bool) -> str:
+    def _calls(self, tools, parallel: bool, b: LarkBuilder, opened: bool = False) -> str:
+        """One call (several where allowed); opened: the first call's opener is already written."""
         one = alternatives([self.call(t, b) for t in tools])
         one = b.rule(one, "call") if len(tools) > 1 else one
-        calls = f"{one} ({self.between()} {one})*" if parallel and self.several else one
-        return b.grammar(" ".join(x for x in (self.preamble(b, open_thought), calls) if x))
+        first = b.rule(alternatives([self.body(t, b) for t in tools]), "body") if opened else one
+        return f"{first} ({self.between()} {one})*" if parallel and self.several else first
+
+    def grammar(self, tools, parallel: bool, b: LarkBuilder, open_thought: bool) -> str:
+        """An answer that must call (tool_choice required or named)."""
+        return b.grammar(" ".join(x for x in (self.preamble(b, open_thought), self._calls(tools, parallel, b)) if x))
+
+    def auto_grammar(self, tools, parallel: bool, b: LarkBuilder) -> str | None:
+        """An answer that may call (tool_choice auto): free text (reasoning included) up to the format's opener,
+        then only well-formed calls of the given tools, as llama.cpp's lazy grammars do; None where the format
+        has no opener to wait for."""
+        if self.opener is None:
+            return None
+        if b.is_special(self.opener):  # any token but the opener, then calls
+            opener = b.lit(self.opener)
+            return b.grammar(f"<[^{opener[2:-2]}]>* ({opener} {self._calls(tools, parallel, b, opened=True)})?")
+        b.rules.append(f"FREE: /(.|\\n)*/ & ~/(.|\\n)*{regex_text(self.opener)}(.|\\n)*/")  # text without the opener
+        return b.grammar(f"FREE | {b.upto(self.opener)} {self._calls(tools, parallel, b, opened=True)}")
 
     def read(self, text: str, tools) -> tuple[str, list[tuple[str, dict]]]:
         """An answer -> (its content without the calls, [(name, arguments)])."""
@@ -94,10 +120,10 @@ class Hermes(ToolFormat):
     def between(self):
         return '"\\n"'
 
-    def call(self, tool, b):
+    def body(self, tool, b):
         schema = {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
                   "required": ["name", "arguments"], "additionalProperties": False}
-        return f'{b.lit("<tool_call>")} "\\n" {b.json(schema)} "\\n" {b.lit("</tool_call>")}'
+        return f'"\\n" {b.json(schema)} "\\n" {b.lit("</tool_call>")}'
 
     def read(self, text, tools):
         names, calls = {t.name for t in tools}, []
@@ -132,14 +158,13 @@ class QwenXml(ToolFormat):
     def between(self):
         return '"\\n"'
 
-    def call(self, tool, b):
+    def body(self, tool, b):
         props = tool.parameters.get("properties") or {}
         required = set(tool.parameters.get("required", ()))
         items = [(f"{json.dumps(f'<parameter={key}>' + chr(10))} {self._value(schema, b)}", key in required)
                  for key, schema in props.items()]
         params = sequence(items, "", b, "params")
-        return (f'{b.lit("<tool_call>")} "\\n<function={tool.name}>\\n" {params} "</function>\\n" '
-                f'{b.lit("</tool_call>")}')
+        return f'"\\n<function={tool.name}>\\n" {params} "</function>\\n" {b.lit("</tool_call>")}'
 
     def _value(self, schema, b) -> str:
         end = json.dumps(self._END)
@@ -182,6 +207,10 @@ class Llama3(ToolFormat):
                   "required": ["name", "parameters"], "additionalProperties": False}
         return b.json(schema)
 
+    def auto_grammar(self, tools, parallel, b):
+        """The answer is prose (not starting with a brace) or one call."""
+        return b.grammar(f"/([^{{](.|\\n)*)?/ | {self._calls(tools, False, b)}")
+
     def read(self, text, tools):
         body = text.strip()
         body = body[len(self._TAG):].strip() if body.startswith(self._TAG) else body
@@ -208,9 +237,9 @@ class Gemma4(ToolFormat):
     def preamble(self, b, open_thought):
         return f"({b.lit('<|channel>')} {b.upto('<channel|>')})?"
 
-    def call(self, tool, b):
+    def body(self, tool, b):
         args = gemma_values.arguments_lark(tool.parameters, b)
-        return f'{b.lit(gemma_values.CALL_OPEN)} "call:{tool.name}{{" {args} "}}" {b.lit(gemma_values.CALL_CLOSE)}'
+        return f'"call:{tool.name}{{" {args} "}}" {b.lit(gemma_values.CALL_CLOSE)}'
 
     def read(self, text, tools):
         names, calls = {t.name for t in tools}, []

@@ -131,22 +131,26 @@ class ToolPlan:
         return FORMATS[self.format].stops if self.mode != "none" and self.format in FORMATS else ()
 
     @property
-    def native_calls(self) -> bool:
-        """The answer must call, in the template's own format: its grammar is built with the vocabulary's special
-        tokens and the prompt's end (call_grammar)."""
-        return self.mode == "required" and self.format != "generic"
+    def native_grammar(self) -> bool:
+        """The answer is constrained in the template's own format (calls when required, calls after free text when
+        auto): its grammar is built with the vocabulary's special tokens and the prompt's end (call_grammar)."""
+        return self.mode in ("required", "auto") and self.format != "generic"
 
 
-def call_grammar(p: ToolPlan, special_id, open_thought: bool) -> str:
-    """The grammar of an answer that must call (plan.native_calls): reasoning where the prompt leaves a thought
-    open, then one call (several where allowed) of the given tools, of the named one only when named."""
+def call_grammar(p: ToolPlan, special_id, open_thought: bool) -> str | None:
+    """The grammar of the answer (plan.native_grammar). required / named: reasoning where the prompt leaves a
+    thought open, then one call (several where allowed) of the given tools, of the named one only when named. auto:
+    free text, and once the format's call opener is written, only well-formed calls (None for a format without an
+    opener: harmony's answer is read as it comes)."""
     from specrt.runtime.constraint import _llguidance
     from specrt.runtime.tool_formats import FORMATS
     from specrt.runtime.tool_grammar import LarkBuilder
 
     tools = [t for t in p.tools if p.only is None or t.name == p.only]
-    lark = FORMATS[p.format].grammar(tools, p.parallel, LarkBuilder(special_id), open_thought)
-    return _llguidance().LLMatcher.grammar_from_lark(lark)
+    fmt, b = FORMATS[p.format], LarkBuilder(special_id)
+    lark = fmt.grammar(tools, p.parallel, b, open_thought) if p.mode == "required" else \
+        fmt.auto_grammar(tools, p.parallel, b)
+    return None if lark is None else _llguidance().LLMatcher.grammar_from_lark(lark)
 
 
 def plan(messages: list[dict], tools: list[Tool], mode: str, only: str | None, parallel: bool, fmt: str) -> ToolPlan:

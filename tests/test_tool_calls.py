@@ -166,3 +166,19 @@ def test_markers_that_are_special_tokens_are_written_and_read_as_such(int4_bundl
         _fits(out.tool_calls[0])
         opener = ids["<|tool_call>"] if fmt == "gemma4" else ids["<|constrain|>"]
         assert opener in out.token_ids
+
+
+@pytest.mark.parametrize("templated", ["hermes", "qwen_xml", "gemma4"], indirect=True)
+def test_auto_calls_the_model_opens_are_whole(templated):
+    """tool_choice auto in a format whose calls open with a marker: a call the model starts is finished well formed
+    (under the hermes template this model does start one), so no half call is left in the text."""
+    from specrt.runtime.tool_formats import FORMATS
+    from specrt.runtime.tools import template_format
+
+    out = templated.generate(ASK, PARAMS, tools=TOOLS, tool_choice="auto").wait()
+    fmt = FORMATS[template_format(templated.tokenizer.template_source)]
+    assert fmt.opener not in out.text
+    for call in out.tool_calls or ():
+        _fits(call)
+    if fmt.name == "hermes":
+        assert out.finish_reason == "tool_calls" and out.tool_calls

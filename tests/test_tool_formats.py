@@ -180,3 +180,28 @@ def test_gemma_answers_stop_where_the_result_would_begin():
     assert plan(HISTORY, list(GIVEN), "auto", None, True, "gemma4").stops == ("<|tool_response>",)
     assert plan(HISTORY, list(GIVEN), "none", None, True, "gemma4").stops == ()
     assert plan(HISTORY, list(GIVEN), "auto", None, True, "qwen_xml").stops == ()
+
+
+@pytest.mark.parametrize("fmt, markers, prose, call, bad", [
+    ("hermes", (), "Sure: it is <b>sunny</b>.", '\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n'
+     '</tool_call>', '\n<tool_call>\n{"name": "add", "arguments": {"a": "one"'),
+    ("qwen_xml", (), "Let me think </think>\n\n", "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n"
+     "<parameter=b>\n2\n</parameter>\n</function>\n</tool_call>", "<tool_call>\n<function=subtract>"),
+    ("gemma4", GEMMA_MARKERS, "<|channel>thought\nok<channel|>Calling.", "<|tool_call>call:add{a:1,b:2}<tool_call|>",
+     "<|tool_call>call:add{a:<|\"|>"),
+    ("llama3", (), "It is sunny.", '{"name": "add", "parameters": {"a": 1, "b": 2}}', '{"weather": '),
+])
+def test_auto_answers_are_free_until_a_call_opens_then_only_calls(int4_bundle, fmt, markers, prose, call, bad):
+    """tool_choice auto: prose (reasoning, any markup) is free; once the format's call opener is written only a
+    well-formed call of a given tool may follow, as with llama.cpp's lazy grammars."""
+    p = ToolPlan([], {}, None, fmt, "auto", GIVEN, None, True)
+    path = int4_bundle / "tokenizer.json"
+    tok, ll, _ = _matcher(path, 'start: "x"', markers)
+    grammar = call_grammar(p, _special_ids(ll), open_thought=False)
+    for text, accepted in ((prose, True), ("" if fmt == "llama3" else prose + call, True), (call, True)):
+        _, _, matcher = _matcher(path, grammar, markers)
+        assert _accepts(tok, matcher, text) == accepted, text
+    _, _, matcher = _matcher(path, grammar, markers)
+    assert not all(matcher.consume_token(t) for t in tok.encode(prose * (fmt != "llama3") + bad,
+                                                               add_special_tokens=False).ids)
+    assert call_grammar(ToolPlan([], {}, None, "harmony", "auto", GIVEN, None, True), _special_ids(ll), False) is None
