@@ -29,17 +29,6 @@ from onnx import TensorProto, helper
 
 from specrt.convert.onnx_graph import MS_DOMAIN, captured
 
-# MLAS splits a GEMM's K into blocks of 128 (expanding the block when N is small): a head size of 128 or less is one
-# block in every call, so GroupQueryAttention is call-invariant there and needs no exact path (the probe finds none
-# at 64 and 128; docs/perf.md "exact attention, what it costs": the path made batch-invariant calls 1.3-2.4x slower
-# at head size 64 for nothing)
-ONE_BLOCK_HEAD = 128
-
-
-def needs_exact_attention(head_dim: int) -> bool:
-    """Whether a layer of this head size gets the exact path (head sizes GroupQueryAttention splits by call)."""
-    return head_dim > ONE_BLOCK_HEAD
-
 
 def exact_attention_switch(b, exact: str, gqa_out: str, q: str, present: list[str], positions: str, bias: str,
                            total_len: str, layer: int, sinks: str | None) -> str:
