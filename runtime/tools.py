@@ -8,8 +8,9 @@ Formats:
   described in a system message and the answer is one JSON object, `{"tool_call": {"name": ..., "arguments":
   {...}}}` (`{"tool_calls": [...]}` with parallel calls) or `{"response": "..."}`, constrained to that schema.
 
-tool_choice: `none` (the tools are not shown; plain text), `auto` (the model decides: an answer in the template's
-format is read for calls, a generic one is constrained to a call or a response), `required` or a named function
+tool_choice: `none` (the tools are not shown; plain text), `auto` (the model decides: in the template's format the
+answer is free until the format's call opener and only well-formed calls after it, harmony's is read as it comes; a
+generic one is constrained to a call or a response), `required` or a named function
 (the answer is constrained to calls, of that function only when named, in the template's format: its markers by
 the vocabulary's special tokens, reasoning first where the prompt leaves a thought open). A call's arguments fit
 the tool's parameters schema wherever the answer is constrained; calls read from a free answer are kept only if
@@ -161,7 +162,7 @@ def plan(messages: list[dict], tools: list[Tool], mode: str, only: str | None, p
 
     if mode == "none":
         return ToolPlan(_plain_history(messages, fmt), {}, None, fmt, mode, tuple(tools), only, parallel)
-    if fmt != "generic":  # the template lists the tools; a required call's grammar comes with the prompt
+    if fmt != "generic":  # the template lists the tools; the answer's grammar is built with the prompt
         from specrt.runtime.tool_formats import FORMATS
 
         return ToolPlan(FORMATS[fmt].history(messages), {"tools": [t.spec for t in tools]}, None, fmt, mode,
