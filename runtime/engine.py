@@ -242,9 +242,8 @@ class Engine:
         vocabulary's special tokens; reasoning first where the prompt leaves a <think> open."""
         from specrt.runtime.tools import call_grammar
 
-        self._grammar_tokenizer_once()
         tail = self.tokenizer.tok.decode(list(ids[-4:]), skip_special_tokens=False)
-        return call_grammar(plan, self._grammar_tokenizer.special_id, tail.rstrip().endswith("<think>"))
+        return call_grammar(plan, self._grammar_tokenizer_once().special_id, tail.rstrip().endswith("<think>"))
 
     def _grammar_tokenizer_once(self):
         from specrt.runtime.constraint import GrammarTokenizer

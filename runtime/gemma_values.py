@@ -104,8 +104,7 @@ def arguments_lark(schema: dict, b: LarkBuilder) -> str:
 def _members(schema: dict, b: LarkBuilder) -> str:
     props = schema.get("properties")
     if not isinstance(props, dict) or not props:
-        return b.rule(f'({_generic_member(b)} ("," {_generic_member(b)})*)?', "gmembers") \
-            if schema.get("additionalProperties", True) is not False else ""
+        return _generic_members(b) if schema.get("additionalProperties", True) is not False else ""
     required = set(schema.get("required", ()))
     items = [(f"{json.dumps(key + ':')} {_value_lark(props[key], b)}", key in required) for key in sorted(props)]
     return sequence(items, '","', b, "members")
@@ -153,16 +152,17 @@ def _literal(value, b: LarkBuilder) -> str:
 
 def _generic(b: LarkBuilder) -> str:
     """Any value (a schema this does not translate: anyOf, $ref ...)."""
-    if "gvalue" not in {r.split(":")[0].split("[")[0] for r in b.rules}:
-        b.rules.append("gvalue: gstring | gnumber | \"true\" | \"false\" | \"null\" | gobject | garray")
-        b.rules.append(f"gstring: {b.lit(QUOTE)} {b.upto(QUOTE)}")
-        b.rules.append('gnumber: %json {"type": "number"}')
-        b.rules.append('gobject: "{" (gmember ("," gmember)*)? "}"')
-        b.rules.append('gmember: /[A-Za-z_][A-Za-z0-9_]*/ ":" gvalue')
-        b.rules.append('garray: "[" (gvalue ("," gvalue)*)? "]"')
+    b.define("gvalue", 'gstring | gnumber | "true" | "false" | "null" | gobject | garray')
+    b.define("gstring", f"{b.lit(QUOTE)} {b.upto(QUOTE)}")
+    b.define("gnumber", '%json {"type": "number"}')
+    b.define("gmember", '/[A-Za-z_][A-Za-z0-9_]*/ ":" gvalue')
+    b.define("gmembers", '(gmember ("," gmember)*)?')
+    b.define("gobject", '"{" gmembers "}"')
+    b.define("garray", '"[" (gvalue ("," gvalue)*)? "]"')
     return "gvalue"
 
 
-def _generic_member(b: LarkBuilder) -> str:
+def _generic_members(b: LarkBuilder) -> str:
+    """Any members of an object: `key:value` pairs, comma-separated."""
     _generic(b)
-    return "gmember"
+    return "gmembers"

@@ -31,6 +31,12 @@ def regex_text(text: str) -> str:
     return "".join("\\" + c if c in "\\.+*?()|[]{}^$#&-~/" else c for c in text)
 
 
+def call_object(tool, arguments_key: str = "arguments") -> dict:
+    """The JSON schema of one call of tool: {"name": its name, arguments_key: its parameters}."""
+    return {"type": "object", "properties": {"name": {"const": tool.name}, arguments_key: tool.parameters},
+            "required": ["name", arguments_key], "additionalProperties": False}
+
+
 def object_arguments(value) -> object:
     """A history call's arguments as templates read them: an object (OpenAI sends a JSON string)."""
     if isinstance(value, str):
@@ -102,8 +108,8 @@ class ToolFormat:
         if b.is_special(self.opener):  # any token but the opener, then calls
             opener = b.lit(self.opener)
             return b.grammar(f"<[^{opener[2:-2]}]>* ({opener} {self._calls(tools, parallel, b, opened=True)})?")
-        b.rules.append(f"FREE: /(.|\\n)*/ & ~/(.|\\n)*{regex_text(self.opener)}(.|\\n)*/")  # text without the opener
-        return b.grammar(f"FREE | {b.upto(self.opener)} {self._calls(tools, parallel, b, opened=True)}")
+        free = b.define("FREE", f"/(.|\\n)*/ & ~/(.|\\n)*{regex_text(self.opener)}(.|\\n)*/")  # text without the opener
+        return b.grammar(f"{free} | {b.upto(self.opener)} {self._calls(tools, parallel, b, opened=True)}")
 
     def read(self, text: str, tools) -> tuple[str, list[tuple[str, dict]]]:
         """An answer -> (its content without the calls, [(name, arguments)])."""
@@ -121,9 +127,7 @@ class Hermes(ToolFormat):
         return '"\\n"'
 
     def body(self, tool, b):
-        schema = {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
-                  "required": ["name", "arguments"], "additionalProperties": False}
-        return f'"\\n" {b.json(schema)} "\\n" {b.lit("</tool_call>")}'
+        return f'"\\n" {b.json(call_object(tool))} "\\n" {b.lit("</tool_call>")}'
 
     def read(self, text, tools):
         names, calls = {t.name for t in tools}, []
@@ -203,9 +207,7 @@ class Llama3(ToolFormat):
         return '"parameters": ' in template and ("ipython" in template or "<|python_tag|>" in template)
 
     def call(self, tool, b):
-        schema = {"type": "object", "properties": {"name": {"const": tool.name}, "parameters": tool.parameters},
-                  "required": ["name", "parameters"], "additionalProperties": False}
-        return b.json(schema)
+        return b.json(call_object(tool, "parameters"))
 
     def auto_grammar(self, tools, parallel, b):
         """The answer is prose (not starting with a brace) or one call."""

@@ -42,20 +42,24 @@ class LarkBuilder:
             f"{{{min_chars},{'' if max_chars is None else max_chars}}}"
         if self.is_special(marker):
             return f"/(.|\\n){count}/ {self.lit(marker)}"
-        key = ("upto", marker, count)
-        if key not in self._names:
-            name = f"text{len(self._names)}"
-            self._names[key] = name
-            self.rules.append(f"{name}[suffix={json.dumps(marker)}]: /(.|\\n){count}/")
-        return self._names[key]
+        return self._named(("upto", marker, count), "text", f"[suffix={json.dumps(marker)}]: /(.|\\n){count}/")
 
     def rule(self, body: str, hint: str = "r") -> str:
         """A named rule for body (one per distinct body)."""
-        key = ("rule", body)
+        return self._named(("rule", body), hint, f": {body}")
+
+    def define(self, name: str, body: str) -> str:
+        """The rule `name: body`, written once however often it is asked for (shared rules with fixed names)."""
+        if ("define", name) not in self._names:
+            self._names[("define", name)] = name
+            self.rules.append(f"{name}: {body}")
+        return name
+
+    def _named(self, key: tuple, hint: str, rest: str) -> str:
         if key not in self._names:
             name = f"{hint}{len(self._names)}"
             self._names[key] = name
-            self.rules.append(f"{name}: {body}")
+            self.rules.append(name + rest)
         return self._names[key]
 
     @staticmethod

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 
 from specrt.errors import SpecrtError
-from specrt.runtime.tool_formats import object_arguments
+from specrt.runtime.tool_formats import call_object, object_arguments
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 CHOICES = ("none", "auto", "required")
@@ -105,9 +105,7 @@ def template_format(template_source: str | None) -> str:
 def _call_schema(tools: list[Tool], only: str | None) -> dict:
     from specrt.runtime.constraint import JSON_LAYOUT
 
-    calls = [{"type": "object", "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-              "required": ["name", "arguments"], "additionalProperties": False}
-             for t in tools if only is None or t.name == only]
+    calls = [call_object(t) for t in tools if only is None or t.name == only]
     return {"anyOf": calls, "x-guidance": JSON_LAYOUT} if len(calls) > 1 else {**calls[0], "x-guidance": JSON_LAYOUT}
 
 
@@ -277,10 +275,10 @@ class CallContent:
         return out
 
 
-def streamed_content(fmt: str, mode: str) -> CallContent | None:
+def streamed_content(fmt: str) -> CallContent | None:
     """For tool_choice auto under a format whose calls open with a marker: the content streamer; None where the
-    answer is read once it ends (a constrained call, generic JSON, llama3's whole-answer JSON, harmony)."""
+    answer is read once it ends (generic JSON, llama3's whole-answer JSON, harmony)."""
     from specrt.runtime.tool_formats import FORMATS
 
     opener = FORMATS[fmt].opener if fmt in FORMATS else None
-    return CallContent(opener) if mode == "auto" and opener else None
+    return CallContent(opener) if opener else None

@@ -283,17 +283,14 @@ def test_bad_tools_get_400_naming_the_problem(server, client, body, param):
     assert client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, temperature=0).choices
 
 
-HARMONY_MARKERS = ["<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>", "<|call|>", "<|return|>"]
-
-
 @pytest.fixture(scope="module")
 def harmony_client(int4_bundle, tmp_path_factory):
     """The server on a bundle that speaks harmony (its markers special tokens, a gpt-oss-shaped template)."""
     from openai import OpenAI
 
-    from tests.tool_templates import TEMPLATES, bundle_with_markers
+    from tests.tool_templates import MARKERS, TEMPLATES, bundle_with_markers
 
-    folder, _ = bundle_with_markers(int4_bundle, tmp_path_factory.mktemp("harmony") / "b", HARMONY_MARKERS,
+    folder, _ = bundle_with_markers(int4_bundle, tmp_path_factory.mktemp("harmony") / "b", MARKERS["harmony"],
                                     TEMPLATES["harmony"])
     for base in _serve(folder, "--drafter", "ngram"):
         yield OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0, timeout=120)

@@ -1,8 +1,7 @@
 """Tool calls (runtime/tools.py) on the real default model: forced (`required`) and named calls parse and fit their
 parameters, in the generic format (the default model's template has no tool format) and in each template's own format
 (the same model under templates shaped like Qwen2.5's, Qwen3.5's, Llama 3's, Gemma 4's and gpt-oss's:
-tests/tool_templates.py); every drafter gives the same
-greedy calls as none; bad tools are named."""
+tests/tool_templates.py); every drafter gives the same greedy calls as none; bad tools are named."""
 
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ ADD = {"type": "function", "function": {
                    "required": ["a", "b"], "additionalProperties": False}}}
 TOOLS = [WEATHER, ADD]
 PARAMS = SamplingParams(max_new_tokens=96)
-HERMES_TEMPLATE = TEMPLATES["hermes"]  # a ChatML template writing <tool_call> blocks, as Qwen2.5's does
 
 
 def _fits(call: dict, tools=TOOLS) -> dict:
@@ -61,7 +59,7 @@ def test_hermes_output_is_read_into_calls_and_content():
     content, calls = read_output(text, plan)
     assert content == "Let me look." and len(calls) == 1 and _fits(calls[0]) == {"city": "Oslo", "unit": "celsius"}
     assert read_output("no call here", plan) == ("no call here", [])
-    assert template_format(HERMES_TEMPLATE) == "hermes" and template_format("{{ messages }}") == "generic"
+    assert template_format(TEMPLATES["hermes"]) == "hermes" and template_format("{{ messages }}") == "generic"
 
 
 def test_hermes_content_streams_up_to_a_call():
@@ -147,17 +145,14 @@ def test_every_drafter_makes_the_same_greedy_calls(templated, kind):
         assert out.token_ids == plain.token_ids, (kind, choice)
 
 
-@pytest.mark.parametrize("fmt, markers", [
-    ("gemma4", ["<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>"]),
-    ("harmony", ["<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>", "<|call|>"]),
-])
-def test_markers_that_are_special_tokens_are_written_and_read_as_such(int4_bundle, tmp_path, fmt, markers):
+@pytest.mark.parametrize("fmt", ["gemma4", "harmony"])
+def test_markers_that_are_special_tokens_are_written_and_read_as_such(int4_bundle, tmp_path, fmt):
     """Under a vocabulary where the format's markers are special tokens (as in Gemma 4's and gpt-oss's), a required
     call is written with those tokens (not their spelling in text) and read back from the decoded answer."""
     from specrt.runtime.tokenizer import BundleTokenizer
-    from tests.tool_templates import bundle_with_markers
+    from tests.tool_templates import MARKERS, bundle_with_markers
 
-    folder, ids = bundle_with_markers(int4_bundle, tmp_path / "b", markers)
+    folder, ids = bundle_with_markers(int4_bundle, tmp_path / "b", MARKERS[fmt])
     engine = specrt.load(str(folder), device="cpu", batch_invariant=True, drafter=None)
     engine.tokenizer = BundleTokenizer(folder, TEMPLATES[fmt])
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):

@@ -14,7 +14,7 @@ from specrt.runtime import gemma_values
 from specrt.runtime.tokenizer import BundleTokenizer
 from specrt.runtime.tools import ToolPlan, call_grammar, parse_tools, plan, read_output, template_format
 from tests.test_tool_calls import TOOLS
-from tests.tool_templates import TEMPLATES
+from tests.tool_templates import MARKERS, TEMPLATES
 
 pytest.importorskip("llguidance")
 GIVEN = tuple(parse_tools(TOOLS))
@@ -105,15 +105,24 @@ def test_earlier_calls_render_in_the_templates_format(int4_bundle, fmt, expected
 # -- grammars ----------------------------------------------------------------------------------------------------
 
 
-def _matcher(tokenizer_json: Path, grammar: str, extra_special=()):
-    """An llguidance matcher over the default model's tokenizer, with extra special tokens added at its end."""
-    import llguidance
+def _vocabulary(bundle: Path, folder: Path, extra_special=()):
+    """The default model's tokenizer with extra special tokens added at its end, and the grammar engine's view of it
+    (runtime/constraint.py GrammarTokenizer, whose special_id the engine hands the call grammars)."""
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(tokenizer_json))
+    from specrt.runtime.constraint import GrammarTokenizer
+
+    tok = Tokenizer.from_file(str(bundle / "tokenizer.json"))
     tok.add_special_tokens(list(extra_special))
-    ll = llguidance.LLTokenizer(tok.to_str(), n_vocab=tok.get_vocab_size(with_added_tokens=True), eos_token=[2])
-    return tok, ll, llguidance.LLMatcher(ll, grammar, log_level=0)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    return tok, GrammarTokenizer(folder / "tokenizer.json", tok.get_vocab_size(with_added_tokens=True), [2])
+
+
+def _matcher(vocabulary, grammar: str):
+    import llguidance
+
+    return llguidance.LLMatcher(vocabulary.tokenizer, grammar, log_level=0)
 
 
 def _accepts(tok, matcher, text: str) -> bool:
@@ -123,15 +132,7 @@ def _accepts(tok, matcher, text: str) -> bool:
     return matcher.is_accepting()
 
 
-def _special_ids(ll):
-    def special_id(text):
-        ids = ll.tokenize_str(text, parse_special=True)
-        return ids[0] if len(ids) == 1 and ll.is_special_token(ids[0]) else None
-    return special_id
-
-
-GEMMA_MARKERS = (gemma_values.CALL_OPEN, gemma_values.CALL_CLOSE, gemma_values.QUOTE, "<|channel>", "<channel|>")
-HARMONY_MARKERS = ("<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>")
+GEMMA_MARKERS, HARMONY_MARKERS = MARKERS["gemma4"], MARKERS["harmony"]
 
 
 @pytest.mark.parametrize("fmt, markers, good, typed", [
@@ -145,34 +146,32 @@ HARMONY_MARKERS = ("<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|
      '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo", "unit": '
      '"celsius"}'),
 ])
-def test_call_grammars_take_markers_as_special_tokens(int4_bundle, fmt, markers, good, typed):
+def test_call_grammars_take_markers_as_special_tokens(int4_bundle, tmp_path, fmt, markers, good, typed):
     """Under a vocabulary where the format's markers are special tokens the grammar accepts them as tokens, and
     refuses the same marker spelled with ordinary text tokens."""
     from tokenizers import Tokenizer
 
     p = ToolPlan([], {}, None, fmt, "required", GIVEN, None, True)
-    tok, ll, _ = _matcher(int4_bundle / "tokenizer.json", 'start: "x"', markers)
-    grammar = call_grammar(p, _special_ids(ll), open_thought=False)
-    _, _, matcher = _matcher(int4_bundle / "tokenizer.json", grammar, markers)
-    assert _accepts(tok, matcher, good)
-    _, _, matcher = _matcher(int4_bundle / "tokenizer.json", grammar, markers)
+    tok, vocabulary = _vocabulary(int4_bundle, tmp_path, markers)
+    grammar = call_grammar(p, vocabulary.special_id, open_thought=False)
+    assert _accepts(tok, _matcher(vocabulary, grammar), good)
+    matcher = _matcher(vocabulary, grammar)
     marker = typed.split(">")[0] + ">"  # the answer's first marker, spelled with the plain vocabulary's tokens
     spelled = Tokenizer.from_file(str(int4_bundle / "tokenizer.json")).encode(marker, add_special_tokens=False).ids
     assert len(spelled) > 1 and not matcher.consume_token(spelled[0])
 
 
-def test_a_thought_may_come_before_a_required_call(int4_bundle):
+def test_a_thought_may_come_before_a_required_call(int4_bundle, tmp_path):
     """Qwen3.5 with thinking on: the prompt ends in <think>, the answer reasons, closes it, then calls."""
     p = ToolPlan([], {}, None, "qwen_xml", "required", GIVEN, "add", False)
     call = "<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3\n</parameter>\n" \
            "</function>\n</tool_call>"
-    grammar = call_grammar(p, lambda _t: None, open_thought=True)
-    tok, _, matcher = _matcher(int4_bundle / "tokenizer.json", grammar)
-    assert _accepts(tok, matcher, "Adding 2 and 3 </b> needs the tool.\n</think>\n\n" + call)
-    tok, _, matcher = _matcher(int4_bundle / "tokenizer.json", call_grammar(p, lambda _t: None, open_thought=False))
-    assert _accepts(tok, matcher, call)
-    tok, _, matcher = _matcher(int4_bundle / "tokenizer.json", call_grammar(p, lambda _t: None, open_thought=False))
-    assert not _accepts(tok, matcher, call.replace("add", "get_weather"))
+    tok, vocabulary = _vocabulary(int4_bundle, tmp_path)
+    thought = call_grammar(p, vocabulary.special_id, open_thought=True)
+    assert _accepts(tok, _matcher(vocabulary, thought), "Adding 2 and 3 </b> needs the tool.\n</think>\n\n" + call)
+    direct = call_grammar(p, vocabulary.special_id, open_thought=False)
+    assert _accepts(tok, _matcher(vocabulary, direct), call)
+    assert not _accepts(tok, _matcher(vocabulary, direct), call.replace("add", "get_weather"))
 
 
 def test_gemma_answers_stop_where_the_result_would_begin():
@@ -191,17 +190,17 @@ def test_gemma_answers_stop_where_the_result_would_begin():
      "<|tool_call>call:add{a:<|\"|>"),
     ("llama3", (), "It is sunny.", '{"name": "add", "parameters": {"a": 1, "b": 2}}', '{"weather": '),
 ])
-def test_auto_answers_are_free_until_a_call_opens_then_only_calls(int4_bundle, fmt, markers, prose, call, bad):
+def test_auto_answers_are_free_until_a_call_opens_then_only_calls(int4_bundle, tmp_path, fmt, markers, prose, call,
+                                                                  bad):
     """tool_choice auto: prose (reasoning, any markup) is free; once the format's call opener is written only a
     well-formed call of a given tool may follow, as with llama.cpp's lazy grammars."""
     p = ToolPlan([], {}, None, fmt, "auto", GIVEN, None, True)
-    path = int4_bundle / "tokenizer.json"
-    tok, ll, _ = _matcher(path, 'start: "x"', markers)
-    grammar = call_grammar(p, _special_ids(ll), open_thought=False)
+    tok, vocabulary = _vocabulary(int4_bundle, tmp_path, markers)
+    grammar = call_grammar(p, vocabulary.special_id, open_thought=False)
     for text, accepted in ((prose, True), ("" if fmt == "llama3" else prose + call, True), (call, True)):
-        _, _, matcher = _matcher(path, grammar, markers)
-        assert _accepts(tok, matcher, text) == accepted, text
-    _, _, matcher = _matcher(path, grammar, markers)
+        assert _accepts(tok, _matcher(vocabulary, grammar), text) == accepted, text
+    matcher = _matcher(vocabulary, grammar)
     assert not all(matcher.consume_token(t) for t in tok.encode(prose * (fmt != "llama3") + bad,
                                                                add_special_tokens=False).ids)
-    assert call_grammar(ToolPlan([], {}, None, "harmony", "auto", GIVEN, None, True), _special_ids(ll), False) is None
+    assert call_grammar(ToolPlan([], {}, None, "harmony", "auto", GIVEN, None, True), vocabulary.special_id,
+                        False) is None

@@ -78,6 +78,10 @@ HARMONY = (
 
 TEMPLATES = {"hermes": HERMES, "qwen_xml": QWEN_XML, "llama3": LLAMA3, "gemma4": GEMMA4, "harmony": HARMONY}
 
+# the markers that are single special tokens in Gemma 4's and gpt-oss's own vocabularies (bundle_with_markers)
+MARKERS = {"gemma4": ("<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>"),
+           "harmony": ("<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>", "<|call|>", "<|return|>")}
+
 
 def bundle_with_markers(bundle, folder, markers: list[str], template: str | None = None):
     """A copy of bundle (its files hard-linked where they can be) whose vocabulary's last len(markers) entries are those

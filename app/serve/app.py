@@ -170,7 +170,7 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
 
         if job.tools is None or job.tool_choice not in (None, "auto"):
             return None
-        return streamed_content(template_format(engine.tokenizer.template_source), "auto")
+        return streamed_content(template_format(engine.tokenizer.template_source))
 
     def _check_prompt(job) -> None:
         from specrt.errors import SpecrtError
