@@ -129,7 +129,8 @@ def test_auto_none_and_a_tool_result_turn(engine):
 
 
 @pytest.mark.parametrize("templated, kind", [("generic", "ngram"), ("generic", "eagle3"), ("generic", "dflash"),
-                                             ("qwen_xml", "ngram")], indirect=["templated"])
+                                             pytest.param("qwen_xml", "ngram", marks=pytest.mark.full)],
+                         indirect=["templated"])
 def test_every_drafter_makes_the_same_greedy_calls(templated, kind):
     from specrt.app.api import make_drafter
 
@@ -145,7 +146,7 @@ def test_every_drafter_makes_the_same_greedy_calls(templated, kind):
         assert out.token_ids == plain.token_ids, (kind, choice)
 
 
-@pytest.mark.parametrize("fmt", ["gemma4", "harmony"])
+@pytest.mark.parametrize("fmt", ["gemma4", pytest.param("harmony", marks=pytest.mark.full)])  # harmony: also serve_real
 def test_markers_that_are_special_tokens_are_written_and_read_as_such(int4_bundle, tmp_path, fmt):
     """Under a vocabulary where the format's markers are special tokens (as in Gemma 4's and gpt-oss's), a required
     call is written with those tokens (not their spelling in text) and read back from the decoded answer."""
@@ -163,7 +164,8 @@ def test_markers_that_are_special_tokens_are_written_and_read_as_such(int4_bundl
         assert opener in out.token_ids
 
 
-@pytest.mark.parametrize("templated", ["hermes", "qwen_xml", "gemma4"], indirect=True)
+@pytest.mark.parametrize("templated", ["hermes", pytest.param("qwen_xml", marks=pytest.mark.full),
+                                       pytest.param("gemma4", marks=pytest.mark.full)], indirect=True)
 def test_auto_calls_the_model_opens_are_whole(templated):
     """tool_choice auto in a format whose calls open with a marker: a call the model starts is finished well formed
     (under the hermes template this model does start one), so no half call is left in the text."""
