@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from specrt.bundle import MANIFEST, KVLayout, load_bundle
+from specrt.convert.gpu_profile import activation_dtype
 from specrt.convert.linear_attention_graph import state_layout
 from specrt.errors import SourceError, SpecrtError
 
@@ -117,7 +118,7 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     cfg = draft_loaded.config
     graph, validation = build_graph(tmp, DRAFT_STEM, draft_loaded, draft_precision, max_context, (), providers, stages)
     kv = KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, max_context=max_context,
-                  dtype="float16" if draft_precision == "fp16" else "float32",
+                  dtype=activation_dtype(draft_precision, graph.device),
                   layer_ids=cfg.kv_layer_ids, layer_shapes=cfg.kv_layer_shapes)
     states = state_layout(cfg)
     entry = {

@@ -63,10 +63,10 @@ def add_state_outputs(builder, st: RecurrentStates) -> None:
 L2_EPS = 1e-6  # inside the square root, as HF's Qwen3.5 and FLA normalize (the op's own qk_l2_norm uses none)
 
 
-def _l2_normalize(g, x: str) -> str:
-    """x * rsqrt(sum(x^2) + 1e-6) over the last axis."""
+def _l2_normalize(g, x: str, dtype) -> str:
+    """x * rsqrt(sum(x^2) + 1e-6) over the last axis (x of numpy dtype `dtype`)."""
     squares = g.op("ReduceSumSquare", [x, g.const([-1])], keepdims=1)
-    return g.op("Mul", [x, g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [squares, g.const(L2_EPS, np.float32)])])])])
+    return g.op("Mul", [x, g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [squares, g.const(L2_EPS, dtype)])])])])
 
 
 def linear_attention(builder, i: int, h: str) -> str:
@@ -84,8 +84,8 @@ def linear_attention(builder, i: int, h: str) -> str:
                    outputs=[f"layers.{i}.conv", f"present_conv.{i}"], domain=MS_DOMAIN, activation="silu",
                    channels_last=1)
     q, k, v = g.op("Split", [conv, g.const([hk * dk, hk * dk, value_dim])], outputs=3, axis=-1)
-    q = _l2_normalize(g, g.op("Reshape", [q, g.const([0, 0, hk, dk])]))  # [B, S, Hk, Dk]
-    k = _l2_normalize(g, g.op("Reshape", [k, g.const([0, 0, hk, dk])]))
+    q = _l2_normalize(g, g.op("Reshape", [q, g.const([0, 0, hk, dk])]), builder.dtype)  # [B, S, Hk, Dk]
+    k = _l2_normalize(g, g.op("Reshape", [k, g.const([0, 0, hk, dk])]), builder.dtype)
     v = g.op("Reshape", [v, g.const([0, 0, hv, dv])])  # [B, S, Hv, Dv]
     a_log = g.weight(p + "A_log", builder.tensor(p + "A_log").astype(np.float32))
     dt_bias = g.weight(p + "dt_bias", builder.tensor(p + "dt_bias").astype(np.float32))

@@ -164,7 +164,7 @@ def _routed_experts(builder, layer: int, h: str) -> str:
         builder.quant_rows[down_name] = QuantRows(w2, s2, z2, e * n2, (e + 1) * n2, cfg.num_experts * n2, k2, b2, bits)
     attrs = dict(expert_weight_bits=bits, weights_prepacked=0, normalize_routing_weights=int(cfg.norm_topk_prob))
     if not per_row:
-        attrs.update(block_size=builder.opts.int4_block_size, accuracy_level=builder.opts.int4_accuracy_level)
+        attrs.update(block_size=builder.opts.int4_block_size, accuracy_level=builder.opts.accuracy_level)
     return _expert_op(builder, "QMoE", name, ins, routing, **common, **attrs)
 
 

@@ -27,6 +27,7 @@ from specrt import __version__
 from specrt.bundle import (ATTENTION_ROWS_INPUT, EXPERT_CALLS_INPUT, KVLayout, MANIFEST, PRECISIONS, Manifest,
                            TargetGraph, file_entry, weight_bits)
 from specrt.convert import sources
+from specrt.convert.gpu_profile import activation_dtype, built_for, check_profile, validation_providers
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
                                            hidden_layers_for, takes_draft_vocab)
 from specrt.convert.memory import GIB, StagePeaks, check_fits, release_freed_memory
@@ -38,7 +39,6 @@ from specrt.convert.tokenizer import write_tokenizer
 from specrt.convert.validate import (VALIDATION_TEXTS, VALIDATION_TOKENS, SpilledOutputs, check, check_routing,
                                      compare, run_graph)
 from specrt.errors import OutputPathError, SpecrtError
-from specrt.runtime.providers import providers_for
 from specrt.runtime.target_session import TargetSession, TargetSpec
 
 DEFAULT_MAX_CONTEXT = 4096
@@ -113,16 +113,14 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
     if opts.int4_block_size not in INT4_BLOCK_SIZES:
         raise SpecrtError(f"--int4-block-size {opts.int4_block_size}: one of {', '.join(map(str, INT4_BLOCK_SIZES))}")
     _check_output(out, opts.force)
-    providers = providers_for(opts.device)
-    if opts.precision == "fp16" and opts.device == "cpu":
-        raise SpecrtError("fp16 bundles are for GPUs: use --device cuda or rocm (or --precision fp32, int8 or int4 on "
-                          "the CPU)")
+    check_profile(opts.device, opts.precision)
     for spec in drafter_specs(opts.drafter):
-        check_drafter_spec(spec, opts.precision)
+        check_drafter_spec(spec, opts.precision, opts.device)
     if opts.draft_vocab and not any(takes_draft_vocab(s) for s in drafter_specs(opts.drafter)):
         raise SpecrtError("--draft-vocab cuts a draft model's output head: add --drafter draft-model:MODEL")
     stages.expect(len(Stages.names) + sum(drafter_stages(s) for s in drafter_specs(opts.drafter)))
     t0 = time.time()
+    providers = validation_providers(opts.device, stages.log)
 
     resolved = sources.resolve(source, log=stages.log)  # may fetch a catalog model (logged)
     if opts.precision == "gguf" and resolved.kind != "gguf":
@@ -141,7 +139,7 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
         raise SpecrtError(f"hidden layer {bad[0]} out of range (model has {cfg.num_layers} layers)")
     shapes = {name: loaded.weights.shape(name) for name in loaded.weights}
     kv_bytes = (2 * len(cfg.attention_layers) * cfg.num_kv_heads * max_context * cfg.head_dim
-                * (2 if opts.precision == "fp16" else 4))
+                * np.dtype(kv_dtype_for(opts.precision, opts.device)).itemsize)
     need = check_fits(resolved.name, shapes, cfg.num_layers, opts.precision, opts.int4_block_size,
                       cfg.tie_word_embeddings, kv_bytes)
     stages.log(f"estimated peak memory {need / GIB:.1f} GiB")
@@ -271,7 +269,7 @@ def _against_followed_routes(graph: Path, spec: TargetSpec, providers, prompts: 
 
 
 def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int, hidden_layers: tuple[int, ...],
-                 providers, stages: Stages, int4_block_size: int = 32) -> tuple[TargetGraph, dict]:
+                 providers, stages: Stages, int4_block_size: int = 32, device: str = "cpu") -> tuple[TargetGraph, dict]:
     """Build `<stem>.onnx` (+ .data) for a loaded model, streaming, and validate it against torch.
 
     Memory stays bounded by a layer, not the model: the torch reference runs layer by layer
@@ -284,16 +282,18 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
 
     cfg = loaded.config
     stages.start(f"build {stem} graph")
+    cpu = device == "cpu"  # a GPU graph leaves the CPU's exactness machinery out (convert/gpu_profile.py)
     graph_opts = GraphOptions(precision=precision, max_context=max_context, hidden_layers=tuple(sorted(hidden_layers)),
-                              int4_block_size=int4_block_size, attention_rows_input=True,
-                              exact_attention=providers[0] == "CPUExecutionProvider")
+                              int4_block_size=int4_block_size, attention_rows_input=cpu,
+                              exact_attention=cpu and providers[0] == "CPUExecutionProvider", device=device)
+    half = graph_opts.activation_dtype == np.float16
     prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, min(max_context, VALIDATION_TOKENS))
     bits = weight_bits(precision)
     exact_gguf = precision == "gguf"  # the source's own quantized weights: no calibration, nothing smoothed
     calibration = _tokenize(tmp, CALIBRATION_TEXTS, cfg.vocab_size, max_context) if bits and not exact_gguf else []
     # a mixture of experts is checked against a reference that follows the graph's near-tied choices of experts,
-    # run after the graph (_against_followed_routes); on CUDA (fp16) its top-1 agreement is what is held
-    follow_routes = bool(cfg.moe_layers) and precision != "fp16"
+    # run after the graph (_against_followed_routes), a GPU graph's float16 one too (held at float16's limit)
+    follow_routes = bool(cfg.moe_layers)
     spill = tmp / ".validation"  # the references wait on disk (removed below, before the bundle is kept)
     weights, source_outputs = loaded.weights, None
     if bits or not follow_routes:
@@ -314,7 +314,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
 
     stages.start(f"validate {stem}")
     spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context, cfg.vocab_size,
-                      kv_dtype=kv_dtype_for(precision), hidden_output=bool(hidden_layers),
+                      kv_dtype=kv_dtype_for(precision, device), hidden_output=bool(hidden_layers),
                       sliding_window=cfg.active_sliding_window,
                       kv_layers=cfg.kv_layer_ids, states=state_layout(cfg), kv_shapes=cfg.kv_layer_shapes)
     validation = {"gguf_requantized": dict(Counter(written.gguf_requantized.values()))} if exact_gguf else {}
@@ -332,6 +332,10 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
         if follow_routes:
             exact, quantized_outputs, validation["routing"] = _against_followed_routes(
                 tmp / f"{stem}.onnx", spec, providers, prompts, cfg, spill, "quantized", quantized_reference)
+        elif half:  # a GPU graph: its float16 activations are held to the same weights below, at fp16's limit
+            quantized = quantized_reference()
+            quantized_outputs = SpilledOutputs(spill, "quantized", list(zip(quantized.logits, quantized.taps)))
+            del quantized
         else:
             quantized = quantized_reference()
             quantized_outputs = SpilledOutputs(spill, "quantized", list(zip(quantized.logits, quantized.taps)))
@@ -342,11 +346,14 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
                 exact = compare(TargetSession(exact_path, spec, providers=providers), quantized_outputs, prompts)
             finally:
                 exact_path.unlink()
-        validation["quantized_reference"] = exact.as_dict()
-        check(exact, f"{precision}-exact")
-        stages.log(f"{stem} validation: max |diff| {exact.max_abs_diff:.2e}, top-1 agreement "
-                   f"{exact.top1_agreement:.1%} over {exact.positions} positions (same {precision} weights, float "
-                   "activations)")
+        if half and follow_routes:  # held at float16's limit below, with the shipped graph's own run
+            check(exact, "fp16")
+        elif not half:
+            validation["quantized_reference"] = exact.as_dict()
+            check(exact, f"{precision}-exact")
+            stages.log(f"{stem} validation: max |diff| {exact.max_abs_diff:.2e}, top-1 agreement "
+                       f"{exact.top1_agreement:.1%} over {exact.positions} positions (same {precision} weights, float "
+                       "activations)")
     release_freed_memory()
     if follow_routes and not bits:  # the graph itself ran beside its router outputs
         report, _, validation["routing"] = _against_followed_routes(
@@ -361,7 +368,14 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
         del session
     shutil.rmtree(spill)
     validation["source"] = report.as_dict()
-    if bits:
+    if bits and half:  # the shipped float16 graph against torch on its very weights: float16's limit
+        validation["quantized_reference"] = shipped.as_dict()
+        check(shipped, "fp16")
+        stages.log(f"{stem} validation ({providers[0]}): max |diff| {shipped.max_abs_diff:.2e}, top-1 agreement "
+                   f"{shipped.top1_agreement:.1%} over {shipped.positions} positions (same {precision} weights, "
+                   f"float16 activations); {report.top1_agreement:.1%} with the unquantized source")
+        report = shipped
+    elif bits:
         validation["int8_activations"] = shipped.as_dict()
         stages.log(f"{stem} {precision} quality: top-1 agreement {shipped.top1_agreement:.1%} with the same weights in "
                    f"float, {report.top1_agreement:.1%} with the unquantized source")
@@ -376,16 +390,17 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
         stages.log(f"{stem} validation: the reference followed the graph's experts at "
                    f"{validation['routing']['followed_near_ties']} near-tied token-layers of "
                    f"{validation['routing']['token_layers']}")
-    check(report, precision)
+    check(report, "fp16" if half else precision)
     stages.done()
     io = io_names(cfg)
     outputs = ["logits"] + (["hidden_states"] if hidden_layers else [])
     graph = TargetGraph(file=f"{stem}.onnx", data_file=f"{stem}.onnx.data", precision=precision,
-                        inputs=(tuple(io["inputs"]) + (ATTENTION_ROWS_INPUT,)
-                                + ((EXPERT_CALLS_INPUT,) if cfg.moe_layers else ())),
+                        inputs=(tuple(io["inputs"]) + ((ATTENTION_ROWS_INPUT,) if cpu else ())
+                                + ((EXPERT_CALLS_INPUT,) if cfg.moe_layers and cpu else ())),
                         outputs=tuple(outputs),
                         hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
-                        int4_block_size=int4_block_size if bits else 0, exact_attention=graph_opts.exact_attention)
+                        int4_block_size=int4_block_size if bits else 0, exact_attention=graph_opts.exact_attention,
+                        device=device)
     return graph, validation
 
 
@@ -401,8 +416,9 @@ def report_gguf_forms(written, stages: Stages) -> None:
                    f"in blocks of 32 (e.g. {next(iter(requantized))})")
 
 
-def kv_dtype_for(precision: str) -> str:
-    return "float16" if precision == "fp16" else "float32"
+def kv_dtype_for(precision: str, device: str = "cpu") -> str:
+    """The KV cache's dtype: the graph's activations' (convert/gpu_profile.py)."""
+    return activation_dtype(precision, device)
 
 
 def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, providers, stages: Stages) -> Manifest:
@@ -412,7 +428,7 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     stages.done()
     specs = drafter_specs(opts.drafter)
     taps = tuple(sorted(set(opts.hidden_layers).union(*(hidden_layers_for(s, loaded) for s in specs))))
-    build = functools.partial(_build_graph, int4_block_size=opts.int4_block_size)
+    build = functools.partial(_build_graph, int4_block_size=opts.int4_block_size, device=opts.device)
     target, validation = build(tmp, "target", loaded, opts.precision, max_context, taps, providers, stages)
     drafters = tuple(add_drafter(s, tmp, loaded, opts.precision, max_context, providers, stages, build,
                                  draft_vocab=opts.draft_vocab) for s in specs)
@@ -427,7 +443,7 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
         model_config=cfg.to_dict(),
         target=target,
         kv=KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                    max_context=max_context, dtype=kv_dtype_for(opts.precision),
+                    max_context=max_context, dtype=kv_dtype_for(opts.precision, opts.device),
                     layer_ids=cfg.kv_layer_ids, layer_shapes=cfg.kv_layer_shapes),
         states=state_layout(cfg),
         vocab_size=cfg.vocab_size,
@@ -437,7 +453,7 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
         stop_token_ids=tuple(i for i in tok.stop_token_ids if i < cfg.vocab_size),
         chat_template=tok.chat_template,
         tokenizer_files=tok.files,
-        execution_providers=tuple(providers),
+        execution_providers=built_for(opts.device),
         files=files,
         drafters=drafters,
         provenance={

@@ -39,6 +39,7 @@ from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.exact_attention import exact_attention_switch
 from specrt.convert.gemma4_graph import gemma4_layer_rest, per_layer_inputs
 from specrt.convert.gguf_exact import exact_from_ref
+from specrt.convert.gpu_profile import activation_dtype
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
 from specrt.convert.moe_graph import sparse_moe
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
@@ -64,11 +65,26 @@ class GraphOptions:
     # with attention_rows_input: at attention_min_rows > 1 each attention is computed call-invariantly as well
     # (convert/exact_attention.py: an If per layer; CPU graphs only, where MLAS's GEMM blocking needs it)
     exact_attention: bool = False
+    # where the graph will run: "cpu", or a GPU ("cuda", "rocm"), whose graphs compute in float16 at every precision
+    # but fp32 (the GPU kernels of GroupQueryAttention, MatMulNBits' fast path and QMoE take float16 only), leave the
+    # CPU's exactness machinery out (attention_rows_input, exact_attention, the experts' Scan) and let MatMulNBits
+    # keep its activations (accuracy_level 0): convert/gpu_profile.py
+    device: str = "cpu"
 
     @property
     def bits(self) -> int:
         """Bits per quantized weight; 0 for a float graph."""
         return weight_bits(self.precision)
+
+    @property
+    def activation_dtype(self) -> type:
+        """numpy dtype of the graph's activations, KV cache and float weights."""
+        return np.dtype(activation_dtype(self.precision, self.device)).type
+
+    @property
+    def accuracy_level(self) -> int:
+        """MatMulNBits / QMoE accuracy_level: int8 activations on the CPU (4), none on a GPU (0)."""
+        return self.int4_accuracy_level if self.device == "cpu" else 0
 
 
 def io_names(cfg: ModelConfig) -> dict:
@@ -93,8 +109,10 @@ class _TargetBuilder:
             raise ValueError(f"precision must be one of {PRECISIONS}")
         self.cfg, self.w, self.opts = cfg, weights, opts
         self.g = GraphWriter("specrt_target")
-        self.dtype = np.float16 if opts.precision == "fp16" else np.float32
-        self.elem = TensorProto.FLOAT16 if opts.precision == "fp16" else TensorProto.FLOAT
+        if opts.device != "cpu" and (opts.attention_rows_input or opts.exact_attention):
+            raise ValueError("attention_rows_input and exact_attention are CPU graphs' (convert/gpu_profile.py)")
+        self.dtype = opts.activation_dtype
+        self.elem = TensorProto.FLOAT16 if self.dtype == np.float16 else TensorProto.FLOAT
         self.rope_caches: dict = {}
         self.quantized: dict[str, QuantWeight] = quantized or {}  # computed beforehand (else each when used)
         self.quant_rows: dict[str, QuantRows] = {}  # HF weight name -> where its quantized rows went
@@ -203,7 +221,7 @@ class _TargetBuilder:
             row += part.n
         y = self.g.op(
             "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=q.bits,
-            block_size=q.block_size, accuracy_level=self.opts.int4_accuracy_level,
+            block_size=q.block_size, accuracy_level=self.opts.accuracy_level,
         )
         return self.minus_minimums(x, y, mins_t, q.block_size) if mins_t else y
 
@@ -502,7 +520,7 @@ class _TargetBuilder:
         zero_points = g.op("Reshape", [r.zero_points, g.const([-1])])
         self.quant_rows["lm_head.weight"] = r
         y = g.op("MatMulNBits", [x, qweight, scales, zero_points], domain=MS_DOMAIN, name="lm_head", K=r.k, N=r.n,
-                 bits=r.bits, block_size=r.block_size, accuracy_level=self.opts.int4_accuracy_level)
+                 bits=r.bits, block_size=r.block_size, accuracy_level=self.opts.accuracy_level)
         if not r.mins:
             return y
         return self.minus_minimums(x, y, g.op("Transpose", [r.mins], perm=[1, 0]), r.block_size)  # mins [V, n_blocks]

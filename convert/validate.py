@@ -4,8 +4,10 @@ Each prompt runs through ONNX Runtime in three calls (a prefill chunk, one decod
 so that the in-place KV cache path is exercised, and is compared with one full torch forward.
 Each prompt is cut to VALIDATION_TOKENS tokens (the reference's logits are [S, V] floats per prompt; a byte-level
 tokenizer and a 150k vocabulary made them a gigabyte). Thresholds: fp32 max |logit difference| <= 1e-3 times
-the spread (standard deviation) of the reference's logits, at least 1e-3, and every top-1 equal; fp16 top-1
-agreement >= 99%; int4 and int8: the same graph with float activations against torch on the very same quantized
+the spread (standard deviation) of the reference's logits, at least 1e-3, and every top-1 equal; fp16 (and every GPU
+graph, whose activations are float16: convert/gpu_profile.py) max |difference| <= 5e-2 times that spread, at least
+5e-2, and top-1 agreement >= 95% (random-weight test models' logits are nearly flat, so float16's rounding flips a
+few near-ties; the difference limit is what catches a wrong graph); int4 and int8: the same graph with float activations against torch on the very same quantized
 weights, held to fp32's limits. The shipped graph's int8 activations move near-tied logits (on random-weight test
 models, most of them), so its agreement is recorded, not limited. A mixture of experts runs the graph first, its
 router logits as extra outputs (run_graph), and the reference after it following the graph's choice of experts
@@ -24,12 +26,13 @@ from specrt.bundle import WEIGHT_BITS
 from specrt.errors import ValidationError
 
 FP32_MAX_ABS = 1e-3  # times the reference logits' standard deviation, when that is above 1
+FP16_MAX_ABS = 5e-2  # the same for float16 activations
 VALIDATION_TOKENS = 64
 # int4-exact / int8-exact: the quantized graph with float activations against torch on the same quantized weights
 # (held to fp32's limits); int4 / int8: the shipped graph, whose int8 activations move near-tied logits (recorded,
 # not limited)
 EXACT = ("fp32", *(f"{p}-exact" for p in WEIGHT_BITS))  # held to fp32's limits
-MIN_TOP1 = {"fp32": 1.0, "fp16": 0.99, **{p: 1.0 for p in EXACT}, **{p: 0.0 for p in WEIGHT_BITS}}
+MIN_TOP1 = {"fp32": 1.0, "fp16": 0.95, **{p: 1.0 for p in EXACT}, **{p: 0.0 for p in WEIGHT_BITS}}
 
 # Prompts whose tokens drive validation (a mix of chat, code and prose).
 VALIDATION_TEXTS = (
@@ -169,11 +172,16 @@ class SpilledOutputs:
         return np.load(logits), (np.load(taps) if taps is not None else None)
 
 
-def max_abs_limit(report: ValidationReport) -> float:
-    return FP32_MAX_ABS * max(1.0, report.logit_std)
+def max_abs_limit(report: ValidationReport, precision: str = "fp32") -> float:
+    return (FP16_MAX_ABS if precision == "fp16" else FP32_MAX_ABS) * max(1.0, report.logit_std)
 
 
 def check(report: ValidationReport, precision: str) -> None:
+    if precision == "fp16" and report.max_abs_diff > max_abs_limit(report, precision):
+        raise ValidationError(
+            f"float16 graph differs from the torch reference by {report.max_abs_diff:.2e} "
+            f"(limit {max_abs_limit(report, precision):.1e}); bundle not written"
+        )
     if precision in EXACT and report.max_abs_diff > max_abs_limit(report):
         raise ValidationError(
             f"{precision} graph differs from the torch reference by {report.max_abs_diff:.2e} "

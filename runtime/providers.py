@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from specrt.errors import SpecrtError
 
-# device -> providers to try in order (the CPU provider is always appended as fallback for unsupported ops)
+# device -> providers to try in order (the CPU provider is always appended as fallback for unsupported ops). AMD GPUs
+# run through MIGraphX: ONNX Runtime removed its ROCm provider in 1.23.
 DEVICE_PROVIDERS = {
     "cpu": ("CPUExecutionProvider",),
     "cuda": ("CUDAExecutionProvider",),
-    "rocm": ("MIGraphXExecutionProvider", "ROCMExecutionProvider"),
+    "rocm": ("MIGraphXExecutionProvider",),
 }
 INSTALL_HINT = {
     "cuda": "pip install 'specrt[nvidia]' (onnxruntime-gpu)",

@@ -101,6 +101,7 @@ class TargetGraph:
     hidden_size: int = 0
     int4_block_size: int = 0  # int4 graphs: weights per quantization block (0: written before it was recorded, 32)
     exact_attention: bool = False  # attention_min_rows > 1 also computes attention call-invariantly (CPU graphs)
+    device: str = "cpu"  # the profile it was built for: cpu, or a GPU's (cuda, rocm: convert/gpu_profile.py)
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ class Manifest:
 MAX_CONTEXT = 1 << 20  # tokens: no real model's context is longer
 # gguf: a GGUF source's own quantized weights, exactly (convert/gguf_exact.py), in 4 or 8 bits by tensor
 PRECISIONS = ("fp32", "fp16", "int4", "int8", "gguf")
+DEVICES = ("cpu", "cuda", "rocm")  # the graph profiles a target is built for (convert/gpu_profile.py)
 # A target graph input, [1] int64: the fewest rows its attentions run (2 pads a one-token call inside the attention,
 # so that it rounds as a multi-token call does: convert/attention_rows.py). Graphs written before it lack it.
 ATTENTION_ROWS_INPUT = "attention_min_rows"
@@ -227,6 +229,8 @@ def check_manifest(m: Manifest) -> None:
         bad("target.hidden_size / int4_block_size", (t.hidden_size, t.int4_block_size), "non-negative integers")
     if not isinstance(t.exact_attention, bool):
         bad("target.exact_attention", t.exact_attention, "true or false")
+    if t.device not in DEVICES:
+        bad("target.device", t.device, " | ".join(DEVICES))
     if "hidden_states" in t.outputs and (not t.hidden_layers or t.hidden_size < 1):
         bad("target.hidden_layers / hidden_size", (list(t.hidden_layers), t.hidden_size),
             "set where the graph outputs hidden_states")
