@@ -180,8 +180,8 @@ def float_activation_twin(path: Path, router_outputs: bool = False) -> Path | tu
     routers = {}
     if router_outputs:  # named layers.{i}.<block>.router_logits by convert/moe_graph.py and convert/gemma4_graph.py
         routers = {int(o.split(".")[1]): o for n in model.graph.node for o in n.output if o.endswith(ROUTER_LOGITS)}
-        elem = next((i.type.tensor_type.elem_type for i in model.graph.input if i.name == "attention_bias"),
-                    onnx.TensorProto.FLOAT)  # the graph's activations' type (float16 in a GPU graph)
+        elem = next((i.type.tensor_type.elem_type for i in model.graph.input if i.name.startswith("past_key_values")),
+                    onnx.TensorProto.FLOAT)  # the graph's activations' type, its KV cache's (float16 in a GPU graph)
         model.graph.output.extend(onnx.helper.make_tensor_value_info(name, elem, None) for name in routers.values())
     twin = path.with_name(path.stem + ".exact.onnx")
     onnx.save_model(model, str(twin))

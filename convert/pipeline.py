@@ -315,7 +315,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     stages.start(f"validate {stem}")
     spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context, cfg.vocab_size,
                       kv_dtype=kv_dtype_for(precision, device), hidden_output=bool(hidden_layers),
-                      sliding_window=cfg.active_sliding_window,
+                      sliding_window=cfg.active_sliding_window if cpu else 0,  # GPU graphs: local_window_size
                       kv_layers=cfg.kv_layer_ids, states=state_layout(cfg), kv_shapes=cfg.kv_layer_shapes)
     validation = {"gguf_requantized": dict(Counter(written.gguf_requantized.values()))} if exact_gguf else {}
     if bits:
@@ -392,7 +392,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
                    f"{validation['routing']['token_layers']}")
     check(report, "fp16" if half else precision)
     stages.done()
-    io = io_names(cfg)
+    io = io_names(cfg, device)
     outputs = ["logits"] + (["hidden_states"] if hidden_layers else [])
     graph = TargetGraph(file=f"{stem}.onnx", data_file=f"{stem}.onnx.data", precision=precision,
                         inputs=(tuple(io["inputs"]) + ((ATTENTION_ROWS_INPUT,) if cpu else ())

@@ -87,13 +87,16 @@ class GraphOptions:
         return self.int4_accuracy_level if self.device == "cpu" else 0
 
 
-def io_names(cfg: ModelConfig) -> dict:
+def io_names(cfg: ModelConfig, device: str = "cpu") -> dict:
     """Graph input/output names. past_key etc. name every layer's entry; only cfg.attention_layers have them in the
-    graph (hybrids' linear layers carry states instead: convert/linear_attention_graph.py)."""
+    graph (hybrids' linear layers carry states instead: convert/linear_attention_graph.py). A GPU graph takes no
+    attention bias (chains only: causal masking with the past's offset, sliding layers by local_window_size), which
+    keeps GroupQueryAttention on its fused kernels."""
     num_layers = cfg.num_layers
     sliding = ["sliding_attention_bias"] if cfg.active_sliding_window else []
+    biases = ["attention_bias"] + sliding if device == "cpu" else []
     return {
-        "inputs": ["input_ids", "position_ids", "attention_mask", "attention_bias"] + sliding,
+        "inputs": ["input_ids", "position_ids", "attention_mask"] + biases,
         "past_key": [f"past_key_values.{i}.key" for i in range(num_layers)],
         "past_value": [f"past_key_values.{i}.value" for i in range(num_layers)],
         "present_key": [f"present.{i}.key" for i in range(num_layers)],
@@ -358,6 +361,11 @@ class _TargetBuilder:
         source = cfg.kv_source(i)
         cos, sin = self.rope_cache(i)
         bias = "sliding_attention_bias" if cfg.is_sliding(i) else "attention_bias"
+        window = -1  # sliding windows arrive through sliding_attention_bias, except in GPU graphs (no bias)
+        if self.opts.device != "cpu":
+            # local_window_size W: the W keys before the query and its own (HF's window of W, as the tiny Gemma 4s
+            # validate against torch on the CPU kernel)
+            bias, window = "", cfg.active_sliding_window if cfg.is_sliding(i) else -1
         positions, rows, name = "position_ids", self.attention_rows, f"layers.{i}.attn"
         if rows is not None:  # at least two rows: seqlens_k and total_len are the padded ones already
             q, k, v = rows.pad(self.g, q), rows.pad(self.g, k), rows.pad(self.g, v)
@@ -378,7 +386,7 @@ class _TargetBuilder:
             "GroupQueryAttention", ins, outputs=[name, *present],
             domain=MS_DOMAIN, num_heads=cfg.num_heads, kv_num_heads=cfg.kv_heads_of(i),
             do_rotary=1, rotary_interleaved=0, scale=float(cfg.scale_of(i)),
-            local_window_size=-1,  # sliding windows arrive through sliding_attention_bias
+            local_window_size=window,
         )[0]
         if rows is not None:
             if self.opts.exact_attention:  # batch-invariant mode's call-invariant form: convert/exact_attention.py
@@ -414,7 +422,8 @@ class _TargetBuilder:
         g.add_input("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
         g.add_input("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
         g.add_input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
-        g.add_input("attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
+        if self.opts.device == "cpu":
+            g.add_input("attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
 
     def attention_lengths(self) -> tuple[str, str]:
         """GroupQueryAttention's seqlens_k (valid tokens - 1 per row) and total length (attention_mask's width)."""
@@ -428,7 +437,7 @@ class _TargetBuilder:
         cfg, g = self.cfg, self.g
         io = io_names(cfg)
         self.add_step_inputs()
-        if cfg.active_sliding_window:
+        if cfg.active_sliding_window and self.opts.device == "cpu":
             g.add_input("sliding_attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
         for i in cfg.attention_layers:
             g.add_input(io["past_key"][i], self.elem, self.kv_shape(i))

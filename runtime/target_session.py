@@ -150,6 +150,8 @@ class TargetSession:
         self.attention_min_rows = 1
         # MoE graphs with exact calls: each token's experts in a call of their own (convert/moe_graph.py)
         self.has_expert_calls = EXPERT_CALLS_INPUT in {i.name for i in self.session.get_inputs()}
+        # GPU graphs take no attention bias (convert/gpu_profile.py): chains only, masked causally inside the op
+        self.has_bias = "attention_bias" in {i.name for i in self.session.get_inputs()}
         self.experts_token_by_token = False
         # hybrids: the linear layers' states in ping-pong buffers (runtime/recurrent_state.py), one binding per
         # direction; the outputs before the logits are the caches, then the states and their captures
@@ -275,7 +277,10 @@ class TargetSession:
             raise ContextOverflowError(f"{total} tokens exceed the bundle's max context {self.spec.max_context}")
         if position_ids is None:
             position_ids = np.broadcast_to(np.arange(self.length, total, dtype=np.int64), (b, s))
-        if attention_bias is None:
+        if attention_bias is not None and not self.has_bias:
+            raise SpecrtError("this bundle's graph takes no attention bias (a GPU graph: chains only), so it cannot "
+                              "verify a tree draft: use a chain drafter (eagle3, mtp, not eagle3:tree / mtp:tree)")
+        if attention_bias is None and self.has_bias:
             attention_bias = np.zeros((b, 1, s, total), dtype=self.np_dtype)
         bind = self.bindings[self.states.current] if self.states is not None else self.binding
         if self.states is not None:
@@ -283,7 +288,8 @@ class TargetSession:
         bind.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
         bind.bind_cpu_input("position_ids", np.ascontiguousarray(position_ids, dtype=np.int64))
         bind.bind_cpu_input("attention_mask", np.ones((b, total), dtype=np.int64))
-        bind.bind_cpu_input("attention_bias", np.ascontiguousarray(attention_bias, dtype=self.np_dtype))
+        if self.has_bias:
+            bind.bind_cpu_input("attention_bias", np.ascontiguousarray(attention_bias, dtype=self.np_dtype))
         if self.spec.sliding_window:
             bind.bind_cpu_input("sliding_attention_bias", self._sliding_bias(position_ids, attention_bias))
         if self.has_attention_rows:

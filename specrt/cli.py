@@ -128,7 +128,10 @@ def convert(source, output, precision, max_context, device, hidden_layers, int4_
 @cli.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--no-hash", is_flag=True, help="check sizes only, skip sha256")
-def info(bundle, no_hash):
+@click.option("--placement", type=click.Choice(["cuda", "migraphx"]), default=None,
+              help="say node by node where that GPU provider would run every graph (needs no GPU; the [convert] "
+                   "extra's onnx package)")
+def info(bundle, no_hash, placement):
     """Print a bundle's manifest in human form and validate every file."""
     from specrt.bundle import read_manifest, validate_files
 
@@ -136,6 +139,11 @@ def info(bundle, no_hash):
     click.echo(describe(manifest))
     validate_files(bundle, manifest, check_hashes=not no_hash)
     click.echo(f"files: {len(manifest.files)} ok ({'sizes' if no_hash else 'sizes and sha256'} checked)")
+    if placement:
+        from specrt.convert.placement import bundle_graphs, place_model, report
+
+        for role, path in bundle_graphs(bundle).items():
+            click.echo("\n".join(report(f"{role} ({path.name})", place_model(path, placement), placement)))
 
 
 def _drafter_line(d) -> str:  # d: a DrafterEntry
@@ -154,7 +162,7 @@ def describe(m) -> str:
     lines = [
         f"model:        {m.model_name} ({m.architecture}, {cfg['num_layers']} layers, hidden {cfg['hidden_size']}, "
         f"{cfg['num_heads']} heads / {cfg['num_kv_heads']} kv heads, vocab {m.vocab_size})",
-        f"precision:    {m.target.precision}",
+        f"precision:    {m.target.precision}" + (f" (built for {m.target.device})" if m.target.device != "cpu" else ""),
         f"target graph: {m.target.file} + {m.target.data_file} "
         f"({sum(e.size for n, e in m.files.items() if n.startswith('target')) / 2**20:.0f} MB)",
         f"kv cache:     {kv_layers}, "

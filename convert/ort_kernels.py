@@ -1,0 +1,204 @@
+"""ONNX Runtime's kernel registrations for the GPU providers, and the conditions of their fast paths.
+
+The table convert/placement.py reads. It is copied by hand from ONNX Runtime's source, never from a running GPU
+session here (this machine has none): SOURCE names the version and the files each part was read from. Where the
+source was not read closely enough to be sure, the entry says "unverified". Each entry: the element types a
+provider registers for the op's deciding type constraint (the type of input `type_input`) and, for the ops whose
+speed depends on more than the type, a function that names what keeps a node off its fast path.
+
+On a machine with onnxruntime-gpu, bench/gpu.sh compares this table with the running session's own placement
+(`session.disable_cpu_ep_fallback`: a node left to the CPU fails the session).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+
+SOURCE = {
+    "onnxruntime": "see docs/gpu.md (version and commit read)",
+    "cuda": ("onnxruntime/core/providers/cuda/cuda_execution_provider.cc",
+             "onnxruntime/contrib_ops/cuda/cuda_contrib_kernels.cc",
+             "onnxruntime/contrib_ops/cuda/quantization/matmul_nbits.cc",
+             "onnxruntime/contrib_ops/cuda/bert/group_query_attention.cc",
+             "onnxruntime/contrib_ops/cuda/moe/moe_quantization.cc"),
+    "migraphx": ("onnxruntime/core/providers/migraphx/migraphx_execution_provider_utils.h",
+                 "AMDMIGraphX src/onnx/parse_*.cpp"),
+}
+
+F = ("float32", "float64", "float16", "bfloat16")  # the float types CUDA's elementwise kernels take
+HALF = ("float16", "bfloat16")
+INTS = ("int32", "int64")
+ALL = F + INTS + ("int8", "uint8", "bool")
+MS = "com.microsoft"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    types: tuple[str, ...]  # element types registered for the deciding constraint
+    type_input: int = 0  # which input carries it (-1: the first output, e.g. Cast's `to`)
+    note: str = ""
+
+
+# (domain, op) -> Kernel, for the CUDA execution provider
+CUDA: dict[tuple[str, str], Kernel] = {
+    **{("", op): Kernel(F + INTS) for op in ("Add", "Sub", "Mul", "Div")},
+    **{("", op): Kernel(F) for op in ("MatMul", "Gemm", "Softmax", "Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal",
+                                      "Sum", "ReduceSumSquare", "ReduceLogSumExp", "LayerNormalization")},
+    **{("", op): Kernel(ALL) for op in ("Reshape", "Transpose", "Slice", "Split", "Identity", "Unsqueeze", "Squeeze",
+                                        "Expand", "Concat", "Gather", "Shape", "ConstantOfShape", "ScatterElements",
+                                        "Cast", "If", "Loop", "Scan", "Constant")},
+    ("", "Where"): Kernel(F + INTS + ("uint8",), type_input=1),
+    ("", "Max"): Kernel(F + INTS),
+    ("", "Min"): Kernel(F + INTS),
+    ("", "ReduceSum"): Kernel(F + INTS),
+    ("", "ReduceMax"): Kernel(F + INTS + ("int8", "uint8")),
+    ("", "ReduceMin"): Kernel(F + INTS + ("int8", "uint8")),
+    ("", "Range"): Kernel(("float32", "float64", "int16", "int32", "int64")),
+    ("", "Greater"): Kernel(F + INTS),
+    ("", "Equal"): Kernel(F + INTS + ("bool",)),
+    ("", "Not"): Kernel(("bool",)),
+    ("", "TopK"): Kernel(F + INTS),
+    ("", "Pad"): Kernel(F + ("bool",)),
+    ("", "SimplifiedLayerNormalization"): Kernel(F),
+    (MS, "SkipSimplifiedLayerNormalization"): Kernel(("float32", "float16", "bfloat16")),
+    (MS, "GroupQueryAttention"): Kernel(HALF),
+    (MS, "MatMulNBits"): Kernel(("float32", "float16", "bfloat16")),
+    (MS, "GatherBlockQuantized"): Kernel(("float32", "float16", "bfloat16"), type_input=2, note="unverified"),
+    (MS, "RotaryEmbedding"): Kernel(("float32", "float16", "bfloat16")),
+    (MS, "FastGelu"): Kernel(("float32", "float16", "bfloat16")),
+    (MS, "MoE"): Kernel(("float32", "float16", "bfloat16")),
+    (MS, "QMoE"): Kernel(HALF),
+}
+
+# MIGraphX: the ops its provider hands to the MIGraphX compiler (types are the compiler's to convert); the provider
+# leaves the whole graph to the CPU where more than this many nodes are unsupported
+MIGRAPHX_MAX_UNSUPPORTED = 10
+MIGRAPHX = {
+    **{("", op): Kernel(ALL) for op in (
+        "Add", "Sub", "Mul", "Div", "MatMul", "Gemm", "Softmax", "Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal",
+        "Sum", "ReduceSum", "ReduceSumSquare", "ReduceLogSumExp", "ReduceMax", "ReduceMin", "Reshape", "Transpose",
+        "Slice", "Split", "Identity", "Unsqueeze", "Squeeze", "Expand", "Concat", "Gather", "Shape",
+        "ConstantOfShape", "ScatterElements", "Cast", "If", "Loop", "Where", "Max", "Min", "Range", "Greater",
+        "Equal", "Not", "TopK", "Pad", "Constant", "LayerNormalization", "SimplifiedLayerNormalization")},
+    **{(MS, op): Kernel(ALL) for op in ("SkipSimplifiedLayerNormalization", "GroupQueryAttention", "MatMulNBits",
+                                        "RotaryEmbedding", "FastGelu")},
+}
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def _input(node: onnx.NodeProto, j: int) -> str:
+    return node.input[j] if j < len(node.input) else ""
+
+
+# -- fast paths: a reason the node is off its fast path, or "" ---------------------------------------------------
+def _cuda_matmul_nbits(node, ins) -> str:
+    if ins[0] not in HALF:
+        return f"{ins[0]} activations: dequantize-then-GEMM (the fast kernels take float16/bfloat16)"
+    bits, block = _attr(node, "bits", 4), _attr(node, "block_size", 0)
+    if bits not in (4, 8):
+        return f"{bits}-bit weights: no fast kernel"
+    if block not in (16, 32, 64, 128):
+        return f"blocks of {block}: the fast kernels take 16-128"
+    if _input(node, 4):
+        return "g_idx: act-order weights take the dequantize path"
+    return ""
+
+
+def _cuda_gqa(node, ins) -> str:
+    if _input(node, 10):
+        return "attention_bias: the unfused kernel (no flash / memory-efficient attention)"
+    return ""
+
+
+def _cuda_qmoe(node, ins) -> str:
+    bits = _attr(node, "expert_weight_bits", 4)
+    if bits not in (4, 8):
+        return f"{bits}-bit experts: no kernel"
+    return ""
+
+
+CUDA_FAST_PATH = {(MS, "MatMulNBits"): _cuda_matmul_nbits, (MS, "GroupQueryAttention"): _cuda_gqa,
+                  (MS, "QMoE"): _cuda_qmoe}
+
+
+def _migraphx_gqa(node, ins) -> str:
+    if _input(node, 10):
+        return "attention_bias is not parsed: a tree's mask would be dropped"
+    return ""
+
+
+def _migraphx_matmul_nbits(node, ins) -> str:
+    if _attr(node, "bits", 4) != 4:
+        return f"{_attr(node, 'bits')}-bit weights: MIGraphX parses 4-bit MatMulNBits only"
+    if len([i for i in node.input]) > 4:
+        return "more than 4 inputs (bias, g_idx): MIGraphX reads zero points only with exactly 4"
+    return ""
+
+
+MIGRAPHX_FAST_PATH = {(MS, "GroupQueryAttention"): _migraphx_gqa, (MS, "MatMulNBits"): _migraphx_matmul_nbits}
+
+TABLES = {"cuda": (CUDA, CUDA_FAST_PATH), "migraphx": (MIGRAPHX, MIGRAPHX_FAST_PATH)}
+
+
+def lookup(provider: str, node: onnx.NodeProto, ins: list[str], opset: int) -> tuple[str, str, str]:
+    """(verdict, reason, element type) of one node under `provider`: gpu, gpu-slow or cpu-fallback."""
+    table, fast = TABLES[provider]
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    kernel = table.get((domain, node.op_type))
+    if kernel is None:
+        return "cpu-fallback", f"{provider} registers no {node.op_type} kernel", ""
+    elem = ins[kernel.type_input] if kernel.type_input < len(ins) else ""
+    if elem and elem not in kernel.types:
+        return "cpu-fallback", f"{provider} registers {node.op_type} for {', '.join(kernel.types)} only", elem
+    slow = fast.get((domain, node.op_type))
+    reason = slow(node, ins) if slow else ""
+    if reason and provider == "migraphx":
+        return "cpu-fallback", reason, elem
+    return ("gpu-slow", reason, elem) if reason else ("gpu", kernel.note, elem)
+
+
+# -- element types of outputs ------------------------------------------------------------------------------------
+_ELEM = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16",
+         onnx.TensorProto.INT64: "int64", onnx.TensorProto.INT32: "int32", onnx.TensorProto.BOOL: "bool",
+         onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT8: "int8", onnx.TensorProto.DOUBLE: "float64"}
+
+
+def output_type(node: onnx.NodeProto, j: int, ins: list[str], types: dict[str, str]) -> str:
+    """The element type of a node's j-th output, from its op's type rule and its inputs' types."""
+    op = node.op_type
+    if op == "Cast":
+        return _ELEM.get(_attr(node, "to"), "")
+    if op in ("Shape", "Size", "NonZero", "ArgMax", "ArgMin") or (op == "TopK" and j == 1):
+        return "int64"
+    if op in ("Greater", "Less", "Equal", "Not", "And", "Or", "GreaterOrEqual", "LessOrEqual"):
+        return "bool"
+    if op == "ConstantOfShape":
+        value = _attr(node, "value")
+        return _ELEM.get(value.data_type, "float32") if value is not None else "float32"
+    if op == "Constant":
+        value = _attr(node, "value")
+        return _ELEM.get(value.data_type, "") if value is not None else ""
+    if op == "Where":
+        return ins[1] if len(ins) > 1 else ""
+    if op == "GatherBlockQuantized":
+        return ins[2] if len(ins) > 2 else ""
+    if op in ("Gather", "GatherElements", "GatherND") and ins:
+        return ins[0]
+    if op in ("If", "Loop", "Scan"):
+        body = _attr(node, "then_branch") if op == "If" else _attr(node, "body")
+        outs = list(body.output) if body is not None else []
+        k = j + 1 if op == "Loop" else j  # a Loop body's first output is its condition
+        return _ELEM.get(outs[k].type.tensor_type.elem_type, "") if k < len(outs) else ""
+    if op == "GatedDeltaNet" and j >= 1:  # the recurrent state and its capture: the state's type
+        return ins[6] if len(ins) > 6 else ""
+    if op == "SkipSimplifiedLayerNormalization" and j == 1:  # mean: float
+        return "float32"
+    return next((t for t in ins if t), "")
