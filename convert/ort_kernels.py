@@ -1,10 +1,12 @@
 """ONNX Runtime's kernel registrations for the GPU providers, and the conditions of their fast paths.
 
-The table convert/placement.py reads. It is copied by hand from ONNX Runtime's source, never from a running GPU
-session here (this machine has none): SOURCE names the version and the files each part was read from. Where the
-source was not read closely enough to be sure, the entry says "unverified". Each entry: the element types a
-provider registers for the op's deciding type constraint (the type of input `type_input`) and, for the ops whose
-speed depends on more than the type, a function that names what keeps a node off its fast path.
+What convert/placement.py reads. CUDA's registrations are convert/ort_cuda_kernels.txt, read from the kernel
+registrations of onnxruntime-gpu 1.31.1's CUDA provider library (its header and docs/gpu.md say how); MIGraphX's
+supported ops and parser limits are below, from ONNX Runtime's MIGraphX provider and AMDMIGraphX's ONNX parsers.
+Each entry: the element types a provider registers for the op's deciding type constraint (the type of input
+`type_input`) and, for the ops whose speed depends on more than the type, a function that names what keeps a node
+off its fast path (read from the kernels' sources: contrib_ops/cuda/quantization/matmul_nbits.cc,
+contrib_ops/cuda/bert/group_query_attention.cc, contrib_ops/cuda/moe/moe_quantization.cc).
 
 On a machine with onnxruntime-gpu, bench/gpu.sh compares this table with the running session's own placement
 (`session.disable_cpu_ep_fallback`: a node left to the CPU fails the session).
@@ -13,64 +15,53 @@ On a machine with onnxruntime-gpu, bench/gpu.sh compares this table with the run
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import onnx
 
-SOURCE = {
-    "onnxruntime": "see docs/gpu.md (version and commit read)",
-    "cuda": ("onnxruntime/core/providers/cuda/cuda_execution_provider.cc",
-             "onnxruntime/contrib_ops/cuda/cuda_contrib_kernels.cc",
-             "onnxruntime/contrib_ops/cuda/quantization/matmul_nbits.cc",
-             "onnxruntime/contrib_ops/cuda/bert/group_query_attention.cc",
-             "onnxruntime/contrib_ops/cuda/moe/moe_quantization.cc"),
-    "migraphx": ("onnxruntime/core/providers/migraphx/migraphx_execution_provider_utils.h",
-                 "AMDMIGraphX src/onnx/parse_*.cpp"),
-}
+CUDA_TABLE = Path(__file__).with_name("ort_cuda_kernels.txt")  # domain|op|since|constraints, with its source
+MIGRAPHX_SOURCE = ("onnxruntime/core/providers/migraphx/migraphx_execution_provider_utils.h",
+                   "AMDMIGraphX src/onnx/parse_*.cpp")
 
-F = ("float32", "float64", "float16", "bfloat16")  # the float types CUDA's elementwise kernels take
-HALF = ("float16", "bfloat16")
+F = ("float32", "float64", "float16", "bfloat16")
 INTS = ("int32", "int64")
 ALL = F + INTS + ("int8", "uint8", "bool")
+HALF = ("float16", "bfloat16")
 MS = "com.microsoft"
+_TYPE_NAMES = {"float": "float32", "double": "float64"}
 
 
 @dataclass(frozen=True)
 class Kernel:
     types: tuple[str, ...]  # element types registered for the deciding constraint
-    type_input: int = 0  # which input carries it (-1: the first output, e.g. Cast's `to`)
+    type_input: int = 0  # which input carries it
     note: str = ""
 
 
-# (domain, op) -> Kernel, for the CUDA execution provider
-CUDA: dict[tuple[str, str], Kernel] = {
-    **{("", op): Kernel(F + INTS) for op in ("Add", "Sub", "Mul", "Div")},
-    **{("", op): Kernel(F) for op in ("MatMul", "Gemm", "Softmax", "Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal",
-                                      "Sum", "ReduceSumSquare", "ReduceLogSumExp", "LayerNormalization")},
-    **{("", op): Kernel(ALL) for op in ("Reshape", "Transpose", "Slice", "Split", "Identity", "Unsqueeze", "Squeeze",
-                                        "Expand", "Concat", "Gather", "Shape", "ConstantOfShape", "ScatterElements",
-                                        "Cast", "If", "Loop", "Scan", "Constant")},
-    ("", "Where"): Kernel(F + INTS + ("uint8",), type_input=1),
-    ("", "Max"): Kernel(F + INTS),
-    ("", "Min"): Kernel(F + INTS),
-    ("", "ReduceSum"): Kernel(F + INTS),
-    ("", "ReduceMax"): Kernel(F + INTS + ("int8", "uint8")),
-    ("", "ReduceMin"): Kernel(F + INTS + ("int8", "uint8")),
-    ("", "Range"): Kernel(("float32", "float64", "int16", "int32", "int64")),
-    ("", "Greater"): Kernel(F + INTS),
-    ("", "Equal"): Kernel(F + INTS + ("bool",)),
-    ("", "Not"): Kernel(("bool",)),
-    ("", "TopK"): Kernel(F + INTS),
-    ("", "Pad"): Kernel(F + ("bool",)),
-    ("", "SimplifiedLayerNormalization"): Kernel(F),
-    (MS, "SkipSimplifiedLayerNormalization"): Kernel(("float32", "float16", "bfloat16")),
-    (MS, "GroupQueryAttention"): Kernel(HALF),
-    (MS, "MatMulNBits"): Kernel(("float32", "float16", "bfloat16")),
-    (MS, "GatherBlockQuantized"): Kernel(("float32", "float16", "bfloat16"), type_input=2, note="unverified"),
-    (MS, "RotaryEmbedding"): Kernel(("float32", "float16", "bfloat16")),
-    (MS, "FastGelu"): Kernel(("float32", "float16", "bfloat16")),
-    (MS, "MoE"): Kernel(("float32", "float16", "bfloat16")),
-    (MS, "QMoE"): Kernel(HALF),
-}
+# the type constraint that decides an op's kernel, and the input that carries it, where not "T" of input 0
+_DECIDING = {"Identity": ("V", 0), "If": ("B", 0), "Loop": ("B", 1), "Scan": ("V", 0), "Cast": ("T1", 0),
+             "MatMulNBits": ("T1", 0), "GatherBlockQuantized": ("T2", 2), "Shape": ("T", 0), "Where": ("T", 1),
+             "ConstantOfShape": ("T1", 0)}
+
+
+def read_table(path: Path = CUDA_TABLE) -> dict[tuple[str, str], Kernel]:
+    """The registration table: (domain, op) -> its deciding constraint's types (the newest registration's)."""
+    table = {}
+    for line in path.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        domain, op, _since, constraints = line.split("|", 3)
+        name, index = _DECIDING.get(op, ("T", 0))
+        types = ()
+        for part in constraints.split(" [", 1)[0].split("; "):
+            key, _, values = part.partition(": ")
+            if key == name:
+                types = tuple(_TYPE_NAMES.get(v, v) for v in values.split(", ") if not v.startswith("seq "))
+        table[("" if domain == "ai.onnx" else domain, op)] = Kernel(types, index)
+    return table
+
+
+CUDA: dict[tuple[str, str], Kernel] = read_table()
 
 # MIGraphX: the ops its provider hands to the MIGraphX compiler (types are the compiler's to convert); the provider
 # leaves the whole graph to the CPU where more than this many nodes are unsupported

@@ -363,7 +363,7 @@ class _TargetBuilder:
         bias = "sliding_attention_bias" if cfg.is_sliding(i) else "attention_bias"
         window = -1  # sliding windows arrive through sliding_attention_bias, except in GPU graphs (no bias)
         if self.opts.device != "cpu":
-            # local_window_size W: the W keys before the query and its own (HF's window of W, as the tiny Gemma 4s
+            # local_window_size W: the query's own key and the W - 1 before it, as HF's window of W (the tiny Gemma 4s
             # validate against torch on the CPU kernel)
             bias, window = "", cfg.active_sliding_window if cfg.is_sliding(i) else -1
         positions, rows, name = "position_ids", self.attention_rows, f"layers.{i}.attn"

@@ -427,6 +427,9 @@ class Engine:
         otherwise every target call feeds >= 2 rows (~1.05-1.3x), and graphs quantized in blocks larger than 32
         weights feed an even number of rows. MoE graphs run each token's experts in a call of their own (a verification
         then costs about one token's MoE time per token: convert/moe_graph.py)."""
+        if on and self.manifest.target.device != "cpu":
+            raise SpecrtError(f"batch-invariant mode is not available on a bundle built for {self.manifest.target.device}"
+                              ": its exactness is the CPU graph's (convert the model without --device for it)")
         self._batch_invariant = on
         self.target.experts_token_by_token = on
         pad = on and not self.rows_invariant
