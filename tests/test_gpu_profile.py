@@ -16,6 +16,7 @@ from specrt.cli import main
 from specrt.convert.onnx_graph import walk_nodes
 from specrt.convert.placement import place_model, summarize
 from tests.oracle_drafters import OracleDrafter
+from tests.test_gguf_exact import mixed_gguf  # noqa: F401 (a fixture)
 from tests.tiny_models import save_tiny_bundle_source
 
 # every family of the registry, its tiny checkpoint; those whose GPU graph is not yet wholly on the GPU say why
@@ -123,11 +124,20 @@ def test_gpu_bundle_refuses_batch_invariant_and_trees(gpu_bundles):
         engine.target.forward(np.array([[1, 2]]), attention_bias=np.zeros((1, 1, 2, 2), np.float16))
 
 
-def test_fp32_for_a_gpu_and_feature_heads_are_refused_in_one_line(gpu_bundles, tmp_path, capsys):
+def test_fp32_for_a_gpu_is_refused_in_one_line(gpu_bundles, tmp_path, capsys):
     src = str(gpu_bundles["llama"].parent / "llama-src")
     assert main(["convert", src, "-o", str(tmp_path / "a"), "--device", "cuda", "--precision", "fp32"]) == 2
     assert "float16" in capsys.readouterr().err
-    assert main(["convert", src, "-o", str(tmp_path / "b"), "--device", "cuda", "--precision", "int4",
-                 "--drafter", "eagle3:" + src]) == 2
-    assert "not built for --device cuda" in capsys.readouterr().err
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_gguf_keeps_its_blocks_on_the_gpu(mixed_gguf, tmp_path):
+    """--precision gguf for CUDA: the file's own blocks (Q4_0 ... Q6_K, minimums included) in float16 graphs, every
+    node on CUDA's fast path."""
+    path, _, _ = mixed_gguf
+    bundle = tmp_path / "gguf-cuda"
+    assert main(["convert", str(path), "-o", str(bundle), "--device", "cuda", "--max-context", "96"]) == 0
+    manifest = json.loads((bundle / "specrt.json").read_text())
+    assert manifest["target"]["precision"] == "gguf" and manifest["kv"]["dtype"] == "float16"
+    summary = summarize(place_model(bundle / "target.onnx", "cuda"))
+    assert summary.clean, [(p.verdict, p.op, p.reason) for p in summary.off_gpu]
