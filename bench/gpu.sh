@@ -12,8 +12,14 @@
 #                                         (Triton's interpreter, test-size twins of the shapes, fp32)
 #   SIZES="1b 8b" (default)               which shapes (8b needs ~16 GB of disk for its source, ~16 GB for fp16)
 #   REPS=10 NEW=1,2,3,4,6,8,12,16         timing repetitions and new-token counts
-# Needs specrt installed with the GPU extra (onnxruntime-gpu, torch with CUDA, triton) in the Python on PATH;
-# says what is missing and stops. Prints Markdown tables; writes JSON beside them.
+#   CARRY=/tmp/specrt-carry               where bench/carry.py receive left onnxruntime-gpu's wheel: installed from
+#                                         there into /tmp/site (no network on the GPU machine)
+#   FAMILIES=DIR                          tiny int4 GPU bundles of every family built here beforehand
+#                                         (python bench/gpu_families.py build DIR): placement observed, plain and
+#                                         speculative decoding, with SPECRT_NO_CPU_FALLBACK=1 (a node left to the CPU
+#                                         fails its session). Built on the spot when unset (needs transformers).
+# Degrades instead of stopping: without onnxruntime's GPU provider the Triton kernel tests and timings still run and
+# the ONNX Runtime sections say why they are skipped. Prints Markdown tables; writes JSON beside them.
 set -euo pipefail
 RESULTS=${1:-${OUT:-gpu-results}}
 DEVICE=${DEVICE:-cuda}
@@ -37,13 +43,20 @@ else
     SHAPE_ARGS=()
 fi
 
+CARRY=${CARRY:-/tmp/specrt-carry}
+if [ "$DEVICE" != cpu ] && ls "$CARRY"/onnxruntime_gpu-*.whl > /dev/null 2>&1; then
+    echo "== onnxruntime-gpu from $CARRY"
+    python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$CARRY"/onnxruntime_gpu-*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
 echo "== machine"
 if command -v nvidia-smi > /dev/null; then
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$RESULTS/gpu.txt"
 fi
 grep -m1 -o 'avx512[a-z_]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ' || true
 echo
-DEVICE=$DEVICE python - <<'PY'
+(DEVICE=$DEVICE python - <<'PY'
 import os, sys
 device = os.environ["DEVICE"]
 missing = []
@@ -65,15 +78,31 @@ try:
 except ImportError:
     missing.append("triton")
 if missing:
-    sys.exit("bench/gpu.sh: missing: " + "; ".join(missing) + " (pip install 'specrt[nvidia]')")
+    print("bench/gpu.sh: missing: " + "; ".join(missing) + " (pip install 'specrt[nvidia]', or carry the wheel: "
+          "bench/carry.py)")
+    sys.exit(3 if any(m.startswith("onnxruntime") for m in missing) else 4)
+if device == "cuda":
+    ort.preload_dlls()  # the CUDA and cuDNN libraries torch's wheels bring
 print("onnxruntime", ort.__version__, "| torch", torch.__version__, "| triton", triton.__version__)
 PY
+) && ORT_OK=1 || { status=$?; ORT_OK=0; [ "$status" = 3 ] || exit 1; }
 
 echo "== kernel tests"
 if [ "$DEVICE" = cpu ]; then
     python -m pytest -q tests/test_kernels.py -p no:cacheprovider | tail -3
 else
     SPECRT_TEST_GPU=1 python -m pytest -q tests/test_kernels.py -p no:cacheprovider | tail -3
+fi
+
+if [ "$ORT_OK" = 1 ]; then
+    echo "== every family's int4 GPU bundle: placement observed, plain and speculative"
+    fam=${FAMILIES:-$WORK/families}
+    [ -f "$fam/gemma4_text/specrt.json" ] || python bench/gpu_families.py build "$fam" > "$RESULTS/families-build.log" 2>&1 \
+        || { tail -5 "$RESULTS/families-build.log"; exit 1; }
+    python bench/gpu_families.py run "$fam" --device "$DEVICE" --json "$RESULTS/families.json" \
+        | tee "$RESULTS/families.md"
+else
+    echo "== the ONNX Runtime sections are skipped: this onnxruntime has no GPU provider; the kernel timings follow"
 fi
 
 for size in $SIZES; do
@@ -84,6 +113,11 @@ for size in $SIZES; do
     esac
     src=$WORK/$size
     bundle=$WORK/$size-$PRECISION
+    if [ "$ORT_OK" != 1 ]; then
+        echo "== $size: fused verification kernel (torch + triton only)"
+        python bench/gpu_kernels.py --vocab 128256 --device "${DEVICE/rocm/cuda}" --json "$RESULTS/kernels-$size.json"
+        continue
+    fi
     echo "== $preset: synthetic source, then the $PRECISION bundle"
     if [ ! -d "$src/target" ]; then
         python scripts/synthetic_model.py "$preset" "$src" "${SHAPE_ARGS[@]}"

@@ -63,3 +63,16 @@ def built_for(device: str) -> tuple[str, ...]:
     """The manifest's execution_providers: what the bundle was built to run on (the CPU provider last, as ONNX
     Runtime appends it)."""
     return (BUILT_FOR[device],) if device == "cpu" else (BUILT_FOR[device], "CPUExecutionProvider")
+
+
+def refuse_off_migraphx(graph) -> None:
+    """--device rocm: refuse, in one line, a graph with nodes MIGraphX cannot compile (with more than 10 of them it
+    would run wholly on the CPU; with fewer, partly, copying across every call)."""
+    from specrt.convert.placement import place_model, summarize
+
+    off = summarize(place_model(graph, "migraphx")).off_gpu
+    if off:
+        ops = sorted({p.op.rsplit(".", 1)[-1] for p in off})
+        raise SpecrtError(f"--device rocm: MIGraphX cannot run {len(off)} nodes of this model's graph ({', '.join(ops)}: "
+                          f"{off[0].reason}), which would run on the CPU; convert for cuda or the CPU instead")
+

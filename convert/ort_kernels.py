@@ -91,6 +91,8 @@ def _input(node: onnx.NodeProto, j: int) -> str:
 
 # -- fast paths: a reason the node is off its fast path, or "" ---------------------------------------------------
 def _cuda_matmul_nbits(node, ins) -> str:
+    """The decode GEMV (calls of up to 16 rows: decoding and verification) takes float16/bfloat16, 4 or 8 bits, no
+    g_idx, uint8 or no zero points; longer calls (prefill) dequantize then run cuBLAS either way."""
     if ins[0] not in HALF:
         return f"{ins[0]} activations: dequantize-then-GEMM (the fast kernels take float16/bfloat16)"
     bits, block = _attr(node, "bits", 4), _attr(node, "block_size", 0)
@@ -121,6 +123,8 @@ CUDA_FAST_PATH = {(MS, "MatMulNBits"): _cuda_matmul_nbits, (MS, "GroupQueryAtten
 
 
 def _migraphx_gqa(node, ins) -> str:
+    if len(node.input) >= 12:
+        return "head_sink (attention sinks): MIGraphX's parser throws on 12 or more inputs"
     if _input(node, 10):
         return "attention_bias is not parsed: a tree's mask would be dropped"
     return ""
@@ -129,8 +133,8 @@ def _migraphx_gqa(node, ins) -> str:
 def _migraphx_matmul_nbits(node, ins) -> str:
     if _attr(node, "bits", 4) != 4:
         return f"{_attr(node, 'bits')}-bit weights: MIGraphX parses 4-bit MatMulNBits only"
-    if len([i for i in node.input]) > 4:
-        return "more than 4 inputs (bias, g_idx): MIGraphX reads zero points only with exactly 4"
+    if len(node.input) > 4:
+        return "more than 4 inputs (g_idx, bias): MIGraphX drops the zero points and the bias (wrong results)"
     return ""
 
 

@@ -27,7 +27,8 @@ from specrt import __version__
 from specrt.bundle import (ATTENTION_ROWS_INPUT, EXPERT_CALLS_INPUT, KVLayout, MANIFEST, PRECISIONS, Manifest,
                            TargetGraph, file_entry, weight_bits)
 from specrt.convert import sources
-from specrt.convert.gpu_profile import activation_dtype, built_for, check_profile, validation_providers
+from specrt.convert.gpu_profile import (activation_dtype, built_for, check_profile, refuse_off_migraphx,
+                                        validation_providers)
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
                                            gpu_profile_note, hidden_layers_for, takes_draft_vocab)
 from specrt.convert.memory import GIB, StagePeaks, check_fits, release_freed_memory
@@ -310,6 +311,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
 
     stages.start(f"save {stem} graph")  # the weights are written as the graph is built
     written = write_target_graph(cfg, weights, graph_opts, tmp, stem)
+    if device == "rocm":  # a graph MIGraphX would leave (partly or wholly) to the CPU is refused, not shipped
+        refuse_off_migraphx(tmp / f"{stem}.onnx")
     if exact_gguf:
         report_gguf_forms(written, stages)
     stages.done()

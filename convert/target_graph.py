@@ -222,6 +222,8 @@ class _TargetBuilder:
             self.quant_rows[n + ".weight"] = QuantRows(*ins[1:4], row, row + part.n, q.n, q.k, q.block_size, q.bits,
                                                        mins=mins_t)
             row += part.n
+        while ins[-1] == "":  # optional inputs left out at the end (MIGraphX reads zero points with 4 inputs only)
+            ins = ins[:-1]
         y = self.g.op(
             "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=q.bits,
             block_size=q.block_size, accuracy_level=self.opts.accuracy_level,
@@ -246,7 +248,9 @@ class _TargetBuilder:
         the same blocks as MatMulNBits: about a sixth or a third of the float32 table) where the width is a whole
         number of blocks; otherwise it is float."""
         g = self.g
-        if self.opts.bits and (width or self.cfg.hidden_size) % self.opts.int4_block_size == 0:
+        # MIGraphX has no GatherBlockQuantized: a rocm graph looks tokens up in a float table
+        if self.opts.bits and (width or self.cfg.hidden_size) % self.opts.int4_block_size == 0 \
+                and self.opts.device != "rocm":
             q = self.quantize(name)
             if name == EMBED and "lm_head.weight" in self.alias:  # tied: the lm_head quantizes the very same table
                 self.quantized = {**self.quantized, name: q}

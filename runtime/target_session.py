@@ -8,6 +8,7 @@ allocation of the cache and no copy of it. Rolling back is setting `length` back
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,11 @@ def make_session_options(threads: int = 0) -> ort.SessionOptions:
     # Threads spin while a run lasts but stop when it returns: otherwise a session's idle pool spins on
     # the cores the next session (draft model <-> target) needs; measured in docs/perf.md.
     opts.add_session_config_entry("session.force_spinning_stop", "1")
+    if os.environ.get("SPECRT_NO_CPU_FALLBACK") == "1":  # bench/gpu.sh: a node left to the CPU fails the session
+        opts.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if os.environ.get("SPECRT_PROFILE_PREFIX"):  # bench/gpu_families.py: per-node provider, read from the profile
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.environ["SPECRT_PROFILE_PREFIX"]
     return opts
 
 

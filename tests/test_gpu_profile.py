@@ -26,7 +26,8 @@ FAMILIES = {
     "qwen3_moe": "",
     "gpt_oss": "",
     "gemma4_text": "",
-    "gemma4_moe": "Gemma 4's gated-GELU experts are one If per expert (host-driven): not yet through QMoE",
+    # ONNX Runtime 1.31's MoE/QMoE activations are relu, gelu, silu, swiglu and identity: no gated GELU
+    "gemma4_moe": "Gemma 4's gated-GELU experts are one If per expert (host-driven): QMoE has no gated GELU",
 }
 CPU_MACHINERY = {"Pad", "Range", "Scan", "If"}  # attention-rows padding, exact attention, the experts' Scan
 
@@ -141,3 +142,19 @@ def test_a_gguf_keeps_its_blocks_on_the_gpu(mixed_gguf, tmp_path):
     assert manifest["target"]["precision"] == "gguf" and manifest["kv"]["dtype"] == "float16"
     summary = summarize(place_model(bundle / "target.onnx", "cuda"))
     assert summary.clean, [(p.verdict, p.op, p.reason) for p in summary.off_gpu]
+
+
+@pytest.mark.parametrize("arch, runs", [("llama", True), ("qwen3_5_text", False), ("gpt_oss", False)])
+def test_rocm_converts_what_migraphx_runs_and_refuses_the_rest_in_one_line(gpu_bundles, tmp_path, capsys, arch, runs):
+    """MIGraphX: a dense model's graph (float embedding, MatMulNBits with its 4 inputs) is wholly its own; a Gated
+    DeltaNet hybrid or gpt-oss's attention sinks are refused at conversion, naming what MIGraphX lacks."""
+    src = str(gpu_bundles[arch].parent / f"{arch}-src")
+    code = main(["convert", src, "-o", str(tmp_path / "r"), "--device", "rocm", "--precision", "int4",
+                 "--max-context", "96"])
+    if runs:
+        assert code == 0
+        assert summarize(place_model(tmp_path / "r" / "target.onnx", "migraphx")).clean
+    else:
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert code == 2 and len(errors) == 1 and "MIGraphX cannot run" in errors[0]
+        assert not (tmp_path / "r").exists()

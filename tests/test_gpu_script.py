@@ -1,7 +1,7 @@
 """bench/gpu.sh, the device run that carries no weights, checked end to end on the CPU (DEVICE=cpu: Triton's
 interpreter, a test-size twin of the 1B shape): it writes the synthetic model, converts it with its EAGLE-3
 head, runs the kernel tests and the kernel timing, and bench/gpu_steps.py's step costs and fixed-length runs,
-whose speculative outputs must equal plain output."""
+whose speculative outputs must equal plain output; and bench/gpu_families.py over every family's tiny GPU bundle."""
 
 from __future__ import annotations
 
@@ -31,3 +31,10 @@ def test_gpu_script_runs_end_to_end_on_the_cpu(tmp_path):
     assert len(kernels["rows"]) >= 6 and all(r["median_us"] > 0 for r in kernels["rows"])  # the kernel was timed
     manifest = json.loads((tmp_path / "out" / "models" / "1b-fp32" / "specrt.json").read_text())
     assert manifest["drafters"][0]["kind"] == "eagle3"
+    # every family's int4 GPU bundle (built for CUDA, run here on the CPU): nothing predicted off the GPU, every node
+    # observed in the running session, speculation verified, tree drafts refused in one line
+    families = json.loads((tmp_path / "out" / "families.json").read_text())["rows"]
+    assert [r["family"] for r in families] == ["llama", "qwen3_5_text", "qwen3_moe", "gpt_oss", "gemma4_text"]
+    for row in families:
+        assert row["predicted_off_gpu"] == 0 and sum(row["observed"].values()) > 0
+        assert row["mean_accepted"] > 1 and row["tree"] == "refused in one line"
