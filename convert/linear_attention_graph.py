@@ -47,6 +47,10 @@ def add_state_io(builder, st: RecurrentStates) -> None:
     for i in st.layers:
         g.add_input(f"past_conv.{i}", builder.elem, ["batch_size", st.conv_kernel - 1, st.conv_channels])
         g.add_input(f"past_recurrent.{i}", elem, ["batch_size", *st.recurrent_shape])
+    if builder.opts.device != "cpu":  # [B] from the mask's rows, not from Shape (which ONNX Runtime puts on the CPU)
+        rows = g.op("ReduceMax", ["attention_mask", g.const([1])], keepdims=0)  # [B] ones
+        g.op("Cast", [g.op("Mul", [rows, g.const(CAPTURE_CAPACITY)])], outputs=[CAPTURE_COUNT], to=TensorProto.INT32)
+        return
     batch = g.op("Slice", [g.op("Shape", ["input_ids"]), g.const([0]), g.const([1])])  # [1]
     g.op("Expand", [g.const([CAPTURE_CAPACITY], dtype=np.int32), batch], outputs=[CAPTURE_COUNT])
 

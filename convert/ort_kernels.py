@@ -63,6 +63,15 @@ def read_table(path: Path = CUDA_TABLE) -> dict[tuple[str, str], Kernel]:
 
 CUDA: dict[tuple[str, str], Kernel] = read_table()
 
+# ops whose CUDA kernels write an output to host memory (the seeds of GetCpuPreferredNodes), and the inputs CUDA
+# kernels read on the host (a host tensor there keeps the consuming node on the GPU): the kernel definitions'
+# memory types, as read for onnxruntime-gpu 1.31.1
+HOST_OUTPUTS = ("Shape", "Size")
+HOST_INPUTS = {"Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Slice": (1, 2, 3, 4),
+               "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "TopK": (1,), "Pad": (1, 2, 3), "Tile": (1,),
+               "ReduceSum": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceSumSquare": (1,),
+               "ReduceLogSumExp": (1,), "GroupQueryAttention": (6,), "If": (0,), "Loop": (0, 1)}
+
 # MIGraphX: the ops its provider hands to the MIGraphX compiler (types are the compiler's to convert); the provider
 # leaves the whole graph to the CPU where more than this many nodes are unsupported
 MIGRAPHX_MAX_UNSUPPORTED = 10
@@ -147,6 +156,8 @@ def lookup(provider: str, node: onnx.NodeProto, ins: list[str], opset: int) -> t
     """(verdict, reason, element type) of one node under `provider`: gpu, gpu-slow or cpu-fallback."""
     table, fast = TABLES[provider]
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    if (domain, node.op_type) == ("", "Constant"):
+        return "gpu", "folded into an initializer when the session loads", ""
     kernel = table.get((domain, node.op_type))
     if kernel is None:
         return "cpu-fallback", f"{provider} registers no {node.op_type} kernel", ""

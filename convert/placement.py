@@ -10,8 +10,9 @@ ONNX Runtime version and source files it was read from). MIGraphX compiles what 
 unsupported nodes runs partly on the CPU, and past a threshold wholly (ort_kernels.MIGRAPHX_MAX_UNSUPPORTED).
 
 Verdicts per node: `gpu` (its fast path), `gpu-slow` (a kernel, off its fast path: the reason says why),
-`host-loop` (control flow), `cpu-fallback` (no kernel for it), `cpu-shape` (a small integer shape computation
-that ONNX Runtime itself places on the CPU next to a GPU graph: not a fallback).
+`host-loop` (control flow), `cpu-fallback` (no kernel for it), `cpu-shape` (shape arithmetic that ONNX Runtime
+itself moves to the CPU beside a CUDA graph: GetCpuPreferredNodes; not a missing kernel, but it too fails a session
+with `session.disable_cpu_ep_fallback`, and it is a host round trip).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ ELEM_NAMES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16", Tens
               TensorProto.UINT4: "uint4", TensorProto.INT4: "int4"}
 PROVIDERS = {"cuda": "CUDAExecutionProvider", "migraphx": "MIGraphXExecutionProvider"}
 CONTROL_FLOW = ("If", "Loop", "Scan")
-INTEGER = ("int64", "int32", "bool", "uint8", "int8")
 
 
 @dataclass(frozen=True)
@@ -62,37 +62,54 @@ def _types(graph: onnx.GraphProto, outer: dict[str, str]) -> dict[str, str]:
     return types
 
 
-def _shape_values(graph: onnx.GraphProto, types: dict[str, str]) -> set[str]:
-    """Values computed from shapes alone: Shape's outputs and integer values made only from them, constants and
-    integer graph inputs (what ONNX Runtime keeps on the CPU beside a GPU graph: GetCpuPreferredNodes)."""
-    shape_like = {i.name for i in graph.initializer if types.get(i.name) in INTEGER}
-    shape_like |= {i.name for i in graph.input if types.get(i.name) in INTEGER and i.name != "input_ids"}
+def _cpu_preferred(graph: onnx.GraphProto, types: dict[str, str], on_gpu: set[str]) -> set[str]:
+    """Names of the nodes ONNX Runtime moves to the CPU beside a CUDA graph (GetCpuPreferredNodes, 1.31: read in
+    core/framework/fallback_cpu_capability.cc and checked against onnxruntime-gpu 1.31.1's partitioner): starting
+    from the host-memory outputs of GPU kernels (Shape's), a GPU node goes to the CPU when every input is such a
+    host tensor, a small initializer (<= 100 elements) or a graph input, none is float16/bfloat16, and the kernel does
+    not itself read that input on the host (ort_kernels.HOST_INPUTS); its outputs then seed further."""
+    small = {i.name for i in graph.initializer if _elements(i) <= 100}
+    inputs = {i.name for i in graph.input}
+    host = {o for n in graph.node if n.op_type in ort_kernels.HOST_OUTPUTS and n.name in on_gpu for o in n.output}
+    moved = set()
     for node in graph.node:
-        if node.op_type == "Shape" or (node.op_type in ("Constant", "ConstantOfShape") and not node.input) or (
-                node.input and all(not n or n in shape_like for n in node.input)
-                and all(types.get(o) in INTEGER for o in node.output if o)):
-            shape_like.update(o for o in node.output if o)
-    return shape_like
+        if node.name not in on_gpu or node.op_type in ort_kernels.HOST_OUTPUTS:
+            continue
+        names = [n for n in node.input if n]
+        if not any(n in host for n in names):
+            continue
+        held = ort_kernels.HOST_INPUTS.get(node.op_type, ())
+        if all(types.get(n) not in ("float16", "bfloat16") and (n in small or n in inputs or n in host)
+               and not (n in host and j in held) for j, n in enumerate(node.input) if n):
+            moved.add(node.name)
+            host.update(o for o in node.output if o)
+    return moved
+
+
+def _elements(init: onnx.TensorProto) -> int:
+    count = 1
+    for d in init.dims:
+        count *= d
+    return count
 
 
 def place_graph(graph: onnx.GraphProto, provider: str, opset: int, outer: dict[str, str] | None = None,
                 inside_loop: bool = False) -> list[Placement]:
     """Every node's placement under `provider` (cuda | migraphx), those of subgraphs after their parent."""
     types = _types(graph, outer or {})
-    shapes = _shape_values(graph, types)
-    out: list[Placement] = []
+    found = []
     for node in graph.node:
         ins = [types.get(name, "") if name else "" for name in node.input]
+        found.append((node, ins, ort_kernels.lookup(provider, node, ins, opset)))
+    on_gpu = {node.name for node, _, (verdict, _, _) in found if verdict != "cpu-fallback"}
+    preferred = _cpu_preferred(graph, types, on_gpu) if provider == "cuda" and not inside_loop else set()
+    out: list[Placement] = []
+    for node, ins, (verdict, reason, elem) in found:
         op = f"{node.domain}.{node.op_type}" if node.domain and node.domain != "ai.onnx" else node.op_type
-        verdict, reason, elem = ort_kernels.lookup(provider, node, ins, opset)
         if node.op_type in CONTROL_FLOW and verdict != "cpu-fallback":
             verdict, reason = "host-loop", f"{node.op_type} reads its condition or trip count on the host every call"
-        elif verdict == "cpu-fallback" and node.output and all(o in shapes for o in node.output if o):
-            verdict, reason = "cpu-shape", "integer shape arithmetic, kept on the CPU by ONNX Runtime"
-        elif verdict == "gpu" and node.output and all(o in shapes for o in node.output if o) \
-                and node.op_type != "Shape":
-            verdict = "cpu-shape"  # on the CPU beside the GPU graph either way (small integer math)
-            reason = "integer shape arithmetic, kept on the CPU by ONNX Runtime"
+        elif node.name in preferred:
+            verdict, reason = "cpu-shape", "shape arithmetic ONNX Runtime moves to the CPU (fails disable_cpu_ep_fallback)"
         out.append(Placement(node.name or node.op_type, op, elem, verdict, reason))
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
@@ -132,6 +149,11 @@ class Summary:
     def clean(self) -> bool:
         """Every node on a GPU kernel's fast path (or ONNX Runtime's own shape arithmetic on the CPU)."""
         return not self.off_gpu
+
+    @property
+    def strict(self) -> bool:
+        """Clean, and no shape arithmetic on the CPU either: a session with disable_cpu_ep_fallback would open."""
+        return self.clean and not self.by_verdict.get("cpu-shape")
 
 
 def summarize(placements: list[Placement]) -> Summary:

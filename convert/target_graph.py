@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, weight_bits
+from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, TOTAL_LENGTH_INPUT, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.exact_attention import exact_attention_switch
 from specrt.convert.gemma4_graph import gemma4_layer_rest, per_layer_inputs
@@ -91,12 +91,13 @@ def io_names(cfg: ModelConfig, device: str = "cpu") -> dict:
     """Graph input/output names. past_key etc. name every layer's entry; only cfg.attention_layers have them in the
     graph (hybrids' linear layers carry states instead: convert/linear_attention_graph.py). A GPU graph takes no
     attention bias (chains only: causal masking with the past's offset, sliding layers by local_window_size), which
-    keeps GroupQueryAttention on its fused kernels."""
+    keeps GroupQueryAttention on its fused kernels, and takes the total length as a scalar (no shape arithmetic that
+    ONNX Runtime would move to the CPU)."""
     num_layers = cfg.num_layers
     sliding = ["sliding_attention_bias"] if cfg.active_sliding_window else []
-    biases = ["attention_bias"] + sliding if device == "cpu" else []
+    extra = ["attention_bias"] + sliding if device == "cpu" else [TOTAL_LENGTH_INPUT]
     return {
-        "inputs": ["input_ids", "position_ids", "attention_mask"] + biases,
+        "inputs": ["input_ids", "position_ids", "attention_mask"] + extra,
         "past_key": [f"past_key_values.{i}.key" for i in range(num_layers)],
         "past_value": [f"past_key_values.{i}.value" for i in range(num_layers)],
         "present_key": [f"present.{i}.key" for i in range(num_layers)],
@@ -426,6 +427,8 @@ class _TargetBuilder:
         g.add_input("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
         g.add_input("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
         g.add_input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
+        if self.opts.device != "cpu":  # GroupQueryAttention reads it on the host: bound there by the runtime
+            g.add_input(TOTAL_LENGTH_INPUT, TensorProto.INT32, [])
         if self.opts.device == "cpu":
             g.add_input("attention_bias", self.elem, ["batch_size", 1, "sequence_length", "total_sequence_length"])
 
@@ -434,6 +437,8 @@ class _TargetBuilder:
         g = self.g
         lengths = g.op("ReduceSum", ["attention_mask", g.const([1])], keepdims=0)
         seqlens_k = g.op("Cast", [g.op("Sub", [lengths, g.const(1)])], to=TensorProto.INT32)
+        if self.opts.device != "cpu":  # the runtime's own scalar: a Shape here would put shape math on the CPU
+            return seqlens_k, TOTAL_LENGTH_INPUT
         width = g.op("Gather", [g.op("Shape", ["attention_mask"]), g.const(1)], axis=0)
         return seqlens_k, g.op("Cast", [width], to=TensorProto.INT32)
 

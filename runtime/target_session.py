@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from specrt.bundle import ATTENTION_ROWS_INPUT, EXPERT_CALLS_INPUT, RecurrentStates
+from specrt.bundle import ATTENTION_ROWS_INPUT, EXPERT_CALLS_INPUT, TOTAL_LENGTH_INPUT, RecurrentStates
 from specrt.errors import BundleError, SpecrtError
 from specrt.kernels.kv_compact import kv_compact_ref
 from specrt.runtime.recurrent_state import Capture, StateBuffers
@@ -72,8 +72,11 @@ def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider"
                  kv_shapes=None, widths: dict[str, int] | None = None):
     """An ONNX Runtime session for a bundle's graph; a graph ONNX Runtime cannot load (corrupt, truncated, not
     ONNX) or whose KV inputs disagree with the manifest's layer count is a one-line BundleError naming it."""
+    providers = list(providers)
+    if os.environ.get("SPECRT_NO_CPU_FALLBACK") == "1" and len(providers) > 1:
+        providers = [p for p in providers if p != "CPUExecutionProvider"]  # listed, it would conflict with the flag
     try:
-        session = ort.InferenceSession(str(model_path), make_session_options(threads), providers=list(providers))
+        session = ort.InferenceSession(str(model_path), make_session_options(threads), providers=providers)
     except Exception as exc:  # InvalidProtobuf, Fail, RuntimeError...: ORT's own messages span lines
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BundleError(f"{model_path}: ONNX Runtime cannot load this graph ({first[:200]})") from None
@@ -158,6 +161,7 @@ class TargetSession:
         self.has_expert_calls = EXPERT_CALLS_INPUT in {i.name for i in self.session.get_inputs()}
         # GPU graphs take no attention bias (convert/gpu_profile.py): chains only, masked causally inside the op
         self.has_bias = "attention_bias" in {i.name for i in self.session.get_inputs()}
+        self.has_total_length = TOTAL_LENGTH_INPUT in {i.name for i in self.session.get_inputs()}
         self.experts_token_by_token = False
         # hybrids: the linear layers' states in ping-pong buffers (runtime/recurrent_state.py), one binding per
         # direction; the outputs before the logits are the caches, then the states and their captures
@@ -296,6 +300,8 @@ class TargetSession:
         bind.bind_cpu_input("attention_mask", np.ones((b, total), dtype=np.int64))
         if self.has_bias:
             bind.bind_cpu_input("attention_bias", np.ascontiguousarray(attention_bias, dtype=self.np_dtype))
+        if self.has_total_length:
+            bind.bind_cpu_input(TOTAL_LENGTH_INPUT, np.array(total, dtype=np.int32))
         if self.spec.sliding_window:
             bind.bind_cpu_input("sliding_attention_bias", self._sliding_bias(position_ids, attention_bias))
         if self.has_attention_rows:

@@ -189,6 +189,9 @@ ATTENTION_ROWS_INPUT = "attention_min_rows"
 # so that a token's output no longer depends on the other tokens of its call (exact calls: convert/moe_graph.py);
 # 0 runs the whole call's tokens through the experts at once (faster for calls of several tokens).
 EXPERT_CALLS_INPUT = "experts_token_by_token"
+# A GPU target graph input, [] int32: past + new tokens (attention_mask's width), GroupQueryAttention's
+# total_sequence_length, which its CUDA kernel reads on the host (convert/gpu_profile.py)
+TOTAL_LENGTH_INPUT = "total_sequence_length"
 # the block-quantized precisions (MatMulNBits weights, int8 activations); gguf's bits vary by tensor: 4 is what weights
 # with no GGUF form of their own (a drafter's safetensors) are quantized to
 WEIGHT_BITS = {"int4": 4, "int8": 8, "gguf": 4}

@@ -52,6 +52,7 @@ def test_gpu_graph_is_float16_without_cpu_machinery(gpu_bundles, arch):
     assert manifest["target"]["device"] == "cuda" and manifest["kv"]["dtype"] == "float16"
     assert manifest["execution_providers"][0] == "CUDAExecutionProvider"
     assert not {"attention_bias", "attention_min_rows", "experts_token_by_token"} & set(manifest["target"]["inputs"])
+    assert "total_sequence_length" in manifest["target"]["inputs"]
     model = onnx.load(str(bundle / "target.onnx"), load_external_data=False)
     ops = {n.op_type for n in walk_nodes(model.graph)}
     assert not (CPU_MACHINERY - ({"If"} if FAMILIES[arch] else set())) & ops
@@ -73,6 +74,7 @@ def test_placement_cuda_every_node_on_the_gpu(gpu_bundles, arch):
         assert {(p.verdict, p.op) for p in summary.off_gpu} == {("host-loop", "If")}
         pytest.xfail(FAMILIES[arch])
     assert summary.clean, [(p.verdict, p.op, p.reason) for p in summary.off_gpu]
+    assert summary.strict  # nothing ONNX Runtime would move to the CPU: disable_cpu_ep_fallback can be on
 
 
 def test_placement_finds_what_a_cpu_bundle_would_lose_on_cuda(gpu_bundles, tmp_path):
@@ -82,6 +84,8 @@ def test_placement_finds_what_a_cpu_bundle_would_lose_on_cuda(gpu_bundles, tmp_p
     assert main(["convert", str(src), "-o", str(cpu), "--precision", "int4", "--max-context", "96"]) == 0
     placements = place_model(cpu / "target.onnx", "cuda")
     fallback = {p.op for p in placements if p.verdict == "cpu-fallback"}
+    # the total length from Shape(attention_mask) (and the row padding's arithmetic): moved to the CPU
+    assert {"Gather", "Cast"} <= {p.op for p in placements if p.verdict == "cpu-shape"}
     slow = {p.op for p in placements if p.verdict == "gpu-slow"}
     assert "com.microsoft.GroupQueryAttention" in fallback  # float32: CUDA registers float16/bfloat16 only
     assert "com.microsoft.MatMulNBits" in slow  # float32 activations: dequantize-then-GEMM
