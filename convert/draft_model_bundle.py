@@ -90,7 +90,7 @@ def _relink_external_data(model_file: Path, old: str, new: str) -> None:
 
 
 def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
-        build_graph=None, *, draft_vocab: int = 0) -> dict:
+        build_graph=None, *, draft_vocab: int = 0, device: str = "cpu") -> dict:
     """Write the draft model's graph into tmp (build_graph: the pipeline's target-graph builder); returns its entry.
     draft_vocab > 0: its output head keeps only that many of the most frequent tokens (convert/draft_vocab_head.py)."""
     from specrt.convert import sources
@@ -116,7 +116,8 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
             write_tokenizer(resolved.path, resolved.kind, Path(tok_dir), dcfg.eos_token_ids, dcfg.bos_token_id)
             _refuse_mismatch(tmp, Path(tok_dir) / "tokenizer.json", resolved.name)
     cfg = draft_loaded.config
-    graph, validation = build_graph(tmp, DRAFT_STEM, draft_loaded, draft_precision, max_context, (), providers, stages)
+    graph, validation = build_graph(tmp, DRAFT_STEM, draft_loaded, draft_precision, max_context, (), providers, stages,
+                                    device=device)
     kv = KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, max_context=max_context,
                   dtype=activation_dtype(draft_precision, graph.device),
                   layer_ids=cfg.kv_layer_ids, layer_shapes=cfg.kv_layer_shapes)

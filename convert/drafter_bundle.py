@@ -49,15 +49,12 @@ def _exporter(spec: str):
     return drafter_kinds.KINDS[name].exporter_module(), arg
 
 
-# the drafters built in a GPU bundle's own profile: a draft model is a target graph of its own; the feature-reading
-# heads (eagle3, mtp, dflash, assistant) keep float32 activations, so their attention runs on the CPU provider
-GPU_PROFILE_DRAFTERS = ("draft-model",)
-
-
 def gpu_profile_note(spec: str, device: str) -> str:
-    """What a GPU bundle's drafter does not yet run on the GPU (an empty string where it does)."""
+    """What a GPU bundle's drafter does not yet run on the GPU (an empty string where it does): the exporters that
+    take a `device` build their graph in the GPU profile (convert/gpu_profile.py); the others (dflash, assistant)
+    keep float32 activations."""
     name, _ = parse_drafter_spec(spec)
-    if device == "cpu" or name in GPU_PROFILE_DRAFTERS:
+    if device == "cpu" or _takes(spec, "device"):
         return ""
     return (f"note: the {name} drafter's graph computes in float32, so under {device} its attention runs on the CPU "
             "provider (specrt info BUNDLE --placement shows which nodes)")
@@ -89,17 +86,25 @@ def hidden_layers_for(spec: str | None, loaded) -> tuple[int, ...]:
 
 
 def add_drafter(spec: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages, build_graph,
-                draft_vocab: int = 0) -> dict:
+                draft_vocab: int = 0, device: str = "cpu") -> dict:
     """Write the drafter's graph into tmp; returns its manifest entry. draft_vocab: its output head cut to that
-    many tokens, for the kinds whose exporter takes it (a draft model)."""
+    many tokens, for the kinds whose exporter takes it (a draft model); device: the profile its graph is built in,
+    for the kinds whose exporter takes it (convert/gpu_profile.py)."""
     module, arg = _exporter(spec)
     extra = {"draft_vocab": draft_vocab} if draft_vocab and takes_draft_vocab(spec) else {}
+    if _takes(spec, "device"):
+        extra["device"] = device
     return module.add(spec, arg, tmp, loaded, precision, max_context, providers, stages, build_graph, **extra)
 
 
-def takes_draft_vocab(spec: str) -> bool:
-    """Whether this drafter's exporter cuts its head to a draft vocabulary (a keyword-only option of its add)."""
+def _takes(spec: str, option: str) -> bool:
+    """Whether this drafter's exporter takes a keyword-only option of its add (draft_vocab, device)."""
     import inspect
 
     module, _ = _exporter(spec)
-    return "draft_vocab" in inspect.signature(module.add).parameters
+    return option in inspect.signature(module.add).parameters
+
+
+def takes_draft_vocab(spec: str) -> bool:
+    """Whether this drafter's exporter cuts its head to a draft vocabulary."""
+    return _takes(spec, "draft_vocab")

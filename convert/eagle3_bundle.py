@@ -35,18 +35,19 @@ def hidden_layers_for(arg: str, loaded) -> tuple[int, ...]:
 
 
 def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
-        build_graph=None) -> dict:
+        build_graph=None, *, device: str = "cpu") -> dict:
     """Write the head's graph and d2t into tmp; returns its manifest entry."""
     from safetensors.numpy import save_file
 
     from specrt.convert.eagle3_graph import _Eagle3Builder, _graph_weights
+    from specrt.convert.gpu_profile import activation_dtype
     from specrt.convert.head_graph import export_head, head_precision
     from specrt.convert.target_graph import GraphOptions
     from specrt.models.eagle3 import load_eagle3_checkpoint, model_from_tensors
 
     cfg, tensors = load_eagle3_checkpoint(Path(arg).expanduser(), loaded.config)
     embed = np.asarray(loaded.weights["model.embed_tokens.weight"], dtype=np.float32)
-    opts = GraphOptions(precision=head_precision(precision), max_context=max_context)
+    opts = GraphOptions(precision=head_precision(precision), max_context=max_context, device=device)
     builder = _Eagle3Builder(cfg, _graph_weights(tensors, embed), opts)
     inputs, validation = export_head(builder, model_from_tensors(cfg, tensors), embed,
                                lambda name: name.replace("model.layers.0.", "midlayer."), tmp, STEM, providers,
@@ -55,7 +56,8 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
     c = cfg.layer
     graph = TargetGraph(file=f"{STEM}.onnx", data_file=f"{STEM}.onnx.data", precision=opts.precision, inputs=inputs,
                         outputs=("logits", "hidden_out"), hidden_size=c.hidden_size)
-    kv = KVLayout(layers=1, kv_heads=c.num_kv_heads, head_dim=c.head_dim, max_context=max_context, dtype="float32")
+    kv = KVLayout(layers=1, kv_heads=c.num_kv_heads, head_dim=c.head_dim, max_context=max_context,
+                  dtype=activation_dtype(opts.precision, device))
     return {
         "kind": "eagle3", "name": "eagle3", "spec": spec, "source": str(Path(arg).expanduser()),
         "source_sha256": checkpoint_sha256(Path(arg).expanduser()),  # what a cached catalog bundle compares

@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from specrt.bundle import weight_bits
+from specrt.bundle import TOTAL_LENGTH_INPUT, weight_bits
 from specrt.convert.target_graph import io_names
 
 
 def add_head_inputs(builder, feature_width: int) -> dict:
     """Declare the step inputs, the head inputs and the one-layer KV cache; returns io_names."""
     g, cfg = builder.g, builder.cfg
-    io = io_names(cfg)
+    io = io_names(cfg, builder.opts.device)
     builder.add_step_inputs()
     g.add_input("features", builder.elem, ["batch_size", "sequence_length", feature_width])
     g.add_input("hidden", builder.elem, ["batch_size", "sequence_length", cfg.hidden_size])
@@ -50,7 +50,11 @@ def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4
 
     rng = np.random.default_rng(seed)
     c = head.cfg.layer
-    past_k = np.zeros((1, c.num_kv_heads, max_ctx, c.head_dim), np.float32)
+    names = {i.name for i in session.get_inputs()}
+    # the graph's activations' type: float16 in a GPU graph (convert/gpu_profile.py)
+    dtype = np.float16 if next(i for i in session.get_inputs() if i.name == "hidden").type == "tensor(float16)" \
+        else np.float32
+    past_k = np.zeros((1, c.num_kv_heads, max_ctx, c.head_dim), dtype)
     past_v = np.zeros_like(past_k)
     tk = tv = torch.zeros(1, c.num_kv_heads, 0, c.head_dim)
     width = head.cfg.feature_width
@@ -60,10 +64,12 @@ def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4
         pos = np.arange(start, start + n)[None]
         feats = rng.normal(size=(1, n, width)).astype(np.float32) if use else np.zeros((1, n, width), np.float32)
         h_in = hidden if (hidden is not None and not use) else np.zeros((1, n, c.hidden_size), np.float32)
-        logits, h_out, past_k, past_v = session.run(None, {
-            "input_ids": tokens, "position_ids": pos, "attention_mask": np.ones((1, start + n), np.int64),
-            "attention_bias": np.zeros((1, 1, n, start + n), np.float32), "features": feats, "hidden": h_in,
-            "use_features": np.array([use]), "past_key_values.0.key": past_k, "past_key_values.0.value": past_v})
+        feed = {"input_ids": tokens, "position_ids": pos, "attention_mask": np.ones((1, start + n), np.int64),
+                "attention_bias": np.zeros((1, 1, n, start + n), dtype), "features": feats.astype(dtype),
+                "hidden": h_in.astype(dtype), "use_features": np.array([use]), "past_key_values.0.key": past_k,
+                "past_key_values.0.value": past_v, TOTAL_LENGTH_INPUT: np.array(start + n, np.int32)}
+        logits, h_out, past_k, past_v = session.run(None, {k: v for k, v in feed.items() if k in names})
+        h_out = h_out.astype(np.float32)
         with torch.no_grad():
             hid = head.fuse(torch.from_numpy(feats)) if use else torch.from_numpy(h_in)
             t_logits, t_h, k, v = head(torch.from_numpy(embed[tokens]), hid, torch.from_numpy(pos), tk, tv)
@@ -78,30 +84,39 @@ def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4
 # shipped quantized graph computes with int8 activations (MatMulNBits accuracy level 4), which moves logits by a few
 # tenths on the real heads and by whole units on random test heads: recorded, not limited.
 MAX_DIFF = 1e-3
+MAX_DIFF_FP16 = 5e-2  # a GPU head's float16 activations (convert/gpu_profile.py), against the same torch head
 
 
 def validate_graph(path, quantized: bool, providers, difference, label: str, precision: str):
     """Check a written drafter graph with `difference(session) -> max |diff|` against its torch definition:
     exactly (MAX_DIFF) on the graph itself, or for int4/int8 on its float-activation twin, the torch side holding
-    the very same quantized weights; a quantized graph's shipped (int8-activation) difference is recorded. Returns the
-    validation record and an ORT session over the shipped graph; ValidationError past MAX_DIFF."""
+    the very same quantized weights; a quantized graph's shipped (int8-activation) difference is recorded. A GPU
+    graph (float16 activations) is held as it ships, to MAX_DIFF_FP16. Returns the validation record and an ORT
+    session over the shipped graph; ValidationError past the limit."""
     import onnxruntime as ort
 
     from specrt.convert.onnx_graph import float_activation_twin
     from specrt.errors import ValidationError
 
-    exact_path = float_activation_twin(path) if quantized else path
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    half = any(i.type.tensor_type.elem_type == TensorProto.FLOAT16 for i in model.graph.input)
+    del model
+    limit = MAX_DIFF_FP16 if half else MAX_DIFF
+    # a GPU graph computes as it ships (float16, no int8 activations): held once, at float16's limit
+    exact_path = float_activation_twin(path) if quantized and not half else path
     try:
         session = ort.InferenceSession(str(exact_path), providers=list(providers))
         exact = difference(session)
     finally:
         if exact_path != path:
             exact_path.unlink()
-    if not exact <= MAX_DIFF:  # NaN compares false both ways: a graph that outputs NaN fails here
+    if not exact <= limit:  # NaN compares false both ways: a graph that outputs NaN fails here
         raise ValidationError(f"{label} graph ({precision}) differs from its torch definition by {exact:.2e} "
-                              f"(limit {MAX_DIFF})")
+                              f"(limit {limit})")
     validation = {"max_abs_diff": exact}
-    if quantized:
+    if exact_path != path:
         del session  # one graph in memory at a time
         session = ort.InferenceSession(str(path), providers=list(providers))
         validation["int8_activations_max_abs_diff"] = difference(session)

@@ -60,8 +60,9 @@ def _weights(loaded, folder: str) -> Mapping:
 
 
 def add(spec: str, folder: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
-        build_graph=None) -> dict:
+        build_graph=None, *, device: str = "cpu") -> dict:
     """Write the module's graph into tmp; returns its manifest entry."""
+    from specrt.convert.gpu_profile import activation_dtype
     from specrt.convert.head_graph import export_head, head_precision
     from specrt.convert.mtp_graph import _graph_weights, _MtpBuilder
     from specrt.convert.target_graph import GraphOptions
@@ -70,14 +71,15 @@ def add(spec: str, folder: str, tmp: Path, loaded, precision: str, max_context: 
     # the target's embedding table and lm_head stay in the source until the graph builder reads them (memory: a
     # 248k-token vocabulary makes each 4 GB in float32)
     cfg, tensors = load_mtp_from_target(loaded.config, _weights(loaded, folder), lazy_shared=True)
-    opts = GraphOptions(precision=head_precision(precision), max_context=max_context)
+    opts = GraphOptions(precision=head_precision(precision), max_context=max_context, device=device)
     torch_module, embed = model_from_tensors(cfg, tensors)
     inputs, validation = export_head(_MtpBuilder(cfg, _graph_weights(tensors), opts), torch_module, embed, _torch_name, tmp,
                                STEM, providers, stages, "MTP")
     c = cfg.layer
     graph = TargetGraph(file=f"{STEM}.onnx", data_file=f"{STEM}.onnx.data", precision=opts.precision, inputs=inputs,
                         outputs=("logits", "hidden_out"), hidden_size=c.hidden_size)
-    kv = KVLayout(layers=1, kv_heads=c.num_kv_heads, head_dim=c.head_dim, max_context=max_context, dtype="float32")
+    kv = KVLayout(layers=1, kv_heads=c.num_kv_heads, head_dim=c.head_dim, max_context=max_context,
+                  dtype=activation_dtype(opts.precision, device))
     return {
         "kind": "mtp", "name": "mtp", "spec": spec, "source": str(Path(folder).expanduser() if folder else loaded.source.path),
         "layout": cfg.layout.name, "model_config": c.to_dict(), "graph": dataclasses.asdict(graph),

@@ -433,10 +433,11 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
     stages.done()
     specs = drafter_specs(opts.drafter)
     taps = tuple(sorted(set(opts.hidden_layers).union(*(hidden_layers_for(s, loaded) for s in specs))))
-    build = functools.partial(_build_graph, int4_block_size=opts.int4_block_size, device=opts.device)
-    target, validation = build(tmp, "target", loaded, opts.precision, max_context, taps, providers, stages)
+    build = functools.partial(_build_graph, int4_block_size=opts.int4_block_size)
+    target, validation = build(tmp, "target", loaded, opts.precision, max_context, taps, providers, stages,
+                               device=opts.device)
     drafters = tuple(add_drafter(s, tmp, loaded, opts.precision, max_context, providers, stages, build,
-                                 draft_vocab=opts.draft_vocab) for s in specs)
+                                 draft_vocab=opts.draft_vocab, device=opts.device) for s in specs)
 
     stages.start("write manifest")
     graph_files = [target.file, target.data_file] + [

@@ -44,19 +44,21 @@ def resolve(source: str, log=print) -> ResolvedSource:
     raise SourceError(f"{source!r} is neither a path nor a catalog name (catalog: {', '.join(catalog.CATALOG)})")
 
 
-def default_precision(source: str) -> str:
+def default_precision(source: str, device: str = "cpu") -> str:
     """What `specrt convert` makes of a source when no --precision is given: a GGUF whose weights are quantized in a
-    format MatMulNBits holds exactly (every catalog model) keeps them (gguf); anything else converts at fp32."""
+    format MatMulNBits holds exactly (every catalog model) keeps them (gguf); anything else converts at fp32 for the
+    CPU, fp16 for a GPU (convert/gpu_profile.py)."""
+    float_precision = "fp32" if device == "cpu" else "fp16"
     if source in catalog.CATALOG:
         return "gguf"
     path = Path(source).expanduser()
     if not (path.is_file() and path.suffix.lower() == ".gguf"):
-        return "fp32"
+        return float_precision
     from specrt.convert.gguf_exact import FORMS
     from specrt.models.gguf_loader import open_gguf
 
     reader = open_gguf(path)
-    return "gguf" if any(len(t.shape) == 2 and t.tensor_type.name in FORMS for t in reader.tensors) else "fp32"
+    return "gguf" if any(len(t.shape) == 2 and t.tensor_type.name in FORMS for t in reader.tensors) else float_precision
 
 
 def load(resolved: ResolvedSource) -> LoadedSource:

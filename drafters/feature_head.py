@@ -54,7 +54,8 @@ class FeatureHeadDrafter(Drafter):
     def __init__(self, bundle_dir: Path, entry: DrafterEntry, target_vocab: int, providers, threads: int = 0,
                  topk: int = 1, max_depth: int = 3):
         kv, vocab = entry.kv, entry.draft_vocab_size
-        spec = TargetSpec(1, kv.kv_heads, kv.head_dim, kv.max_context, vocab, extra_outputs=("hidden_out",))
+        spec = TargetSpec(1, kv.kv_heads, kv.head_dim, kv.max_context, vocab, extra_outputs=("hidden_out",),
+                          kv_dtype=kv.dtype)
         self.session = TargetSession(Path(bundle_dir) / entry.graph.file, spec, providers, threads=threads)
         targets = load_draft_targets(bundle_dir, entry, target_vocab, vocab)
         self.d2t_targets = np.arange(vocab) if targets is None else targets  # [V_head] target id of each head id
@@ -87,9 +88,10 @@ class FeatureHeadDrafter(Drafter):
              positions: np.ndarray | None = None, bias: np.ndarray | None = None):
         """Feed tokens [S] -> logits [S, V_head], hidden_out [S, H]."""
         n = len(tokens)
+        dtype = self.session.np_dtype  # the head's activations: float16 in a GPU bundle
         extra = {
-            "features": features[None] if features is not None else np.zeros((1, n, self.width), np.float32),
-            "hidden": hidden[None] if hidden is not None else np.zeros((1, n, self.hidden_size), np.float32),
+            "features": features[None].astype(dtype) if features is not None else np.zeros((1, n, self.width), dtype),
+            "hidden": hidden[None].astype(dtype) if hidden is not None else np.zeros((1, n, self.hidden_size), dtype),
             "use_features": np.array([features is not None]),
         }
         logits, hidden_out = self.session.forward(np.array([tokens], dtype=np.int64), position_ids=positions,

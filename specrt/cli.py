@@ -71,7 +71,7 @@ def cli():
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "int8", "int4", "gguf"]), default=None,
               help="gguf (a .gguf source or catalog name): the file's own quantized weights, exactly as llama.cpp runs "
                    "them; int8 / int4: block-quantized again (MatMulNBits, int8 activations), int4 is fastest; fp32 / "
-                   "fp16: float [default: gguf for a quantized GGUF, else fp32]")
+                   "fp16: float [default: gguf for a quantized GGUF, else fp32 (fp16 for --device cuda/rocm)]")
 @click.option("--max-context", type=int, default=None, help="KV cache length (default: min(model limit, 4096))")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "rocm"]), default="cpu", show_default=True,
               help="device the bundle is built and validated for")
@@ -112,7 +112,7 @@ def convert(source, output, precision, max_context, device, hidden_layers, int4_
     if precision is None:
         from specrt.convert.sources import default_precision
 
-        precision = default_precision(source)
+        precision = default_precision(source, device)
     opts = ConvertOptions(precision=precision, max_context=max_context, device=device, force=force, hidden_layers=layers,
                           drafter=drafter, int4_block_size=block,
                           draft_vocab=catalog_draft_vocab(source, drafter) if draft_vocab is None else draft_vocab)

@@ -163,11 +163,14 @@ def test_interrupt_leaves_nothing(tiny_source, tmp_path, capsys, monkeypatch):
     assert leftovers(tmp_path) == []
 
 
-def test_fp16_on_cpu_and_missing_provider(tiny_source, tmp_path, capsys):
+def test_fp16_on_cpu_and_a_gpu_bundle_without_its_provider(tiny_source, tmp_path, capsys):
     code, _, err = run(["convert", str(tiny_source), "-o", str(tmp_path / "b"), "--precision", "fp16"], capsys)
     assert code == 2 and "GPU" in err
+    # no CUDA provider here: the bundle is built (fp16, the GPU's default) and validated on the CPU provider, said so
     code, _, err = run(["convert", str(tiny_source), "-o", str(tmp_path / "b"), "--device", "cuda"], capsys)
-    assert code == 2 and "CUDAExecutionProvider" in err
+    assert code == 0 and "no CUDAExecutionProvider" in err and "validated on the CPU provider" in err
+    manifest = json.loads((tmp_path / "b" / "specrt.json").read_text())
+    assert manifest["target"]["precision"] == "fp16" and manifest["target"]["device"] == "cuda"
 
 
 def test_damaged_bundles_are_named(tiny_bundle, tmp_path, capsys):

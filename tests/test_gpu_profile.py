@@ -162,3 +162,33 @@ def test_rocm_converts_what_migraphx_runs_and_refuses_the_rest_in_one_line(gpu_b
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
         assert code == 2 and len(errors) == 1 and "MIGraphX cannot run" in errors[0]
         assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "mtp"])
+def test_feature_heads_are_built_for_the_gpu_and_draft_losslessly(tmp_path, kind):
+    """EAGLE-3 heads and MTP modules in a GPU bundle compute in float16 like their target, every node on CUDA, and
+    draft (greedy output equal to plain decoding on the CPU provider)."""
+    import specrt
+    from specrt.models.eagle3 import save_eagle3_checkpoint, state_dict_of
+    from specrt.runtime.sampling import SamplingParams
+    from tests.test_eagle3 import random_head
+    from tests.test_mtp import make_target
+
+    if kind == "eagle3":
+        src = save_tiny_bundle_source("llama", tmp_path / "target")
+        head = random_head(3)
+        save_eagle3_checkpoint(tmp_path / "head", head.cfg, state_dict_of(head))
+        drafter = f"eagle3:{tmp_path / 'head'}"
+    else:
+        src, drafter = make_target(tmp_path / "target", "deepseek", seed=10, own_head=True), "mtp"
+    bundle = tmp_path / "bundle"
+    assert main(["convert", str(src), "-o", str(bundle), "--max-context", "96", "--precision", "int4",
+                 "--device", "cuda", "--drafter", drafter]) == 0
+    entry = json.loads((bundle / "specrt.json").read_text())["drafters"][0]
+    assert entry["kv"]["dtype"] == "float16" and entry["validation"]["max_abs_diff"] < 5e-2
+    summary = summarize(place_model(bundle / entry["graph"]["file"], "cuda"))
+    assert summary.strict, [(p.verdict, p.op, p.reason) for p in summary.off_gpu]
+    params = SamplingParams(max_new_tokens=16, stop_token_ids=())
+    plain = specrt.load(str(bundle), device="cpu", drafter="none").generate("the a of to", params).wait()
+    spec = specrt.load(str(bundle), device="cpu", drafter=kind, draft_length=3).generate("the a of to", params).wait()
+    assert spec.token_ids == plain.token_ids and sum(spec.stats.drafted_by_position) > 0
