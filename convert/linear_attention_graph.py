@@ -64,6 +64,9 @@ def add_state_outputs(builder, st: RecurrentStates) -> None:
         g.add_output(f"capture_recurrent.{i}", TensorProto.FLOAT, ["batch_size", capture_width(st)])
 
 
+# -exp(A_log) * softplus(a + dt_bias): ONNX Runtime 1.32 calls it "softplus" and still takes "qwen", the only name
+# 1.31's kernels (CUDA's included: the newest GPU wheel) know
+GATE = "qwen"
 L2_EPS = 1e-6  # inside the square root, as HF's Qwen3.5 and FLA normalize (the op's own qk_l2_norm uses none)
 
 
@@ -93,9 +96,11 @@ def linear_attention(builder, i: int, h: str) -> str:
     v = g.op("Reshape", [v, g.const([0, 0, hv, dv])])  # [B, S, Hv, Dv]
     a_log = g.weight(p + "A_log", builder.tensor(p + "A_log").astype(np.float32))
     dt_bias = g.weight(p + "dt_bias", builder.tensor(p + "dt_bias").astype(np.float32))
+    if builder.dtype != np.float32:  # ONNX Runtime 1.31 (the newest GPU wheel) takes the gates in float32 only
+        a, b = (g.op("Cast", [x], to=TensorProto.FLOAT) for x in (a, b))
     core = g.op("GatedDeltaNet", [q, k, v, "", a, b, f"past_recurrent.{i}", a_log, dt_bias, CAPTURE_COUNT],
                 outputs=[f"layers.{i}.delta_rule", f"present_recurrent.{i}", f"capture_recurrent.{i}"],
-                domain=MS_DOMAIN, gate_activation="softplus", beta_activation="sigmoid", qk_l2_norm=0,
+                domain=MS_DOMAIN, gate_activation=GATE, beta_activation="sigmoid", qk_l2_norm=0,
                 state_update_capacity=CAPTURE_CAPACITY)[0]  # [B, S, Hv, Dv]
     normed = g.op("SimplifiedLayerNormalization", [core, builder.param(p + "norm.weight")], axis=-1,
                   epsilon=cfg.rms_norm_eps, stash_type=1)

@@ -62,15 +62,16 @@ def _types(graph: onnx.GraphProto, outer: dict[str, str]) -> dict[str, str]:
     return types
 
 
-def _cpu_preferred(graph: onnx.GraphProto, types: dict[str, str], on_gpu: set[str]) -> set[str]:
+def _cpu_preferred(graph: onnx.GraphProto, types: dict[str, str], on_gpu: set[str], small: set[str]) -> set[str]:
     """Names of the nodes ONNX Runtime moves to the CPU beside a CUDA graph (GetCpuPreferredNodes, 1.31: read in
     core/framework/fallback_cpu_capability.cc and checked against onnxruntime-gpu 1.31.1's partitioner): starting
     from the host-memory outputs of GPU kernels (Shape's), a GPU node goes to the CPU when every input is such a
     host tensor, a small initializer (<= 100 elements) or a graph input, none is float16/bfloat16, and the kernel does
-    not itself read that input on the host (ort_kernels.HOST_INPUTS); its outputs then seed further."""
-    small = {i.name for i in graph.initializer if _elements(i) <= 100}
+    not itself read that input on the host (ort_kernels.HOST_INPUTS); its outputs then seed further, as do the outputs
+    of nodes no GPU kernel takes. `small`: the small initializers of this graph and the graphs around it."""
     inputs = {i.name for i in graph.input}
     host = {o for n in graph.node if n.op_type in ort_kernels.HOST_OUTPUTS and n.name in on_gpu for o in n.output}
+    host |= {o for n in graph.node if n.name not in on_gpu for o in n.output}  # what the CPU provider computes
     moved = set()
     for node in graph.node:
         if node.name not in on_gpu or node.op_type in ort_kernels.HOST_OUTPUTS:
@@ -94,15 +95,17 @@ def _elements(init: onnx.TensorProto) -> int:
 
 
 def place_graph(graph: onnx.GraphProto, provider: str, opset: int, outer: dict[str, str] | None = None,
-                inside_loop: bool = False) -> list[Placement]:
-    """Every node's placement under `provider` (cuda | migraphx), those of subgraphs after their parent."""
+                outer_small: frozenset[str] = frozenset()) -> list[Placement]:
+    """Every node's placement under `provider` (cuda | migraphx), those of subgraphs after their parent (outer: the
+    types of the values around a subgraph, outer_small: its small initializers, which a subgraph may read)."""
     types = _types(graph, outer or {})
+    small = outer_small | {i.name for i in graph.initializer if _elements(i) <= 100}
     found = []
     for node in graph.node:
         ins = [types.get(name, "") if name else "" for name in node.input]
         found.append((node, ins, ort_kernels.lookup(provider, node, ins, opset)))
     on_gpu = {node.name for node, _, (verdict, _, _) in found if verdict != "cpu-fallback"}
-    preferred = _cpu_preferred(graph, types, on_gpu) if provider == "cuda" and not inside_loop else set()
+    preferred = _cpu_preferred(graph, types, on_gpu, small) if provider == "cuda" else set()
     out: list[Placement] = []
     for node, ins, (verdict, reason, elem) in found:
         op = f"{node.domain}.{node.op_type}" if node.domain and node.domain != "ai.onnx" else node.op_type
@@ -113,7 +116,7 @@ def place_graph(graph: onnx.GraphProto, provider: str, opset: int, outer: dict[s
         out.append(Placement(node.name or node.op_type, op, elem, verdict, reason))
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                out.extend(place_graph(sub, provider, opset, types, inside_loop=True))
+                out.extend(place_graph(sub, provider, opset, types, small))
     return out
 
 

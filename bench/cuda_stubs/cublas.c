@@ -1,0 +1,26 @@
+/* libcublas: the symbols ONNX Runtime's CUDA provider imports, as no-ops (bench/cuda_partition.py) */
+static char d[64];
+int cublasCreate_v2(void**h){*h=d;return 0;}
+long cublasDestroy_v2(void){return 0;}
+long cublasDgeam(void){return 0;}
+long cublasDgemmBatched(void){return 0;}
+long cublasDgemmStridedBatched(void){return 0;}
+long cublasDgemm_v2(void){return 0;}
+long cublasDgetrfBatched(void){return 0;}
+long cublasDgetriBatched(void){return 0;}
+long cublasGemmBatchedEx(void){return 0;}
+long cublasGemmEx(void){return 0;}
+long cublasGemmStridedBatchedEx(void){return 0;}
+long cublasGetMathMode(void){return 0;}
+long cublasGetStatusName(void){return 0;}
+long cublasGetStatusString(void){return 0;}
+long cublasScopy_v2(void){return 0;}
+long cublasSetMathMode(void){return 0;}
+long cublasSetStream_v2(void){return 0;}
+long cublasSgeam(void){return 0;}
+long cublasSgemmBatched(void){return 0;}
+long cublasSgemmStridedBatched(void){return 0;}
+long cublasSgemm_v2(void){return 0;}
+long cublasSgetrfBatched(void){return 0;}
+long cublasSgetriBatched(void){return 0;}
+long cublasSscal_v2(void){return 0;}

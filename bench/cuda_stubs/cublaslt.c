@@ -1,0 +1,20 @@
+/* libcublasLt: the symbols ONNX Runtime's CUDA provider imports, as no-ops (bench/cuda_partition.py) */
+static char d[64];
+int cublasLtCreate(void**h){*h=d;return 0;}
+long cublasLtDestroy(void){return 0;}
+long cublasLtMatmul(void){return 0;}
+long cublasLtMatmulAlgoConfigSetAttribute(void){return 0;}
+long cublasLtMatmulAlgoGetHeuristic(void){return 0;}
+long cublasLtMatmulAlgoInit(void){return 0;}
+long cublasLtMatmulDescCreate(void){return 0;}
+long cublasLtMatmulDescDestroy(void){return 0;}
+long cublasLtMatmulDescSetAttribute(void){return 0;}
+long cublasLtMatmulPreferenceCreate(void){return 0;}
+long cublasLtMatmulPreferenceDestroy(void){return 0;}
+long cublasLtMatmulPreferenceSetAttribute(void){return 0;}
+long cublasLtMatrixLayoutCreate(void){return 0;}
+long cublasLtMatrixLayoutDestroy(void){return 0;}
+long cublasLtMatrixLayoutSetAttribute(void){return 0;}
+long cublasLtMatrixTransform(void){return 0;}
+long cublasLtMatrixTransformDescCreate(void){return 0;}
+long cublasLtMatrixTransformDescDestroy(void){return 0;}
