@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt.errors import SpecrtError
+from specrt.runtime.json_digits import DigitBound
 
 
 # JSON written one way, as Python's json.dumps writes it: `{"a": 1, "b": [2, 3]}`. With no choice of whitespace the
@@ -57,6 +58,13 @@ class GrammarTokenizer:
         self.vocab_size = vocab_size
         self.tokenizer = llguidance.LLTokenizer(Path(tokenizer_json).read_text(encoding="utf-8"), n_vocab=vocab_size,
                                                 eos_token=sorted(stop_ids))
+        self._pieces: list[bytes] | None = None
+
+    def pieces(self) -> list[bytes]:
+        """[V] each token's bytes (decoded once per tokenizer)."""
+        if self._pieces is None:
+            self._pieces = [self.tokenizer.decode_bytes([i]) for i in range(self.vocab_size)]
+        return self._pieces
 
     def special_id(self, text: str) -> int | None:
         """The id of text where it is one special token of the vocabulary (a tool format's marker), else None."""
@@ -65,14 +73,16 @@ class GrammarTokenizer:
 
 
 class OutputConstraint:
-    """The grammar's state over one generation's output tokens."""
+    """The grammar's state over one generation's output tokens; with bound_digits (a JSON schema's output), a JSON
+    number's parts are held to 16 digits as llama.cpp's schema grammars hold them (runtime/json_digits.py)."""
 
-    def __init__(self, tokenizer: GrammarTokenizer, grammar: str):
+    def __init__(self, tokenizer: GrammarTokenizer, grammar: str, bound_digits: bool = False):
         llguidance = _llguidance()
         self.vocab_size = tokenizer.vocab_size
         self.matcher = llguidance.LLMatcher(tokenizer.tokenizer, grammar)
         if self.matcher.is_error():
             raise ConstraintError(f"the grammar cannot be used: {self.matcher.get_error()}")
+        self.digits = DigitBound(tokenizer.pieces()) if bound_digits else None
         self._bits = llguidance.numpy.allocate_token_bitmask(1, self.vocab_size)
         self._fill = llguidance.numpy.fill_next_token_bitmask
 
@@ -104,7 +114,9 @@ class OutputConstraint:
         """[V] bool: the tokens the grammar accepts next."""
         self._fill(self.matcher, self._bits, 0)
         bits = np.unpackbits(self._bits[0].view(np.uint8), bitorder="little")
-        return bits[:self.vocab_size].astype(bool)
+        allowed = bits[:self.vocab_size].astype(bool)
+        bound = self.digits.allowed() if self.digits is not None else None
+        return allowed if bound is None else allowed & bound
 
     def mask(self, logits: np.ndarray) -> np.ndarray:
         """logits [V] with every token the grammar forbids now at -inf (a copy)."""
@@ -114,10 +126,14 @@ class OutputConstraint:
         for t in tokens:
             if not self.matcher.consume_token(int(t)):
                 raise ConstraintError(f"token {int(t)} is not allowed by the grammar here")
+            if self.digits is not None:
+                self.digits.push(int(t))
 
     def rollback(self, n: int) -> None:
         if n and not self.matcher.rollback(n):
             raise ConstraintError("the grammar state could not be rolled back")
+        if n and self.digits is not None:
+            self.digits.pop(n)
 
     def forced(self, limit: int) -> list[int]:
         """Up to `limit` tokens the grammar forces next (its fast-forward: the bytes every allowed continuation

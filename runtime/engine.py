@@ -253,16 +253,16 @@ class Engine:
                                                        self.stop_ids)
         return self._grammar_tokenizer
 
-    def _constraint(self, grammar: str):
+    def _constraint(self, grammar: str, bound_digits: bool = False):
         from specrt.runtime.constraint import OutputConstraint
 
-        return OutputConstraint(self._grammar_tokenizer_once(), grammar)
+        return OutputConstraint(self._grammar_tokenizer_once(), grammar, bound_digits)
 
     def output_constraint(self, response_format: dict, params: SamplingParams):
         """A fresh grammar state for one generation's output (ConstraintError for a format it cannot compile)."""
         from specrt.runtime.constraint import OutputConstraint
 
-        return self._constraint(OutputConstraint.grammar_for(response_format))
+        return self._constraint(OutputConstraint.grammar_for(response_format), bound_digits=True)
 
     def _run(self, ids: list[int], params: SamplingParams, gen: Generation, wait: bool, drafter, constraint=None,
              plan=None):
