@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from specrt.bundle import TOTAL_LENGTH_INPUT, weight_bits
+from specrt.bundle import SEQLENS_INPUT, TOTAL_LENGTH_INPUT, weight_bits
 from specrt.convert.target_graph import io_names
 
 
@@ -67,7 +67,8 @@ def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4
         feed = {"input_ids": tokens, "position_ids": pos, "attention_mask": np.ones((1, start + n), np.int64),
                 "attention_bias": np.zeros((1, 1, n, start + n), dtype), "features": feats.astype(dtype),
                 "hidden": h_in.astype(dtype), "use_features": np.array([use]), "past_key_values.0.key": past_k,
-                "past_key_values.0.value": past_v, TOTAL_LENGTH_INPUT: np.array(start + n, np.int32)}
+                "past_key_values.0.value": past_v, TOTAL_LENGTH_INPUT: np.array(start + n, np.int32),
+                SEQLENS_INPUT: np.array([start + n - 1], np.int32)}
         logits, h_out, past_k, past_v = session.run(None, {k: v for k, v in feed.items() if k in names})
         h_out = h_out.astype(np.float32)
         with torch.no_grad():

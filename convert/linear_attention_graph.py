@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from specrt.bundle import CAPTURE_CAPACITY, RecurrentStates
+from specrt.bundle import CAPTURE_CAPACITY, SEQLENS_INPUT, RecurrentStates
 from specrt.convert.onnx_graph import MS_DOMAIN
 from specrt.models.config import ModelConfig
 
@@ -47,6 +47,10 @@ def add_state_io(builder, st: RecurrentStates) -> None:
     for i in st.layers:
         g.add_input(f"past_conv.{i}", builder.elem, ["batch_size", st.conv_kernel - 1, st.conv_channels])
         g.add_input(f"past_recurrent.{i}", elem, ["batch_size", *st.recurrent_shape])
+    if builder.opts.device == "rocm":  # [B] from seqlens_k's rows (a rocm graph has no attention_mask)
+        g.op("Add", [g.op("Mul", [SEQLENS_INPUT, g.const(0, np.int32)]), g.const(CAPTURE_CAPACITY, np.int32)],
+             outputs=[CAPTURE_COUNT])
+        return
     if builder.opts.device != "cpu":  # [B] from the mask's rows, not from Shape (which ONNX Runtime puts on the CPU)
         rows = g.op("ReduceMax", ["attention_mask", g.const([1])], keepdims=0)  # [B] ones
         g.op("Cast", [g.op("Mul", [rows, g.const(CAPTURE_CAPACITY)])], outputs=[CAPTURE_COUNT], to=TensorProto.INT32)

@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, TOTAL_LENGTH_INPUT, weight_bits
+from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, SEQLENS_INPUT, TOTAL_LENGTH_INPUT, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.exact_attention import exact_attention_switch
 from specrt.convert.gemma4_graph import gemma4_layer_rest, per_layer_inputs
@@ -92,12 +92,14 @@ def io_names(cfg: ModelConfig, device: str = "cpu") -> dict:
     graph (hybrids' linear layers carry states instead: convert/linear_attention_graph.py). A GPU graph takes no
     attention bias (chains only: causal masking with the past's offset, sliding layers by local_window_size), which
     keeps GroupQueryAttention on its fused kernels, and takes the total length as a scalar (no shape arithmetic that
-    ONNX Runtime would move to the CPU)."""
+    ONNX Runtime would move to the CPU). A rocm graph takes seqlens_k [B] int32 instead of attention_mask, whose width
+    grows every step: MIGraphX compiles a program per input shape, and so sees only the call widths."""
     num_layers = cfg.num_layers
     sliding = ["sliding_attention_bias"] if cfg.active_sliding_window else []
+    lengths = [SEQLENS_INPUT] if device == "rocm" else ["attention_mask"]
     extra = ["attention_bias"] + sliding if device == "cpu" else [TOTAL_LENGTH_INPUT]
     return {
-        "inputs": ["input_ids", "position_ids", "attention_mask"] + extra,
+        "inputs": ["input_ids", "position_ids"] + lengths + extra,
         "past_key": [f"past_key_values.{i}.key" for i in range(num_layers)],
         "past_value": [f"past_key_values.{i}.value" for i in range(num_layers)],
         "present_key": [f"present.{i}.key" for i in range(num_layers)],
@@ -223,13 +225,17 @@ class _TargetBuilder:
             self.quant_rows[n + ".weight"] = QuantRows(*ins[1:4], row, row + part.n, q.n, q.k, q.block_size, q.bits,
                                                        mins=mins_t)
             row += part.n
+        later_bias = ""
+        if self.opts.device == "rocm" and ins[5]:  # MIGraphX drops a MatMulNBits bias (and its zero points with it)
+            ins, later_bias = ins[:5] + [""], ins[5]
         while ins[-1] == "":  # optional inputs left out at the end (MIGraphX reads zero points with 4 inputs only)
             ins = ins[:-1]
         y = self.g.op(
             "MatMulNBits", ins, domain=MS_DOMAIN, name=out_name, K=q.k, N=q.n, bits=q.bits,
             block_size=q.block_size, accuracy_level=self.opts.accuracy_level,
         )
-        return self.minus_minimums(x, y, mins_t, q.block_size) if mins_t else y
+        y = self.minus_minimums(x, y, mins_t, q.block_size) if mins_t else y
+        return self.g.op("Add", [y, later_bias]) if later_bias else y
 
     def minus_minimums(self, x: str, y: str, mins_t: str, block: int) -> str:
         """y - blocksums(x) @ mins_t: a MatMulNBits' output less its weights' per-block minimums ([n_blocks, N])."""
@@ -372,6 +378,11 @@ class _TargetBuilder:
             # validate against torch on the CPU kernel)
             bias, window = "", cfg.active_sliding_window if cfg.is_sliding(i) else -1
         positions, rows, name = "position_ids", self.attention_rows, f"layers.{i}.attn"
+        rotary = 1
+        if self.opts.device == "rocm":  # MIGraphX's GroupQueryAttention ignores position_ids: keys and queries turn here
+            q, k, v = self.rotate_outside(i, q, k, v, positions, cos, sin, source == i)
+            cos = sin = positions = ""
+            rotary = 0
         if rows is not None:  # at least two rows: seqlens_k and total_len are the padded ones already
             q, k, v = rows.pad(self.g, q), rows.pad(self.g, k), rows.pad(self.g, v)
             positions, bias, name = rows.position_ids, rows.biases[bias], f"layers.{i}.attn_rows"
@@ -387,10 +398,12 @@ class _TargetBuilder:
         if cfg.attention_sinks:  # head_sink [N]: each head's logit that joins the softmax's denominator
             sinks = self.param(p + "sinks")
             ins.append(sinks)
+        while ins[-1] == "":  # optional inputs left out at the end (MIGraphX parses 7 to 11 inputs)
+            ins.pop()
         out = self.g.op(
             "GroupQueryAttention", ins, outputs=[name, *present],
             domain=MS_DOMAIN, num_heads=cfg.num_heads, kv_num_heads=cfg.kv_heads_of(i),
-            do_rotary=1, rotary_interleaved=0, scale=float(cfg.scale_of(i)),
+            do_rotary=rotary, rotary_interleaved=0, scale=float(cfg.scale_of(i)),
             local_window_size=window,
         )[0]
         if rows is not None:
@@ -400,6 +413,22 @@ class _TargetBuilder:
         if gate is not None:
             out = self.g.op("Mul", [out, self.g.op("Sigmoid", [gate])])
         return self.linear(out, [p + "o_proj"], f"layers.{i}.o_proj")
+
+    def rotate_outside(self, i: int, q: str, k: str, v: str, positions: str, cos: str, sin: str,
+                       own_keys: bool) -> tuple[str, str, str]:
+        """q (and, where the layer writes its own cache, k) [B, S, heads * D] turned by RotaryEmbedding at
+        `positions`, for an attention that does not turn them itself; the packed q|k|v form is split first."""
+        cfg, g = self.cfg, self.g
+        n, kv, d = cfg.num_heads, cfg.kv_heads_of(i), cfg.head_dim_of(i)
+        if own_keys and k == "":  # the packed form
+            q, k, v = g.op("Split", [q, g.const([n * d, kv * d, kv * d])], outputs=3, axis=-1)
+        dim = 2 * len(cfg.rope_for(i).inv_freq(cfg.rotary_dim_of(i)))  # the turned channels of each head
+
+        def turn(x, heads):
+            return g.op("RotaryEmbedding", [x, positions, cos, sin], domain=MS_DOMAIN, interleaved=0,
+                        num_heads=heads, rotary_embedding_dim=dim)
+
+        return turn(q, n), turn(k, kv) if own_keys else k, v
 
     def mlp(self, i: int, h: str) -> str:
         if self.cfg.is_moe(i) and not self.cfg.moe_with_dense:
@@ -426,7 +455,10 @@ class _TargetBuilder:
         g = self.g
         g.add_input("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
         g.add_input("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
-        g.add_input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
+        if self.opts.device == "rocm":
+            g.add_input(SEQLENS_INPUT, TensorProto.INT32, ["batch_size"])  # valid tokens - 1 per row
+        else:
+            g.add_input("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
         if self.opts.device != "cpu":  # GroupQueryAttention reads it on the host: bound there by the runtime
             g.add_input(TOTAL_LENGTH_INPUT, TensorProto.INT32, [])
         if self.opts.device == "cpu":
@@ -435,6 +467,8 @@ class _TargetBuilder:
     def attention_lengths(self) -> tuple[str, str]:
         """GroupQueryAttention's seqlens_k (valid tokens - 1 per row) and total length (attention_mask's width)."""
         g = self.g
+        if self.opts.device == "rocm":
+            return SEQLENS_INPUT, TOTAL_LENGTH_INPUT
         lengths = g.op("ReduceSum", ["attention_mask", g.const([1])], keepdims=0)
         seqlens_k = g.op("Cast", [g.op("Sub", [lengths, g.const(1)])], to=TensorProto.INT32)
         if self.opts.device != "cpu":  # the runtime's own scalar: a Shape here would put shape math on the CPU

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from specrt.bundle import ATTENTION_ROWS_INPUT, EXPERT_CALLS_INPUT, TOTAL_LENGTH_INPUT, RecurrentStates
+from specrt.bundle import (ATTENTION_ROWS_INPUT, EXPERT_CALLS_INPUT, SEQLENS_INPUT, TOTAL_LENGTH_INPUT,
+                           RecurrentStates)
 from specrt.errors import BundleError, SpecrtError
 from specrt.kernels.kv_compact import kv_compact_ref
 from specrt.runtime.recurrent_state import Capture, StateBuffers
@@ -162,6 +163,7 @@ class TargetSession:
         # GPU graphs take no attention bias (convert/gpu_profile.py): chains only, masked causally inside the op
         self.has_bias = "attention_bias" in {i.name for i in self.session.get_inputs()}
         self.has_total_length = TOTAL_LENGTH_INPUT in {i.name for i in self.session.get_inputs()}
+        self.has_seqlens = SEQLENS_INPUT in {i.name for i in self.session.get_inputs()}  # rocm: no attention_mask
         self.experts_token_by_token = False
         # hybrids: the linear layers' states in ping-pong buffers (runtime/recurrent_state.py), one binding per
         # direction; the outputs before the logits are the caches, then the states and their captures
@@ -297,7 +299,10 @@ class TargetSession:
             self._bind_captures(bind)
         bind.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
         bind.bind_cpu_input("position_ids", np.ascontiguousarray(position_ids, dtype=np.int64))
-        bind.bind_cpu_input("attention_mask", np.ones((b, total), dtype=np.int64))
+        if self.has_seqlens:
+            bind.bind_cpu_input(SEQLENS_INPUT, np.full(b, total - 1, dtype=np.int32))
+        else:
+            bind.bind_cpu_input("attention_mask", np.ones((b, total), dtype=np.int64))
         if self.has_bias:
             bind.bind_cpu_input("attention_bias", np.ascontiguousarray(attention_bias, dtype=self.np_dtype))
         if self.has_total_length:

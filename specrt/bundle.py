@@ -192,6 +192,9 @@ EXPERT_CALLS_INPUT = "experts_token_by_token"
 # A GPU target graph input, [] int32: past + new tokens (attention_mask's width), GroupQueryAttention's
 # total_sequence_length, which its CUDA kernel reads on the host (convert/gpu_profile.py)
 TOTAL_LENGTH_INPUT = "total_sequence_length"
+# A rocm target graph input, [B] int32, in place of attention_mask: past + new tokens - 1 per row (GroupQueryAttention's
+# seqlens_k), so that MIGraphX sees fixed shapes but the call's width
+SEQLENS_INPUT = "seqlens_k"
 # the block-quantized precisions (MatMulNBits weights, int8 activations); gguf's bits vary by tensor: 4 is what weights
 # with no GGUF form of their own (a drafter's safetensors) are quantized to
 WEIGHT_BITS = {"int4": 4, "int8": 8, "gguf": 4}

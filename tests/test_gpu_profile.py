@@ -148,16 +148,38 @@ def test_a_gguf_keeps_its_blocks_on_the_gpu(mixed_gguf, tmp_path):
     assert summary.clean, [(p.verdict, p.op, p.reason) for p in summary.off_gpu]
 
 
-@pytest.mark.parametrize("arch, runs", [("llama", True), ("qwen3_5_text", False), ("gpt_oss", False)])
+@pytest.mark.parametrize("arch, runs", [("llama", True), ("qwen2", True), ("gemma4_text", True),
+                                        ("qwen3_5_text", False), ("gpt_oss", False)])
 def test_rocm_converts_what_migraphx_runs_and_refuses_the_rest_in_one_line(gpu_bundles, tmp_path, capsys, arch, runs):
-    """MIGraphX: a dense model's graph (float embedding, MatMulNBits with its 4 inputs) is wholly its own; a Gated
-    DeltaNet hybrid or gpt-oss's attention sinks are refused at conversion, naming what MIGraphX lacks."""
-    src = str(gpu_bundles[arch].parent / f"{arch}-src")
+    """MIGraphX: a dense model's graph is wholly its own, written as its parsers read it (AMDMIGraphX f729a52: a float
+    embedding table, MatMulNBits with 4 inputs and the bias after it, rotary outside GroupQueryAttention, whose parser
+    ignores position_ids, and seqlens_k in place of the growing attention_mask), and it speculates as it decodes; a
+    Gated DeltaNet hybrid or gpt-oss (QMoE, attention sinks) is refused at conversion, naming what MIGraphX lacks."""
+    import specrt
+    from specrt.runtime.sampling import SamplingParams
+
+    src = gpu_bundles[arch].parent / f"{arch}-src" if arch in gpu_bundles else None
+    src = str(src or save_tiny_bundle_source(arch, tmp_path / f"{arch}-src"))
     code = main(["convert", src, "-o", str(tmp_path / "r"), "--device", "rocm", "--precision", "int4",
                  "--max-context", "96"])
     if runs:
         assert code == 0
-        assert summarize(place_model(tmp_path / "r" / "target.onnx", "migraphx")).clean
+        graph = tmp_path / "r" / "target.onnx"
+        assert summarize(place_model(graph, "migraphx")).clean
+        model = onnx.load(str(graph), load_external_data=False)
+        assert [i.name for i in model.graph.input][:4] == ["input_ids", "position_ids", "seqlens_k",
+                                                            "total_sequence_length"]
+        for node in walk_nodes(model.graph):
+            if node.op_type == "GroupQueryAttention":
+                assert len(node.input) == 7 and all(a.i == 0 for a in node.attribute if a.name == "do_rotary")
+            if node.op_type == "MatMulNBits":
+                assert len(node.input) == 4
+        engine = specrt.load(str(tmp_path / "r"), device="cpu", drafter="none")
+        params = SamplingParams(max_new_tokens=16, stop_token_ids=())
+        plain = engine.generate("the a of to in", params, drafter=None).wait().token_ids
+        engine.reset()
+        oracle = OracleDrafter(len(engine.prompt_ids("the a of to in")), plain, engine.manifest.vocab_size, "right")
+        assert engine.generate("the a of to in", params, drafter=oracle).wait().token_ids == plain
     else:
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
         assert code == 2 and len(errors) == 1 and "MIGraphX cannot run" in errors[0]
