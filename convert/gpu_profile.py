@@ -76,3 +76,50 @@ def refuse_off_migraphx(graph) -> None:
         raise SpecrtError(f"--device rocm: MIGraphX cannot run {len(off)} nodes of this model's graph ({', '.join(ops)}: "
                           f"{off[0].reason}), which would run on the CPU; convert for cuda or the CPU instead")
 
+
+
+def float32_twin(graph, out) -> None:
+    """Write the float32 twin of a GPU graph to `out` (its weights beside it in `<out>.data`): the same nodes and
+    the same weights' values (float16 widened), every float16 value float32, so that a CPU computes the GPU graph's
+    structure at float32's rounding (the check of speculation against plain decoding, tests/test_gpu_profile.py)."""
+    from pathlib import Path
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    from specrt.convert.onnx_graph import walk_nodes
+
+    model = onnx.load(str(graph))  # its external data too (a test-size graph)
+
+    def widen(tensor):
+        if tensor.data_type == TensorProto.FLOAT16:
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name))
+
+    def retype(values):
+        for value in values:
+            if value.type.tensor_type.elem_type == TensorProto.FLOAT16:
+                value.type.tensor_type.elem_type = TensorProto.FLOAT
+
+    def walk_graphs(g):
+        yield g
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    yield from walk_graphs(attr.g)
+
+    for g in walk_graphs(model.graph):
+        for init in g.initializer:
+            widen(init)
+        retype(g.input)
+        retype(g.output)
+        retype(g.value_info)
+    for node in walk_nodes(model.graph):
+        for attr in node.attribute:
+            if node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT16:
+                attr.i = TensorProto.FLOAT
+            if attr.type == onnx.AttributeProto.TENSOR:
+                widen(attr.t)
+    out = Path(out)
+    onnx.save_model(model, str(out), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=out.name + ".data", size_threshold=1024)

@@ -100,6 +100,49 @@ def test_placement_cli_and_migraphx_refusals(gpu_bundles, capsys):
     assert "GatedDeltaNet" in out and "cpu-fallback" in out  # MIGraphX has no Gated DeltaNet
 
 
+def _float32_twin_bundle(bundle: Path, out: Path) -> Path:
+    """A copy of a GPU bundle whose target graph is its float32 twin (convert/gpu_profile.float32_twin)."""
+    import shutil
+
+    from specrt.bundle import file_entry
+    from specrt.convert.gpu_profile import float32_twin
+
+    shutil.copytree(bundle, out)
+    (out / "target.onnx").unlink()
+    (out / "target.onnx.data").unlink()
+    float32_twin(bundle / "target.onnx", out / "target.onnx")
+    manifest = json.loads((out / "specrt.json").read_text())
+    manifest["kv"]["dtype"] = "float32"
+    for name in ("target.onnx", "target.onnx.data"):
+        entry = file_entry(out / name)
+        manifest["files"][name] = {"size": entry.size, "sha256": entry.sha256}
+    (out / "specrt.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.mark.parametrize("arch", list(FAMILIES))
+def test_gpu_graphs_float_twin_speculates_as_it_decodes(gpu_bundles, tmp_path, arch):
+    """The GPU graph's structure at float32 on the CPU (its float twin: same nodes, same weights): greedy speculation
+    with drafts right and wrong equals plain decoding token for token, every family. (The float16 graph itself can
+    part from plain decoding where logits nearly tie, since a call of several tokens rounds otherwise than a call of
+    one: the tiny Gemma 4s do within 48 tokens; bench/gpu_families.py records where.)"""
+    import specrt
+    from specrt.runtime.sampling import SamplingParams
+
+    engine = specrt.load(str(_float32_twin_bundle(gpu_bundles[arch], tmp_path / "twin")), device="cpu",
+                         drafter="none")
+    assert engine.target.np_dtype == np.float32
+    params = SamplingParams(max_new_tokens=48, stop_token_ids=())
+    for prompt in ("the a of to in and is", "time year people way day man thing"):
+        engine.reset()
+        plain = engine.generate(prompt, params, drafter=None).wait().token_ids
+        n = len(engine.prompt_ids(prompt))
+        for mode in ("right", "wrong"):
+            engine.reset()
+            spec = engine.generate(prompt, params, drafter=OracleDrafter(n, plain, engine.manifest.vocab_size, mode)).wait()
+            assert spec.token_ids == plain, (arch, mode)
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen3_5_text", "gpt_oss"])
 def test_gpu_bundle_speculates_as_it_decodes_on_the_cpu(gpu_bundles, arch):
     """The float16 graph on the CPU provider: greedy speculation (drafts right and wrong) equals plain decoding."""
