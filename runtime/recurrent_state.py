@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specrt.bundle import RecurrentStates
+from specrt.kernels.state_replay import replay_conv, replay_recurrent
 
 
 @dataclass
@@ -34,56 +35,51 @@ class Capture:
     recurrent: dict[int, np.ndarray]  # layer -> [B, capacity * (Hv + Hk * Dk + Hv * Dv)]
 
 
-def replay_conv(before: np.ndarray, inputs: np.ndarray, kept: int, out: np.ndarray) -> None:
-    """before [B, K - 1, C]; inputs [B, S, C]; writes the conv state after `kept` inputs into out [B, K - 1, C]."""
-    width = before.shape[1]
-    joined = np.concatenate([before, inputs[:, :kept]], axis=1)  # [B, K - 1 + kept, C]
-    out[...] = joined[:, -width:]
-
-
-def split_capture(row: np.ndarray, st: RecurrentStates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One request's capture [capacity * (...)] -> decay [cap, Hv], key [cap, Hk, Dk], delta [cap, Hv, Dv]."""
-    cap, hv, hk = st.capacity, st.value_heads, st.key_heads
-    a, b = cap * hv, cap * hv + cap * hk * st.key_dim
-    return (row[:a].reshape(cap, hv), row[a:b].reshape(cap, hk, st.key_dim),
-            row[b:].reshape(cap, hv, st.value_dim))
-
-
-def replay_recurrent(before: np.ndarray, capture: np.ndarray, kept: int, st: RecurrentStates,
-                     out: np.ndarray) -> None:
-    """before [B, Hv, Dv, Dk]; capture [B, capacity * (...)]; writes the state after `kept` transitions into out,
-    token by token as the op itself steps (S *= decay; S += key (x) delta, in float32, in that order): the result
-    equals the op's own state after those tokens bit for bit, so speculation keeps greedy output exact."""
-    groups = st.value_heads // st.key_heads  # value head h reads key head h // groups
-    for b in range(before.shape[0]):
-        decay, key, delta = split_capture(capture[b], st)
-        out[b] = before[b]
-        for t in range(kept):
-            np.multiply(out[b], decay[t][:, None, None], out=out[b])
-            keys = np.repeat(key[t], groups, axis=0)  # [Hv, Dk]
-            out[b] += delta[t][:, :, None] * keys[:, None, :]  # [Hv, Dv, 1] x [Hv, 1, Dk]
-
 class StateBuffers:
-    """Ping-pong conv and recurrent buffers per linear layer, the last call's capture and one snapshot."""
+    """Ping-pong conv and recurrent buffers per linear layer, the last call's capture and one snapshot.
 
-    def __init__(self, st: RecurrentStates, batch: int, dtype):
-        self.layout = st
-        self.conv = [{i: np.zeros((batch, *st.conv_shape), dtype) for i in st.layers} for _ in range(2)]
-        self.recurrent = [{i: np.zeros((batch, *st.recurrent_shape), np.float32) for i in st.layers}
-                          for _ in range(2)]
+    On the CPU the buffers are numpy arrays (the OrtValues the session binds wrap their memory) and the replay is
+    the numpy twin; on a GPU (device "cuda") they are OrtValues in device memory, seen by torch through DLPack, the
+    captures stay on the device and the replay is the Triton kernel (kernels/state_replay.py): no copy through the
+    host. kernel_replay runs the kernel on host buffers too (tests, under TRITON_INTERPRET=1)."""
+
+    def __init__(self, st: RecurrentStates, batch: int, dtype, device: str = "cpu"):
+        self.layout, self.device = st, device
+        self.kernel_replay = False
+        shapes = {"conv": ((batch, *st.conv_shape), dtype), "recurrent": ((batch, *st.recurrent_shape), np.float32)}
+        # kind -> [two buffers of {layer: OrtValue}], and the arrays (numpy, or torch views on a GPU) over them
+        self.values = {kind: [{i: self._allocate(shape, t) for i in st.layers} for _ in range(2)]
+                       for kind, (shape, t) in shapes.items()}
+        view = (lambda v: v.numpy()) if device == "cpu" else _torch_view
+        self.conv = [{i: view(v) for i, v in buffers.items()} for buffers in self.values["conv"]]
+        self.recurrent = [{i: view(v) for i, v in buffers.items()} for buffers in self.values["recurrent"]]
         self.current = 0  # the buffer holding the state at the cache's length
         self.capture: Capture | None = None
         self.snapshot_length: int | None = None
         self.snapshot: tuple[dict, dict] | None = None
 
+    def _allocate(self, shape, dtype):
+        import onnxruntime as ort
+
+        if self.device == "cpu":
+            return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype))
+        value = ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, self.device, 0)
+        _torch_view(value).zero_()
+        return value
+
+    def capture_arrays(self, values) -> list:
+        """The call's capture outputs as arrays where they live (numpy on the host, torch views on a GPU)."""
+        return [v.numpy() for v in values] if self.device == "cpu" else [_torch_view(v) for v in values]
+
     def nbytes(self) -> int:
-        return 2 * sum(a.nbytes for a in (*self.conv[0].values(), *self.recurrent[0].values()))
+        return 2 * sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size()
+                       for a in (*self.conv[0].values(), *self.recurrent[0].values()))
 
     def clear(self) -> None:
         """The zero state (an empty cache); the snapshot goes with the cache's contents."""
         self.snapshot_length = None
         for array in (*self.conv[self.current].values(), *self.recurrent[self.current].values()):
-            array.fill(0)
+            array[...] = 0
         self.capture = None
 
     def after_call(self, capture: Capture) -> None:
@@ -113,10 +109,16 @@ class StateBuffers:
         if cap is not None and cap.start <= length < now and length - cap.start <= self.layout.capacity:
             before, after = 1 - self.current, self.current
             kept = length - cap.start
-            for i in self.layout.layers:
+            lay = self.layout
+            host = self.kernel_replay and self.device == "cpu"  # the kernel over host memory (tests)
+            for i in lay.layers:
                 replay_conv(self.conv[before][i], cap.conv[i], kept, self.conv[after][i])
-                replay_recurrent(self.recurrent[before][i], cap.recurrent[i], kept, self.layout,
-                                 self.recurrent[after][i])
+                state = (self.recurrent[before][i], cap.recurrent[i], self.recurrent[after][i])
+                if host:
+                    import torch
+
+                    state = tuple(torch.from_numpy(a) for a in state)
+                replay_recurrent(state[0], state[1], kept, lay.capacity, lay.key_heads, state[2])
             self.capture = None  # the buffer the capture replays into now holds a prefix: replay no further
             return
         if length == 0:
@@ -132,10 +134,19 @@ class StateBuffers:
 
     def take_snapshot(self, length: int) -> None:
         if self.snapshot is None:
-            self.snapshot = ({i: a.copy() for i, a in self.conv[self.current].items()},
-                             {i: a.copy() for i, a in self.recurrent[self.current].items()})
+            copy = (lambda a: a.copy()) if self.device == "cpu" else (lambda a: a.clone())
+            self.snapshot = ({i: copy(a) for i, a in self.conv[self.current].items()},
+                             {i: copy(a) for i, a in self.recurrent[self.current].items()})
         else:
             for i in self.layout.layers:
                 self.snapshot[0][i][...] = self.conv[self.current][i]
                 self.snapshot[1][i][...] = self.recurrent[self.current][i]
         self.snapshot_length = length
+
+
+def _torch_view(value):
+    """A torch tensor over an OrtValue's device memory (DLPack: no copy)."""
+    import torch
+
+    return torch.from_dlpack(value)
+

@@ -167,7 +167,7 @@ class TargetSession:
         self.experts_token_by_token = False
         # hybrids: the linear layers' states in ping-pong buffers (runtime/recurrent_state.py), one binding per
         # direction; the outputs before the logits are the caches, then the states and their captures
-        self.states = StateBuffers(spec.states, batch, self.np_dtype) if spec.states is not None else None
+        self.states = StateBuffers(spec.states, batch, self.np_dtype, self.device) if spec.states is not None else None
         self.bindings = [self._bind(direction) for direction in ((0, 1), (1, 0))[:2 if self.states else 1]]
         self.binding = self.bindings[0]
         self.first_output = 2 * len(layers) + (4 * len(spec.states.layers) if spec.states else 0)
@@ -183,18 +183,18 @@ class TargetSession:
             binding.bind_ortvalue_output(f"present.{i}.value", self.values[j])
         if self.states is not None:
             src, dst = direction
-            for kind, buffers in (("conv", self.states.conv), ("recurrent", self.states.recurrent)):
+            for kind, buffers in self.states.values.items():  # conv, recurrent: OrtValues bound in place
                 for i in self.spec.states.layers:
-                    binding.bind_ortvalue_input(f"past_{kind}.{i}", ort.OrtValue.ortvalue_from_numpy(buffers[src][i]))
-                    binding.bind_ortvalue_output(f"present_{kind}.{i}", ort.OrtValue.ortvalue_from_numpy(buffers[dst][i]))
+                    binding.bind_ortvalue_input(f"past_{kind}.{i}", buffers[src][i])
+                    binding.bind_ortvalue_output(f"present_{kind}.{i}", buffers[dst][i])
             self._bind_captures(binding)
         return binding
 
     def _bind_captures(self, binding) -> None:
         """The capture outputs, unallocated (their length follows the call's): bound again before every call."""
-        for i in self.spec.states.layers:
-            binding.bind_output(f"capture_conv.{i}", "cpu")
-            binding.bind_output(f"capture_recurrent.{i}", "cpu")
+        for i in self.spec.states.layers:  # where the session runs: a GPU's captures stay on the device
+            binding.bind_output(f"capture_conv.{i}", self.device)
+            binding.bind_output(f"capture_recurrent.{i}", self.device)
 
     @property
     def recurrent(self) -> bool:
@@ -327,8 +327,9 @@ class TargetSession:
         if self.states is not None:
             layers, n = self.spec.states.layers, len(self.spec.states.layers)
             base = first - 2 * n
-            self.states.after_call(Capture(self.length, s, {i: outs[base + 2 * j].numpy() for j, i in enumerate(layers)},
-                                           {i: outs[base + 2 * j + 1].numpy() for j, i in enumerate(layers)}))
+            captured = self.states.capture_arrays(outs[base:base + 2 * n])  # conv, recurrent per layer
+            self.states.after_call(Capture(self.length, s, dict(zip(layers, captured[0::2])),
+                                           dict(zip(layers, captured[1::2]))))
         self.length = total
         if device_logits:
             import torch

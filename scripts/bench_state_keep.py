@@ -73,7 +73,7 @@ def per_position_graph(s: int):
 
 def main() -> None:
     from specrt.bundle import RecurrentStates
-    from specrt.runtime.recurrent_state import replay_recurrent
+    from specrt.kernels.state_replay import replay_recurrent
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=24)
@@ -99,7 +99,7 @@ def main() -> None:
             t = time.perf_counter()
             out = cap.run(None, feeds)
             t1 = time.perf_counter()
-            replay_recurrent(feeds["state"], out[2], max(s - 1, 0), layout, dst)
+            replay_recurrent(feeds["state"], out[2], max(s - 1, 0), layout.capacity, layout.key_heads, dst)
             t2 = time.perf_counter()
             states = per.run(None, feeds)
             t3 = time.perf_counter()

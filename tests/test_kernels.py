@@ -125,3 +125,23 @@ def test_kv_compact_matches_twin(d):
         kv_compact_triton(t, dst, torch.tensor(src, dtype=torch.int64, device=DEVICE))
         np.testing.assert_array_equal(t.cpu().numpy(), ref)
         np.testing.assert_array_equal(ref[:, :, dst + 1], buf[:, :, src[1]])  # the twin moved what it should
+
+
+@pytest.mark.parametrize("hv, hk, dv, dk", [(4, 2, 3, 5), (8, 8, 40, 16)])  # grouped heads; Dv over one block
+def test_state_replay_matches_twin(hv, hk, dv, dk):
+    """The recurrent state replayed over every accepted prefix of a call: the kernel equals the numpy twin."""
+    from specrt.kernels.state_replay import replay_recurrent_ref, replay_recurrent_triton
+
+    capacity, rng = 8, np.random.default_rng(hv + dv)
+    before = rng.standard_normal((2, hv, dv, dk)).astype(np.float32)
+    capture = rng.standard_normal((2, capacity * (hv + hk * dk + hv * dv))).astype(np.float32)
+    capture[:, :capacity * hv] = rng.uniform(0.5, 1.0, (2, capacity * hv))  # decays in (0, 1]
+    for kept in (0, 1, 3, capacity):
+        want = np.empty_like(before)
+        replay_recurrent_ref(before, capture, kept, capacity, hk, want)
+        got = torch.empty(before.shape, dtype=torch.float32, device=DEVICE)
+        replay_recurrent_triton(torch.from_numpy(before).to(DEVICE), torch.from_numpy(capture).to(DEVICE), kept,
+                                capacity, hk, got)
+        np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-6, atol=1e-6)
+        if kept == 0:
+            np.testing.assert_array_equal(want, before)

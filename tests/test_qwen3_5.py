@@ -143,13 +143,16 @@ def test_chat_turns_reuse_the_prompt_state(bundles):
     assert first.token_ids
 
 
-def test_replay_equals_feeding_the_prefix(bundles):
+@pytest.mark.parametrize("kernel", [False, True])
+def test_replay_equals_feeding_the_prefix(bundles, kernel):
     """The state after keeping 0..5 of a 6-token call, replayed, equals the state of a call of those tokens, bit for
-    bit (ONNX Runtime's GatedDeltaNet steps token by token, and so does the replay)."""
+    bit (ONNX Runtime's GatedDeltaNet steps token by token, and so does the replay): by the numpy twin, and by the
+    Triton kernel a GPU's states are replayed with (kernels/state_replay.py, here under its interpreter)."""
     import specrt
 
     engine = specrt.load(str(bundles["qwen3_5_text"]), device="cpu")
     target, states = engine.target, engine.target.states
+    states.kernel_replay = kernel
     tokens = np.array([[5, 17, 30, 2, 44, 8, 61, 9]])
     for kept in range(6):
         target.reset()
@@ -337,11 +340,12 @@ def test_inconsistent_qwen35_gguf_metadata_is_named(tmp_path, capsys, edit, mess
 
 
 def test_replay_follows_the_recurrence_and_snapshots_expire():
-    """runtime/recurrent_state.replay_recurrent against S *= decay; S += key (x) delta token by token
+    """kernels/state_replay.replay_recurrent against S *= decay; S += key (x) delta token by token
     (GatedDeltaNetStateReplay's definition), grouped value heads included; a snapshot past a rollback is dropped
     (its tokens are being replaced)."""
     from specrt.bundle import RecurrentStates
-    from specrt.runtime.recurrent_state import StateBuffers, replay_recurrent, split_capture
+    from specrt.kernels.state_replay import replay_recurrent, split_capture
+    from specrt.runtime.recurrent_state import StateBuffers
 
     st = RecurrentStates(layers=(0,), conv_kernel=4, conv_channels=8, value_heads=4, value_dim=3, key_heads=2,
                          key_dim=5)
@@ -349,13 +353,13 @@ def test_replay_follows_the_recurrence_and_snapshots_expire():
     before = rng.standard_normal((1, 4, 3, 5)).astype(np.float32)
     capture = rng.standard_normal((1, st.capacity * (4 + 2 * 5 + 4 * 3))).astype(np.float32)
     capture[0, :st.capacity * 4] = rng.uniform(0.5, 1.0, st.capacity * 4)  # decays in (0, 1]
-    decay, key, delta = split_capture(capture[0], st)
+    decay, key, delta = split_capture(capture[0], st.capacity, 4, 2, 5, 3)
     for kept in range(st.capacity + 1):
         want = before[0].astype(np.float64)
         for t in range(kept):
             want = want * decay[t][:, None, None] + delta[t][:, :, None] * key[t][np.arange(4) // 2][:, None, :]
         got = np.empty_like(before)
-        replay_recurrent(before, capture, kept, st, got)
+        replay_recurrent(before, capture, kept, st.capacity, st.key_heads, got)
         np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
     buffers = StateBuffers(st, 1, np.float32)
     buffers.take_snapshot(5)
