@@ -282,6 +282,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     Returns the graph entry for the manifest and the validation record. The tokenizer must already be in tmp.
     """
     from specrt.models.layerwise import run_layerwise
+    from specrt.models.moe import ROUTE_TIE, ROUTE_TIE_FP16
 
     cfg = loaded.config
     stages.start(f"build {stem} graph")
@@ -297,6 +298,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     # a mixture of experts is checked against a reference that follows the graph's near-tied choices of experts,
     # run after the graph (_against_followed_routes), a GPU graph's float16 one too (held at float16's limit)
     follow_routes = bool(cfg.moe_layers)
+    route_tie = ROUTE_TIE_FP16 if half else ROUTE_TIE  # a near-tie within float16's rounding in a GPU graph
     spill = tmp / ".validation"  # the references wait on disk (removed below, before the bundle is kept)
     weights, source_outputs = loaded.weights, None
     if bits or not follow_routes:
@@ -332,7 +334,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
 
         def quantized_reference(routes=None):
             return run_layerwise(untied, QuantReadback(weights, written), prompts, graph_opts.hidden_layers,
-                                 routes=routes)
+                                 routes=routes, route_tie=route_tie)
 
         if follow_routes:
             exact, quantized_outputs, validation["routing"] = _against_followed_routes(
@@ -363,7 +365,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     if follow_routes and not bits:  # the graph itself ran beside its router outputs
         report, _, validation["routing"] = _against_followed_routes(
             tmp / f"{stem}.onnx", spec, providers, prompts, cfg, spill, "source",
-            lambda routes: run_layerwise(cfg, loaded.weights, prompts, graph_opts.hidden_layers, routes=routes))
+            lambda routes: run_layerwise(cfg, loaded.weights, prompts, graph_opts.hidden_layers, routes=routes,
+                                         route_tie=route_tie))
     else:
         session = TargetSession(tmp / f"{stem}.onnx", spec, providers=providers)
         if bits:  # one run of the shipped graph, held to both references

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from specrt.models.config import ModelConfig
-from specrt.models.moe import ExpertChoice
+from specrt.models.moe import ROUTE_TIE, ExpertChoice
 from specrt.models.tensor_source import rows_of, shape_of
 from specrt.models.transformer import BLOCKS, RMSNorm, causal_mask
 
@@ -65,15 +65,16 @@ def load_module(module: torch.nn.Module, weights: Mapping, prefix: str) -> torch
 
 
 def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], hidden_layers=(),
-                  observe: int = 0, outputs_from: int = 0, routes: list[dict[int, np.ndarray]] | None = None
-                  ) -> Reference:
+                  observe: int = 0, outputs_from: int = 0, routes: list[dict[int, np.ndarray]] | None = None,
+                  route_tie: float = ROUTE_TIE) -> Reference:
     """The reference outputs for each prompt (batch 1, no past), computed layer by layer.
 
     weights: HF-named float arrays (read when used; a LazyWeights reads each from disk). A tap for layer i is
     the residual stream after layer i. observe: the first `observe` prompts also record every down
     projection's largest input per channel (int4 calibration). Logits and taps are returned for
     prompts[outputs_from:] only (a [S, V] array per prompt is large with a 150k vocabulary). routes: per prompt of
-    prompts[outputs_from:], MoE layer -> the expert ids [S, k] to follow where they are near-ties."""
+    prompts[outputs_from:], MoE layer -> the expert ids [S, k] to follow where they are near-ties (within route_tie
+    of the row's spread)."""
     out = Reference(routing=RoutesFollowed() if routes is not None else None)
     with torch.no_grad():
         # per prompt [1, S, H]: only the prompts' rows of the embedding table are read
@@ -101,7 +102,7 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
                     extra["per_layer_input"] = ple[p][:, :, i]
                 if source != i:
                     extra["shared"] = kept[p][source]
-                choice = _follow(block, i, routes[p - outputs_from]) if routes and p >= outputs_from else None
+                choice = _follow(block, i, routes[p - outputs_from], route_tie) if routes and p >= outputs_from else None
                 xs[p], k, v = block(x, pos, empty, empty, causal_mask(cfg, i, pos, 0), **extra)
                 if choice is not None:
                     _count(out.routing, choice, i, p - outputs_from, x.shape[1])
@@ -125,7 +126,7 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
     return out
 
 
-def _follow(block: torch.nn.Module, layer: int, routes: dict[int, np.ndarray]) -> ExpertChoice | None:
+def _follow(block: torch.nn.Module, layer: int, routes: dict[int, np.ndarray], tie: float) -> ExpertChoice | None:
     """Set the block's router to follow routes[layer] [S, k] (None when the layer has no experts)."""
     choice = next((m.choice for m in block.modules() if isinstance(getattr(m, "choice", None), ExpertChoice)), None)
     if choice is None:
@@ -135,6 +136,7 @@ def _follow(block: torch.nn.Module, layer: int, routes: dict[int, np.ndarray]) -
     if layer not in routes:
         raise ValueError(f"no routes given for MoE layer {layer}")
     choice.follow, choice.followed, choice.refused = torch.from_numpy(np.asarray(routes[layer])), 0, []
+    choice.tie = tie
     return choice
 
 

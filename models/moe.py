@@ -42,6 +42,7 @@ class Expert(nn.Module):
 
 
 ROUTE_TIE = 1e-2  # a followed expert's log-probability may be this much (times the row's spread) below the k-th
+ROUTE_TIE_FP16 = 1e-1  # the same for a graph with float16 activations (a GPU graph: convert/gpu_profile.py)
 
 
 class ExpertChoice:
@@ -50,6 +51,7 @@ class ExpertChoice:
 
     def __init__(self):
         self.follow: torch.Tensor | None = None
+        self.tie = ROUTE_TIE  # the near-tie a followed choice may be within
         self.followed = 0  # tokens whose followed choice differs from the top k (near-ties)
         self.refused: list[tuple[int, float]] = []  # (token, gap in spreads): choices beyond a near-tie
 
@@ -66,7 +68,7 @@ class ExpertChoice:
         gap = (logp.gather(-1, ids[:, -1:]) - logp.gather(-1, follow)).amax(-1) / spread  # [N] worst, in spreads
         differs = (follow.sort(-1).values != ids.sort(-1).values).any(-1)  # [N]
         self.followed += int(differs.sum())
-        self.refused += [(int(t), float(gap[t])) for t in torch.nonzero(differs & (gap > ROUTE_TIE)).flatten()]
+        self.refused += [(int(t), float(gap[t])) for t in torch.nonzero(differs & (gap > self.tie)).flatten()]
         return probs.gather(-1, follow), follow
 
 

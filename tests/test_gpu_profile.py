@@ -257,3 +257,55 @@ def test_feature_heads_are_built_for_the_gpu_and_draft_losslessly(tmp_path, kind
     plain = specrt.load(str(bundle), device="cpu", drafter="none").generate("the a of to", params).wait()
     spec = specrt.load(str(bundle), device="cpu", drafter=kind, draft_length=3).generate("the a of to", params).wait()
     assert spec.token_ids == plain.token_ids and sum(spec.stats.drafted_by_position) > 0
+
+
+def _quantized_gguf(arch: str, path: Path) -> None:
+    """The tiny model as llama.cpp's converter writes it, every matrix of whole blocks in Q4_0 (Q8_0 for the
+    Qwen3.5 hybrid, whose value heads are reordered by the block) and the rest as llama.cpp keeps it."""
+    import gguf
+
+    from tests import gguf_writer
+    from tests.tiny_models import WORDS, hf_model
+
+    kind = gguf.GGMLQuantizationType.Q8_0 if arch.startswith("qwen3_5") else gguf.GGMLQuantizationType.Q4_0
+
+    def encode(name, data):
+        if data.ndim == 2 and data.shape[1] % 32 == 0 and data.shape[0] > 1:
+            return gguf.quants.quantize(np.ascontiguousarray(data, np.float32), kind), kind
+        return data, None
+
+    model = hf_model(arch)
+    hf, tokens = model.config.to_dict(), ["<|endoftext|>"] + list(WORDS[1:97])
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    if arch.startswith("gemma4"):
+        from specrt.models.gemma4 import expert_view
+
+        gguf_writer.write_gemma4_gguf(path, hf, expert_view(weights), tokens, eos=4, encode=encode)
+    elif arch.startswith("qwen3_5"):
+        gguf_writer.write_qwen35_gguf(path, hf, weights, tokens, eos=4, encode=encode)
+    elif arch == "gpt_oss":  # its experts as published (MXFP4 read exactly), the rest float
+        gguf_writer.write_gpt_oss_gguf(path, hf, weights, tokens, eos=4)
+    else:  # the checkpoint's own per-expert names, as saved
+        from safetensors.numpy import load_file
+
+        model.save_pretrained(path.parent / "hf")
+        weights = load_file(str(path.parent / "hf" / "model.safetensors"))
+        gguf_writer.write_qwen3moe_gguf(path, hf, weights, tokens, eos=4, encode=encode)
+
+
+@pytest.mark.parametrize("arch", ["qwen3_5_text_heads32", "qwen3_moe_sparse", "gpt_oss", "gemma4_text", "gemma4_moe"])
+def test_every_familys_gguf_converts_for_cuda_wholly_on_the_gpu(tmp_path, arch):
+    """`--precision gguf --device cuda` from llama.cpp's layout of each family: the file's blocks in float16 graphs,
+    validated, and every node on a CUDA fast path (Gemma 4's MoE: its host-driven expert Ifs, as at int4)."""
+    path = tmp_path / "m.gguf"
+    _quantized_gguf(arch, path)
+    bundle = tmp_path / "b"
+    assert main(["convert", str(path), "-o", str(bundle), "--precision", "gguf", "--device", "cuda",
+                 "--max-context", "96"]) == 0
+    manifest = json.loads((bundle / "specrt.json").read_text())
+    assert manifest["kv"]["dtype"] == "float16" and manifest["target"]["device"] == "cuda"
+    summary = summarize(place_model(bundle / "target.onnx", "cuda"))
+    if arch == "gemma4_moe":
+        assert {(p.verdict, p.op) for p in summary.off_gpu} == {("host-loop", "If")}
+        pytest.xfail(FAMILIES["gemma4_moe"])
+    assert summary.strict, [(p.verdict, p.op, p.reason) for p in summary.off_gpu]
