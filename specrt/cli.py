@@ -74,7 +74,8 @@ def cli():
                    "fp16: float [default: gguf for a quantized GGUF, else fp32 (fp16 for --device cuda/rocm)]")
 @click.option("--max-context", type=int, default=None, help="KV cache length (default: min(model limit, 4096))")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "rocm"]), default="cpu", show_default=True,
-              help="device the bundle is built and validated for")
+              help="device the bundle is built for: cuda/rocm graphs compute in float16 without the CPU's exactness "
+                   "machinery; validated on that device's provider where installed, else on the CPU's")
 @click.option("--hidden-layers", default="", help="comma-separated layers whose hidden states the graph also emits")
 @click.option("--int4-block-size", type=click.Choice(["32", "64", "128"]), default=None,
               help="weights per int4/int8 quantization block: larger is faster, smaller is closer to the source "
