@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specrt.cli import main
 from specrt.convert.placement import place_model
-from tests.tiny_models import save_tiny_bundle_source
+from tests.tiny_models import convert_tiny
 
 pytestmark = pytest.mark.full
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,15 +33,8 @@ def partitioner():
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory):
     root = tmp_path_factory.mktemp("partition")
-    out = {}
-    for arch in FAMILIES:
-        src = save_tiny_bundle_source(arch, root / f"{arch}-src")
-        for device in ("cpu", "cuda"):
-            bundle = root / f"{arch}-{device}"
-            assert main(["convert", str(src), "-o", str(bundle), "--precision", "int4", "--device", device,
-                         "--max-context", "96"]) == 0
-            out[arch, device] = bundle / "target.onnx"
-    return out
+    return {(arch, device): convert_tiny(arch, root, f"{arch}-{device}", "--device", device) / "target.onnx"
+            for arch in FAMILIES for device in ("cpu", "cuda")}
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

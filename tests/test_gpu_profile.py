@@ -17,7 +17,7 @@ from specrt.convert.onnx_graph import walk_nodes
 from specrt.convert.placement import place_model, summarize
 from tests.oracle_drafters import OracleDrafter
 from tests.test_gguf_exact import mixed_gguf  # noqa: F401 (a fixture)
-from tests.tiny_models import save_tiny_bundle_source
+from tests.tiny_models import convert_tiny, save_tiny_bundle_source
 
 # every family of the registry, its tiny checkpoint; those whose GPU graph is not yet wholly on the GPU say why
 FAMILIES = {
@@ -35,14 +35,7 @@ CPU_MACHINERY = {"Pad", "Range", "Scan", "If"}  # attention-rows padding, exact 
 @pytest.fixture(scope="module")
 def gpu_bundles(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpu")
-    out = {}
-    for arch in FAMILIES:
-        src = save_tiny_bundle_source(arch, root / f"{arch}-src")
-        bundle = root / f"{arch}-cuda"
-        assert main(["convert", str(src), "-o", str(bundle), "--precision", "int4", "--device", "cuda",
-                     "--max-context", "96"]) == 0
-        out[arch] = bundle
-    return out
+    return {arch: convert_tiny(arch, root, f"{arch}-cuda", "--device", "cuda") for arch in FAMILIES}
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
@@ -132,7 +125,11 @@ def test_gpu_graphs_float_twin_speculates_as_it_decodes(gpu_bundles, tmp_path, a
     engine = specrt.load(str(_float32_twin_bundle(gpu_bundles[arch], tmp_path / "twin")), device="cpu",
                          drafter="none")
     assert engine.target.np_dtype == np.float32
-    params = SamplingParams(max_new_tokens=48, stop_token_ids=())
+    _assert_speculation_equals_plain(engine, SamplingParams(max_new_tokens=48, stop_token_ids=()), arch)
+
+
+def _assert_speculation_equals_plain(engine, params, label) -> None:
+    """Greedy output with drafts always right and always wrong equals plain decoding's, on two prompts."""
     for prompt in ("the a of to in and is", "time year people way day man thing"):
         engine.reset()
         plain = engine.generate(prompt, params, drafter=None).wait().token_ids
@@ -140,7 +137,7 @@ def test_gpu_graphs_float_twin_speculates_as_it_decodes(gpu_bundles, tmp_path, a
         for mode in ("right", "wrong"):
             engine.reset()
             spec = engine.generate(prompt, params, drafter=OracleDrafter(n, plain, engine.manifest.vocab_size, mode)).wait()
-            assert spec.token_ids == plain, (arch, mode)
+            assert spec.token_ids == plain, (label, mode)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3_5_text", "gpt_oss"])
@@ -150,15 +147,7 @@ def test_gpu_bundle_speculates_as_it_decodes_on_the_cpu(gpu_bundles, arch):
     from specrt.runtime.sampling import SamplingParams
 
     engine = specrt.load(str(gpu_bundles[arch]), device="cpu", drafter="none")
-    params = SamplingParams(max_new_tokens=20, stop_token_ids=())
-    for prompt in ("the a of to in and is", "time year people way day man thing"):
-        engine.reset()
-        plain = engine.generate(prompt, params, drafter=None).wait().token_ids
-        n = len(engine.prompt_ids(prompt))
-        for mode in ("right", "wrong"):
-            engine.reset()
-            spec = engine.generate(prompt, params, drafter=OracleDrafter(n, plain, engine.manifest.vocab_size, mode)).wait()
-            assert spec.token_ids == plain, (arch, mode)
+    _assert_speculation_equals_plain(engine, SamplingParams(max_new_tokens=20, stop_token_ids=()), arch)
 
 
 def test_gpu_bundle_refuses_batch_invariant_and_trees(gpu_bundles):

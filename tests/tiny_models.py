@@ -211,6 +211,19 @@ def save_tiny_bundle_source(arch: str, path: Path, seed: int = 0) -> Path:
     return path
 
 
+def convert_tiny(arch: str, root: Path, name: str, *args: str) -> Path:
+    """A tiny `arch` saved as a source under root (once) and converted by the CLI to root / name at int4 with `args`
+    (--max-context 96 and whatever else is given, e.g. --device cuda); returns the bundle folder."""
+    from specrt.cli import main
+
+    src = Path(root) / f"{arch}-src"
+    if not (src / "config.json").is_file():
+        save_tiny_bundle_source(arch, src)
+    out = Path(root) / name
+    assert main(["convert", str(src), "-o", str(out), "--precision", "int4", "--max-context", "96", *args]) == 0
+    return out
+
+
 def convert_tiny_llama(root: Path, name: str, seed: int, *args: str) -> Path:
     """A tiny llama saved as a source under root and converted by the CLI to root / name with `args`
     (--max-context 96 and whatever else is given); asserts the conversion succeeded."""
