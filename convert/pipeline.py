@@ -142,7 +142,7 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
         raise SpecrtError(f"hidden layer {bad[0]} out of range (model has {cfg.num_layers} layers)")
     shapes = {name: loaded.weights.shape(name) for name in loaded.weights}
     kv_bytes = (2 * len(cfg.attention_layers) * cfg.num_kv_heads * max_context * cfg.head_dim
-                * np.dtype(kv_dtype_for(opts.precision, opts.device)).itemsize)
+                * np.dtype(activation_dtype(opts.precision, opts.device)).itemsize)
     need = check_fits(resolved.name, shapes, cfg.num_layers, opts.precision, opts.int4_block_size,
                       cfg.tie_word_embeddings, kv_bytes)
     stages.log(f"estimated peak memory {need / GIB:.1f} GiB")
@@ -321,7 +321,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
 
     stages.start(f"validate {stem}")
     spec = TargetSpec(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context, cfg.vocab_size,
-                      kv_dtype=kv_dtype_for(precision, device), hidden_output=bool(hidden_layers),
+                      kv_dtype=activation_dtype(precision, device), hidden_output=bool(hidden_layers),
                       sliding_window=cfg.active_sliding_window if cpu else 0,  # GPU graphs: local_window_size
                       kv_layers=cfg.kv_layer_ids, states=state_layout(cfg), kv_shapes=cfg.kv_layer_shapes)
     validation = {"gguf_requantized": dict(Counter(written.gguf_requantized.values()))} if exact_gguf else {}
@@ -329,7 +329,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
         # The graph must compute what a torch model running the very same quantized weights (read back from the
         # data file) computes. That is checked exactly, as fp32 is, on the same graph with float activations
         # (MatMulNBits accuracy_level 0); the shipped graph's int8 activations and how far quantization moves the
-        # model from its source are recorded as quality.
+        # model from its source are recorded as quality. A GPU graph (float16 activations, no int8 ones) is held as it
+        # ships, once, to the same weights at float16's limit.
         untied = dataclasses.replace(cfg, tie_word_embeddings=False)
 
         def quantized_reference(routes=None):
@@ -339,23 +340,18 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
         if follow_routes:
             exact, quantized_outputs, validation["routing"] = _against_followed_routes(
                 tmp / f"{stem}.onnx", spec, providers, prompts, cfg, spill, "quantized", quantized_reference)
-        elif half:  # a GPU graph: its float16 activations are held to the same weights below, at fp16's limit
-            quantized = quantized_reference()
-            quantized_outputs = SpilledOutputs(spill, "quantized", list(zip(quantized.logits, quantized.taps)))
-            del quantized
         else:
             quantized = quantized_reference()
             quantized_outputs = SpilledOutputs(spill, "quantized", list(zip(quantized.logits, quantized.taps)))
             del quantized
+        if not (follow_routes or half):  # a GPU graph's float16 run is held to these weights below, at fp16's limit
             release_freed_memory()  # what the torch reference freed goes back before ONNX Runtime takes the model
             exact_path = float_activation_twin(tmp / f"{stem}.onnx")
             try:
                 exact = compare(TargetSession(exact_path, spec, providers=providers), quantized_outputs, prompts)
             finally:
                 exact_path.unlink()
-        if half and follow_routes:  # held at float16's limit below, with the shipped graph's own run
-            check(exact, "fp16")
-        elif not half:
+        if not half:
             validation["quantized_reference"] = exact.as_dict()
             check(exact, f"{precision}-exact")
             stages.log(f"{stem} validation: max |diff| {exact.max_abs_diff:.2e}, top-1 agreement "
@@ -424,11 +420,6 @@ def report_gguf_forms(written, stages: Stages) -> None:
                    f"in blocks of 32 (e.g. {next(iter(requantized))})")
 
 
-def kv_dtype_for(precision: str, device: str = "cpu") -> str:
-    """The KV cache's dtype: the graph's activations' (convert/gpu_profile.py)."""
-    return activation_dtype(precision, device)
-
-
 def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, providers, stages: Stages) -> Manifest:
     cfg = loaded.config
     stages.start("tokenizer")
@@ -452,7 +443,7 @@ def _write_bundle(tmp: Path, loaded, opts: ConvertOptions, max_context: int, pro
         model_config=cfg.to_dict(),
         target=target,
         kv=KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                    max_context=max_context, dtype=kv_dtype_for(opts.precision, opts.device),
+                    max_context=max_context, dtype=activation_dtype(opts.precision, opts.device),
                     layer_ids=cfg.kv_layer_ids, layer_shapes=cfg.kv_layer_shapes),
         states=state_layout(cfg),
         vocab_size=cfg.vocab_size,
