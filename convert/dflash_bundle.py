@@ -50,7 +50,8 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
 
     from specrt.convert.dflash_graph import DFlashWeights, max_difference, reference_outputs, write_dflash_graph
     from specrt.convert.head_graph import head_precision, validate_graph
-    from specrt.convert.target_graph import GraphOptions, QuantReadback
+    from specrt.convert.quant_rows import QuantReadback
+    from specrt.convert.target_graph import GraphOptions
     from specrt.models.dflash import open_dflash_checkpoint
     from specrt.models.dflash_confidence import load_confidence_head
     from specrt.models.tensor_source import head_name

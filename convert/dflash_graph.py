@@ -29,7 +29,8 @@ import onnx
 from onnx import TensorProto
 
 from specrt.convert.onnx_graph import MS_DOMAIN
-from specrt.convert.target_graph import GraphOptions, WrittenGraph, _TargetBuilder, write_graph
+from specrt.convert.quant_rows import WrittenGraph
+from specrt.convert.target_graph import GraphOptions, _TargetBuilder, write_graph
 from specrt.models.dflash import DFlashConfig
 from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 

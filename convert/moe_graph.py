@@ -105,7 +105,7 @@ def sparse_moe(builder, layer: int, h: str) -> str:
 
 def _routed_experts(builder, layer: int, h: str) -> str:
     """h [B, S, H] -> the routed experts' weighted sum [B, S, H]."""
-    from specrt.convert.target_graph import QuantRows
+    from specrt.convert.quant_rows import QuantRows
 
     cfg, g, p = builder.cfg, builder.g, f"model.layers.{layer}.mlp."
     name = f"layers.{layer}.moe"

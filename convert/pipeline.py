@@ -35,7 +35,8 @@ from specrt.convert.memory import GIB, StagePeaks, check_fits, release_freed_mem
 from specrt.convert.onnx_graph import float_activation_twin
 from specrt.convert.linear_attention_graph import state_layout
 from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
-from specrt.convert.target_graph import GraphOptions, QuantReadback, io_names, write_target_graph
+from specrt.convert.quant_rows import QuantReadback
+from specrt.convert.target_graph import GraphOptions, io_names, write_target_graph
 from specrt.convert.tokenizer import write_tokenizer
 from specrt.convert.validate import (VALIDATION_TEXTS, VALIDATION_TOKENS, SpilledOutputs, check, check_routing,
                                      compare, run_graph)
