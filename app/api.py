@@ -15,7 +15,7 @@ from specrt.catalog import CATALOG, DEFAULT_MODEL, cache_dir, default_drafter_sp
 from specrt.errors import SpecrtError
 from specrt.runtime.engine import Engine
 from specrt.runtime.harmony import REASONING_EFFORTS
-from specrt.runtime.providers import providers_for
+from specrt.runtime.providers import profile_of, providers_for
 
 
 def check_drafter_name(name: str) -> None:
@@ -77,13 +77,13 @@ def make_drafter(name: str, bundle: Path, manifest: Manifest, providers, threads
     return drafter
 
 
-def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec, stages) -> None:
+def _convert_catalog(model: str, bundle: Path, precision: str, drafter_spec, stages, device: str = "cpu") -> None:
     try:
         from specrt.convert.pipeline import ConvertOptions, convert
     except ImportError:
         raise SpecrtError(f"{model} is not converted yet and conversion needs: pip install 'specrt[convert]'") from None
     bundle.parent.mkdir(parents=True, exist_ok=True)
-    convert(model, bundle, ConvertOptions(precision=precision, force=True, drafter=drafter_spec,
+    convert(model, bundle, ConvertOptions(precision=precision, force=True, drafter=drafter_spec, device=device,
                                           int4_block_size=CATALOG[model].int4_block_size,
                                           draft_vocab=catalog_draft_vocab(model, drafter_spec)), stages)
 
@@ -97,8 +97,10 @@ def catalog_draft_vocab(model: str, drafter_spec) -> int:
     return entry.draft_vocab if own else 0
 
 
-def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: str | None = None) -> Path:
-    """Path of a bundle for `model` (a bundle folder, or a catalog name converted on first use)."""
+def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: str | None = None,
+                   device: str = "cpu") -> Path:
+    """Path of a bundle for `model` (a bundle folder, or a catalog name converted on first use, for `device`: a GPU
+    gets a bundle of the GPU profile, convert/gpu_profile.py)."""
     path = Path(model).expanduser()
     if path.is_dir() and (path / MANIFEST).is_file():
         return path
@@ -117,23 +119,27 @@ def resolve_bundle(model: str, precision: str = "int4", stages=None, drafter: st
             raise SpecrtError(f"{model}'s draft model is its own int4 graph, which drafts for the fp32 graph: "
                               f"add --precision fp32")
         drafter_spec, suffix = f"draft-model:{draft}", "-draft"
-    bundle = cache_dir() / "bundles" / f"{model}-{precision}{suffix}"
-    if not (bundle / MANIFEST).is_file() or _stale(bundle, model, drafter_spec):
-        _convert_catalog(model, bundle, precision, drafter_spec, stages)
+    profile = "" if device == "cpu" else f"-{device}"
+    bundle = cache_dir() / "bundles" / f"{model}-{precision}{suffix}{profile}"
+    if not (bundle / MANIFEST).is_file() or _stale(bundle, model, drafter_spec, device):
+        _convert_catalog(model, bundle, precision, drafter_spec, stages, device)
     return bundle
 
 
-def _stale(bundle: Path, model: str, spec) -> bool:
+def _stale(bundle: Path, model: str, spec, device: str = "cpu") -> bool:
     """A cached catalog bundle that must be converted again: unreadable, built with other shipped drafters or
-    other int4 blocks than the catalog entry asks for now, or before its graph could run attention on two rows (exact
-    one-token calls without padding: convert/attention_rows.py) and call-invariantly (convert/exact_attention.py).
-    One manifest read for every check."""
+    other int4 blocks than the catalog entry asks for now, for another device, or (a CPU bundle) before its graph
+    could run attention on two rows (exact one-token calls without padding: convert/attention_rows.py) and
+    call-invariantly (convert/exact_attention.py). One manifest read for every check."""
     try:
         manifest = load_bundle(bundle, check_hashes=False)
     except SpecrtError:
         return True
+    if manifest.target.device != device:
+        return True
+    cpu_exact = device != "cpu" or (ATTENTION_ROWS_INPUT in manifest.target.inputs and manifest.target.exact_attention)
     return (_stale_head(manifest, spec) or _stale_blocks(manifest, model) or _stale_vocab(manifest, model, spec)
-            or ATTENTION_ROWS_INPUT not in manifest.target.inputs or not manifest.target.exact_attention)
+            or not cpu_exact)
 
 
 def _stale_head(manifest: Manifest, spec) -> bool:
@@ -194,7 +200,7 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
     if drafter is not None:
         check_drafter_name(drafter)
     providers = providers_for(device)
-    bundle = resolve_bundle(model, precision, stages, drafter)
+    bundle = resolve_bundle(model, precision, stages, drafter, profile_of(providers))
     manifest = load_bundle(bundle, check_hashes=False)  # sizes on every load; `specrt info` checks sha256
     drafter_obj = make_drafter(drafter or "none", bundle, manifest, providers, threads)
     check_draft_length(draft_length, drafter_obj, manifest)

@@ -29,7 +29,7 @@ from specrt.app.bench_contestants import SpecrtContestant, start_external
 from specrt.app.compare.environment import SystemUnavailable
 from specrt.runtime.drafter import common_prefix
 from specrt.runtime.engine import Engine
-from specrt.runtime.providers import providers_for
+from specrt.runtime.providers import profile_of, providers_for
 from specrt.runtime.sampling import SamplingParams
 
 
@@ -97,13 +97,14 @@ def _load(model: str, precision: str, drafters: list[str], device: str, threads:
     wanted = [d for d in drafters if d != "none"]
     drafting = [d for d in wanted if drafter_kinds.uses_catalog_draft_model(d)]  # rows that need the draft model
     try:
-        bundle = resolve_bundle(model, precision, stages, drafter=drafting[0] if drafting else None)
+        bundle = resolve_bundle(model, precision, stages, drafter=drafting[0] if drafting else None,
+                                device=profile_of(providers))
     except SpecrtError as exc:
         if not drafting:
             raise
         _log(f"skipping {', '.join(drafting)} at {precision}: {exc}")
         wanted = [d for d in wanted if d not in drafting]
-        bundle = resolve_bundle(model, precision, stages)
+        bundle = resolve_bundle(model, precision, stages, device=profile_of(providers))
     manifest = load_bundle(bundle, check_hashes=False)
     engine = Engine(bundle, manifest, providers, threads=threads, draft_length=draft_length)
     objects = {"none": None}

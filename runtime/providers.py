@@ -35,6 +35,12 @@ def best_device() -> str:
     return "cpu"
 
 
+def profile_of(providers) -> str:
+    """The device whose graphs these providers run (convert --device): cuda, rocm (MIGraphX) or cpu."""
+    first = list(providers)[0] if providers else "CPUExecutionProvider"
+    return next((d for d, names in DEVICE_PROVIDERS.items() if first in names), "cpu")
+
+
 def providers_for(device: str | None) -> list[str]:
     """Provider list for a device name ("auto"/None picks the best available)."""
     if device in (None, "auto"):

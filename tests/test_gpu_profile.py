@@ -298,3 +298,22 @@ def test_every_familys_gguf_converts_for_cuda_wholly_on_the_gpu(tmp_path, arch):
         assert {(p.verdict, p.op) for p in summary.off_gpu} == {("host-loop", "If")}
         pytest.xfail(FAMILIES["gemma4_moe"])
     assert summary.strict, [(p.verdict, p.op, p.reason) for p in summary.off_gpu]
+
+
+def test_a_catalog_model_on_a_gpu_gets_a_bundle_of_the_gpu_profile(monkeypatch, tmp_path):
+    """specrt.load / chat on a GPU converts a catalog model in the GPU profile, into a cache folder of its own, and
+    converts again a cached bundle built for another device (the conversion itself is stood in for)."""
+    from specrt.app import api
+    from specrt.catalog import DEFAULT_MODEL
+    from specrt.runtime.providers import profile_of
+
+    assert profile_of(["CUDAExecutionProvider", "CPUExecutionProvider"]) == "cuda"
+    assert profile_of(["MIGraphXExecutionProvider", "CPUExecutionProvider"]) == "rocm"
+    assert profile_of(["CPUExecutionProvider"]) == "cpu"
+    asked = []
+    monkeypatch.setenv("SPECRT_CACHE", str(tmp_path))
+    monkeypatch.setattr(api, "_convert_catalog", lambda model, bundle, precision, spec, stages, device="cpu":
+                        asked.append((bundle.name, device)))
+    api.resolve_bundle(DEFAULT_MODEL, "int4", device="cuda")
+    api.resolve_bundle(DEFAULT_MODEL, "int4")
+    assert asked == [(f"{DEFAULT_MODEL}-int4-cuda", "cuda"), (f"{DEFAULT_MODEL}-int4", "cpu")]
