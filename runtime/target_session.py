@@ -156,14 +156,15 @@ class TargetSession:
         self.kernel_compaction = False  # True: compact with the Triton kernel even on a host cache (tests)
         # graphs with an attention_min_rows input: the fewest rows each attention runs (2: a one-token call rounds as
         # a multi-token call does, exact without padding the whole call; convert/attention_rows.py)
-        self.has_attention_rows = ATTENTION_ROWS_INPUT in {i.name for i in self.session.get_inputs()}
+        inputs = {i.name for i in self.session.get_inputs()}
+        self.has_attention_rows = ATTENTION_ROWS_INPUT in inputs
         self.attention_min_rows = 1
         # MoE graphs with exact calls: each token's experts in a call of their own (convert/moe_graph.py)
-        self.has_expert_calls = EXPERT_CALLS_INPUT in {i.name for i in self.session.get_inputs()}
+        self.has_expert_calls = EXPERT_CALLS_INPUT in inputs
         # GPU graphs take no attention bias (convert/gpu_profile.py): chains only, masked causally inside the op
-        self.has_bias = "attention_bias" in {i.name for i in self.session.get_inputs()}
-        self.has_total_length = TOTAL_LENGTH_INPUT in {i.name for i in self.session.get_inputs()}
-        self.has_seqlens = SEQLENS_INPUT in {i.name for i in self.session.get_inputs()}  # rocm: no attention_mask
+        self.has_bias = "attention_bias" in inputs
+        self.has_total_length = TOTAL_LENGTH_INPUT in inputs
+        self.has_seqlens = SEQLENS_INPUT in inputs  # rocm: no attention_mask
         self.experts_token_by_token = False
         # hybrids: the linear layers' states in ping-pong buffers (runtime/recurrent_state.py), one binding per
         # direction; the outputs before the logits are the caches, then the states and their captures
