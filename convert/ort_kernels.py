@@ -8,8 +8,9 @@ Each entry: the element types a provider registers for the op's deciding type co
 off its fast path (read from the kernels' sources: contrib_ops/cuda/quantization/matmul_nbits.cc,
 contrib_ops/cuda/bert/group_query_attention.cc, contrib_ops/cuda/moe/moe_quantization.cc).
 
-On a machine with onnxruntime-gpu, bench/gpu.sh compares this table with the running session's own placement
-(`session.disable_cpu_ep_fallback`: a node left to the CPU fails the session).
+Held to ONNX Runtime's own partitioner: bench/cuda_partition.py sets onnxruntime-gpu's CUDA provider up on stand-in
+CUDA libraries (tests/test_cuda_partition.py, full tier); on a GPU, bench/gpu_families.py reads the running session's
+placement from its profile beside this prediction.
 """
 
 from __future__ import annotations
