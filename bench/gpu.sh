@@ -12,8 +12,9 @@
 #                                         (Triton's interpreter, test-size twins of the shapes, fp32)
 #   SIZES="1b 8b" (default)               which shapes (8b needs ~16 GB of disk for its source, ~16 GB for fp16)
 #   REPS=10 NEW=1,2,3,4,6,8,12,16         timing repetitions and new-token counts
-#   CARRY=/tmp/specrt-carry               where bench/carry.py receive left onnxruntime-gpu's wheel: installed from
-#                                         there into /tmp/site (no network on the GPU machine)
+#   CARRY=/tmp/specrt-carry               where bench/carry.py receive left the carried wheels (onnxruntime-gpu):
+#                                         installed from there into /tmp/site (no network on the GPU machine); this
+#                                         checkout is installed offline (--no-deps) where specrt is not importable
 #   FAMILIES=DIR                          tiny int4 GPU bundles of every family built here beforehand
 #                                         (python bench/gpu_families.py build DIR): placement observed, plain and
 #                                         speculative decoding, with SPECRT_NO_CPU_FALLBACK=1 (a node left to the CPU
@@ -44,10 +45,13 @@ else
 fi
 
 CARRY=${CARRY:-/tmp/specrt-carry}
-if [ "$DEVICE" != cpu ] && ls "$CARRY"/onnxruntime_gpu-*.whl > /dev/null 2>&1; then
-    echo "== onnxruntime-gpu from $CARRY"
-    python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$CARRY"/onnxruntime_gpu-*.whl
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+if [ "$DEVICE" != cpu ] && ls "$CARRY"/*.whl > /dev/null 2>&1; then
+    echo "== carried wheels from $CARRY: $(cd "$CARRY" && ls *.whl | tr '\n' ' ')"
+    python -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site "$CARRY"/*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}  # ahead of the image's CPU onnxruntime
+fi
+if ! python -c "import specrt.convert" 2> /dev/null; then  # the GPU machine has no network: this checkout, offline
+    python -m pip install -q --no-deps --no-build-isolation --no-index -e . > /dev/null
 fi
 
 echo "== machine"
