@@ -5,8 +5,8 @@ Python's own SIGINT handler raises wherever the main thread happens to be. Insid
 half-initialised native module can abort the process (exit -6, seen in CI while transformers was being imported)
 or leave CPython convinced that an interrupt went unhandled, so that it kills itself with SIGINT at exit (-2)
 after the conversion had already cleaned up and printed "interrupted"; some libraries' imports even swallow the
-exception. So a signal that lands inside an import is held and retried every 50 ms on a timer (SIGALRM) until the
-import has finished, then raised.
+exception, and so does every finalizer (`__del__`). So a signal that lands inside an import or a finalizer is held and
+retried every 50 ms on a timer (SIGALRM) until it has finished, then raised.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ RETRY_S = 0.05
 _IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 
 
-def _inside_import(frame) -> bool:
+def _unsafe(frame) -> bool:
+    """Inside an import, or inside a finalizer (`__del__`), where CPython prints an exception and drops it (seen: a
+    SIGTERM retried inside regex's SetBase.__del__ during a conversion, which then ran to its end)."""
     while frame is not None:
-        if frame.f_code.co_filename in _IMPORT_FILES:
+        if frame.f_code.co_filename in _IMPORT_FILES or frame.f_code.co_name == "__del__":
             return True
         frame = frame.f_back
     return False
@@ -52,7 +54,7 @@ class interrupt_on_signals:
             self._raise_if_safe(frame)
 
     def _raise_if_safe(self, frame):
-        if _inside_import(frame):
+        if _unsafe(frame):
             if hasattr(signal, "setitimer"):
                 signal.setitimer(signal.ITIMER_REAL, RETRY_S)
             return

@@ -453,6 +453,37 @@ def test_a_signal_during_an_import_is_held_until_the_import_is_done(tmp_path):
     assert time.time() - started < 9  # the interrupt did not wait for the 10 s sleep
 
 
+SIGNAL_DURING_A_FINALIZER = """
+import signal, sys, time
+from specrt.app.interrupts import interrupt_on_signals
+seen = []
+try:
+    with interrupt_on_signals() as guard:
+        class Finalized:
+            def __del__(self):
+                try:
+                    guard._on_signal(signal.SIGTERM, sys._getframe())  # the signal lands inside the finalizer
+                    seen.append("held")
+                except KeyboardInterrupt:
+                    seen.append("raised inside __del__, where CPython drops it")
+        Finalized()  # finalized here
+        time.sleep(5)
+    print("never interrupted", seen)
+except KeyboardInterrupt:
+    print("interrupted after the finalizer:", seen)
+"""
+
+
+def test_a_signal_during_a_finalizer_is_held_until_it_is_done():
+    """A SIGTERM that lands inside a `__del__` (seen: regex's, during a conversion, which then ran to its end) is
+    raised after the finalizer returns, not inside it, where CPython would print and drop it."""
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", SIGNAL_DURING_A_FINALIZER], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "interrupted after the finalizer: ['held']" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
 @pytest.mark.real_model
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_clean_up_like_sigint(int4_bundle, tmp_path, sig):
