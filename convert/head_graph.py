@@ -50,10 +50,9 @@ def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4
 
     rng = np.random.default_rng(seed)
     c = head.cfg.layer
-    names = {i.name for i in session.get_inputs()}
+    types = {i.name: i.type for i in session.get_inputs()}
     # the graph's activations' type: float16 in a GPU graph (convert/gpu_profile.py)
-    dtype = np.float16 if next(i for i in session.get_inputs() if i.name == "hidden").type == "tensor(float16)" \
-        else np.float32
+    dtype = np.float16 if types["hidden"] == "tensor(float16)" else np.float32
     past_k = np.zeros((1, c.num_kv_heads, max_ctx, c.head_dim), dtype)
     past_v = np.zeros_like(past_k)
     tk = tv = torch.zeros(1, c.num_kv_heads, 0, c.head_dim)
@@ -69,7 +68,7 @@ def compare_with_torch(session, head, embed: np.ndarray, steps=((0, 4, True), (4
                 "hidden": h_in.astype(dtype), "use_features": np.array([use]), "past_key_values.0.key": past_k,
                 "past_key_values.0.value": past_v, TOTAL_LENGTH_INPUT: np.array(start + n, np.int32),
                 SEQLENS_INPUT: np.array([start + n - 1], np.int32)}
-        logits, h_out, past_k, past_v = session.run(None, {k: v for k, v in feed.items() if k in names})
+        logits, h_out, past_k, past_v = session.run(None, {k: v for k, v in feed.items() if k in types})
         h_out = h_out.astype(np.float32)
         with torch.no_grad():
             hid = head.fuse(torch.from_numpy(feats)) if use else torch.from_numpy(h_in)

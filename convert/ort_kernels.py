@@ -173,26 +173,27 @@ def lookup(provider: str, node: onnx.NodeProto, ins: list[str], opset: int) -> t
 
 
 # -- element types of outputs ------------------------------------------------------------------------------------
-_ELEM = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16",
-         onnx.TensorProto.INT64: "int64", onnx.TensorProto.INT32: "int32", onnx.TensorProto.BOOL: "bool",
-         onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT8: "int8", onnx.TensorProto.DOUBLE: "float64"}
+_T = onnx.TensorProto
+ELEM_NAMES = {_T.FLOAT: "float32", _T.FLOAT16: "float16", _T.BFLOAT16: "bfloat16", _T.DOUBLE: "float64",
+              _T.INT64: "int64", _T.INT32: "int32", _T.INT8: "int8", _T.UINT8: "uint8", _T.BOOL: "bool",
+              _T.UINT4: "uint4", _T.INT4: "int4"}  # the names the table's types are written in
 
 
 def output_type(node: onnx.NodeProto, j: int, ins: list[str], types: dict[str, str]) -> str:
     """The element type of a node's j-th output, from its op's type rule and its inputs' types."""
     op = node.op_type
     if op == "Cast":
-        return _ELEM.get(_attr(node, "to"), "")
+        return ELEM_NAMES.get(_attr(node, "to"), "")
     if op in ("Shape", "Size", "NonZero", "ArgMax", "ArgMin") or (op == "TopK" and j == 1):
         return "int64"
     if op in ("Greater", "Less", "Equal", "Not", "And", "Or", "GreaterOrEqual", "LessOrEqual"):
         return "bool"
     if op == "ConstantOfShape":
         value = _attr(node, "value")
-        return _ELEM.get(value.data_type, "float32") if value is not None else "float32"
+        return ELEM_NAMES.get(value.data_type, "float32") if value is not None else "float32"
     if op == "Constant":
         value = _attr(node, "value")
-        return _ELEM.get(value.data_type, "") if value is not None else ""
+        return ELEM_NAMES.get(value.data_type, "") if value is not None else ""
     if op == "Where":
         return ins[1] if len(ins) > 1 else ""
     if op == "GatherBlockQuantized":
@@ -203,7 +204,7 @@ def output_type(node: onnx.NodeProto, j: int, ins: list[str], types: dict[str, s
         body = _attr(node, "then_branch") if op == "If" else _attr(node, "body")
         outs = list(body.output) if body is not None else []
         k = j + 1 if op == "Loop" else j  # a Loop body's first output is its condition
-        return _ELEM.get(outs[k].type.tensor_type.elem_type, "") if k < len(outs) else ""
+        return ELEM_NAMES.get(outs[k].type.tensor_type.elem_type, "") if k < len(outs) else ""
     if op == "GatedDeltaNet" and j >= 1:  # the recurrent state and its capture: the state's type
         return ins[6] if len(ins) > 6 else ""
     if op == "SkipSimplifiedLayerNormalization" and j == 1:  # mean: float

@@ -22,15 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
-from onnx import TensorProto
 
 from specrt.convert import ort_kernels
 from specrt.errors import SpecrtError
 
-ELEM_NAMES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16",
-              TensorProto.DOUBLE: "float64", TensorProto.INT64: "int64", TensorProto.INT32: "int32",
-              TensorProto.INT8: "int8", TensorProto.UINT8: "uint8", TensorProto.BOOL: "bool",
-              TensorProto.UINT4: "uint4", TensorProto.INT4: "int4"}
 PROVIDERS = {"cuda": "CUDAExecutionProvider", "migraphx": "MIGraphXExecutionProvider"}
 CONTROL_FLOW = ("If", "Loop", "Scan")
 
@@ -51,9 +46,9 @@ def _types(graph: onnx.GraphProto, outer: dict[str, str]) -> dict[str, str]:
     for value in (*graph.input, *graph.value_info, *graph.output):
         elem = value.type.tensor_type.elem_type
         if elem:
-            types[value.name] = ELEM_NAMES.get(elem, str(elem))
+            types[value.name] = ort_kernels.ELEM_NAMES.get(elem, str(elem))
     for init in graph.initializer:
-        types[init.name] = ELEM_NAMES.get(init.data_type, str(init.data_type))
+        types[init.name] = ort_kernels.ELEM_NAMES.get(init.data_type, str(init.data_type))
     for node in graph.node:
         ins = [types.get(name, "") if name else "" for name in node.input]
         for j, out in enumerate(node.output):
