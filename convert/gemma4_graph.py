@@ -15,6 +15,13 @@ order. A token's sum is then its own whatever the call's other tokens chose (an 
 exact zero), and each projection sees the call's row count as every dense projection does, so the runtime's
 batch-invariant padding makes the experts exact too: no Scan over tokens (an If nested in a Scan body loses ONNX
 Runtime's prepacked weights: 66 ms a layer instead of 1.3 ms at 26B-A4B's shapes, docs/perf.md).
+
+On a GPU each If is a device-to-host sync (its condition is read on the host), 128 a layer at 26B-A4B. A GPU graph
+gathers instead (_gathered_experts): every token's k chosen experts' weights are looked up by expert id and
+dequantized in one GatherBlockQuantized ([N, k, 2I, H] float16, on CUDA), then multiplied as a batch of small
+matrices; no control flow, no host round trip, at the cost of writing the chosen experts out dequantized and reading
+them back (about 7x their int4 bytes) where a gated-GELU QMoE would read them in place (ONNX Runtime has none: its
+MoE/QMoE activations are relu, gelu, silu, swiglu and identity).
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ import numpy as np
 from onnx import helper
 
 from specrt.convert.onnx_graph import MS_DOMAIN, captured
+from specrt.convert.quant_rows import QuantRows
+from specrt.convert.quantize import concat_rows, same_form
+from specrt.errors import SpecrtError
 
 PLE_TABLE = "model.embed_tokens_per_layer.weight"
 
@@ -82,8 +92,10 @@ def gemma4_experts(b, i: int, x: str, z: str) -> str:
     top = g.op("Div", [top, g.op("ReduceSum", [top, g.const([-1])], keepdims=1)])
     per_expert = b.param(p + "router.per_expert_scale")  # [E]
     top = g.op("Mul", [top, g.op("Gather", [per_expert, ids], axis=0)])
-    dense = g.op("ScatterElements", [g.op("Mul", [logits, g.const(0.0, dtype=b.dtype)]), ids, top], axis=1)  # [N, E]
     flat_z = g.op("Reshape", [z, g.const([-1, h])])
+    if b.opts.device != "cpu":
+        return g.op("Reshape", [_gathered_experts(b, i, flat_z, ids, top, name), g.op("Shape", [z])])
+    dense = g.op("ScatterElements", [g.op("Mul", [logits, g.const(0.0, dtype=b.dtype)]), ids, top], axis=1)  # [N, E]
     return g.op("Reshape", [_experts_body(b, i, flat_z, dense, name), g.op("Shape", [z])])
 
 
@@ -112,3 +124,56 @@ def _experts_body(b, i: int, z: str, weights: str, name: str) -> str:
                          else_branch=helper.make_graph(else_nodes, f"{name}.{e}.else", [],
                                                        [helper.make_tensor_value_info(else_out, b.elem, None)])))
     return g.op("Sum", outs)
+
+
+def _gathered_experts(b, i: int, z: str, ids: str, top: str, name: str) -> str:
+    """A GPU graph's experts: z [N, H], ids [N, k] int64 (each token's chosen experts), top [N, k] (their routing
+    weights, per-expert scales in) -> sum over k of top * down(gelu_tanh(gate) * up) [N, H]."""
+    g, cfg = b.g, b.cfg
+    width = cfg.moe_intermediate_size
+    p = f"model.layers.{i}.experts."
+    gate_up = _gathered(b, [f"{p}{e}.gate_up_proj.weight" for e in range(cfg.num_experts)], ids,
+                        f"{name}.gate_up")  # [N, k, 2I, H]
+    column = g.const([3])
+    h = g.op("Squeeze", [g.op("MatMul", [gate_up, g.op("Unsqueeze", [z, g.const([1, 3])])]), column])  # [N, k, 2I]
+    gate, up = g.op("Split", [h, g.const([width, width])], outputs=2, axis=-1)
+    act = g.op("Mul", [g.op("FastGelu", [gate], domain=MS_DOMAIN), up])  # [N, k, I]
+    down = _gathered(b, [f"{p}{e}.down_proj.weight" for e in range(cfg.num_experts)], ids,
+                     f"{name}.down")  # [N, k, H, I]
+    y = g.op("Squeeze", [g.op("MatMul", [down, g.op("Unsqueeze", [act, column])]), column])  # [N, k, H]
+    weighted = g.op("Mul", [y, g.op("Unsqueeze", [top, g.const([2])])])
+    return g.op("ReduceSum", [weighted, g.const([1])], keepdims=0)  # [N, H]
+
+
+def _gathered(b, names: list[str], ids: str, out_name: str) -> str:
+    """The experts' weights `names` (each [R, K], HF layout) stacked [E, R, K] and looked up by ids [N, k] ->
+    [N, k, R, K] in the graph's float type: GatherBlockQuantized over their MatMulNBits blocks when quantized (GGUF
+    formats with per-block minimums less them), a Gather from the float stack otherwise."""
+    g = b.g
+    experts = len(names)
+    if not b.opts.bits:
+        stack = np.stack([np.asarray(b.tensor(n), dtype=np.float32) for n in names]).astype(b.dtype)
+        return g.op("Gather", [g.weight(out_name + ".weight", stack), ids], axis=0)
+    parts = [b.quantize(n) for n in names]
+    if not same_form(parts):
+        raise SpecrtError(f"{out_name}: the experts' weights differ in quantized form (a GGUF mixing formats across "
+                          "experts), which one gathered lookup cannot hold; convert at --precision int4 or int8")
+    rows, block = parts[0].n, parts[0].block_size
+    q = concat_rows(parts)
+    del parts
+    data = g.weight(out_name + ".qweight", q.packed.reshape(experts, rows, -1))  # [E, R, K * bits / 8] (blocks padded)
+    scales = g.weight(out_name + ".scales", q.scales.reshape(experts, rows, -1).astype(b.dtype))  # [E, R, blocks]
+    zero_points = g.weight(out_name + ".zero_points", q.zero_points.reshape(experts, rows, -1))
+    mins = "" if q.mins is None else g.weight(out_name + ".mins", q.mins.reshape(experts, rows, -1).astype(b.dtype))
+    for e, n in enumerate(names):
+        b.quant_rows[n] = QuantRows(data, scales, zero_points, e * rows, (e + 1) * rows, q.n, q.k, block, q.bits,
+                                    mins=mins, mins_by_row=True)
+    out = g.op("GatherBlockQuantized", [data, ids, scales, zero_points], domain=MS_DOMAIN, gather_axis=0,
+               quantize_axis=2, block_size=block, bits=q.bits)  # [N, k, R, blocks * block]
+    if mins:  # each block of a row less its minimum
+        per_block = g.op("Unsqueeze", [g.op("Gather", [mins, ids], axis=0), g.const([-1])])  # [N, k, R, blocks, 1]
+        blocks = g.op("Reshape", [out, g.const([0, 0, 0, -1, block])])
+        out = g.op("Reshape", [g.op("Sub", [blocks, per_block]), g.const([0, 0, 0, -1])])
+    if q.k % block:  # the last block's padding
+        out = g.op("Slice", [out, g.const([0]), g.const([q.k]), g.const([-1])])
+    return out
