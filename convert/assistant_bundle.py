@@ -84,16 +84,18 @@ class _Weights(WeightSource):
 
 
 def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
-        build_graph=None) -> dict:
-    """Write the assistant's graph into tmp; returns its manifest entry."""
+        build_graph=None, *, device: str = "cpu") -> dict:
+    """Write the assistant's graph into tmp (in the GPU profile for a GPU target: float16, reading the target's
+    float16 cache); returns its manifest entry."""
     from specrt.convert.assistant_graph import INPUTS, AssistantBuilder
+    from specrt.convert.gpu_profile import activation_dtype
     from specrt.convert.head_graph import head_precision
     from specrt.convert.target_graph import GraphOptions, write_graph
 
     folder = Path(arg).expanduser()
     cfg, refs = load(folder, loaded.config)
     weights = _Weights(refs, loaded.weights)
-    opts = GraphOptions(precision=head_precision(precision), max_context=max_context)
+    opts = GraphOptions(precision=head_precision(precision), max_context=max_context, device=device)
     stages.start(f"build {STEM} graph")
     written = write_graph(AssistantBuilder(cfg, weights, opts), tmp, STEM)
     stages.done()
@@ -108,7 +110,7 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
         "source_sha256": checkpoint_sha256(folder), "model_config": c.to_dict(), "graph": dataclasses.asdict(graph),
         # it keeps no cache: kv names the target layers it reads (their caches are the target's)
         "kv": {"layers": len(cfg.readers), "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
-               "max_context": max_context, "dtype": "float32"},
+               "max_context": max_context, "dtype": activation_dtype(opts.precision, device)},
         "target_layer_ids": list(cfg.readers), "vocab_size": cfg.vocab_size,
         "target_hidden_size": cfg.backbone_hidden_size, "sliding_window": c.sliding_window,
         "ordered_embeddings": cfg.ordered_embeddings, "validation": validation,
@@ -172,22 +174,30 @@ def compare(session, module, embed, target_cfg, seed: int = 0, slots: int = 12) 
     cfg = module.cfg
     rng = np.random.default_rng(seed)
     b, window = cfg.backbone_hidden_size, cfg.layer.sliding_window
+    # the graph's float type (a GPU graph's float16); torch reads the very values fed, in float32
+    dtype = np.float16 if "float16" in next(i.type for i in session.get_inputs() if i.name == "features") \
+        else np.float32
+
+    def fed(shape):
+        return rng.normal(size=shape).astype(dtype).astype(np.float32)
+
     feeds, caches = {}, {}
     for i in cfg.readers:
         heads, dim = target_cfg.kv_shape_of(i)
-        keys, values = (rng.normal(size=(1, heads, 2 * slots, dim)).astype(np.float32) for _ in range(2))
-        feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = keys, values
+        keys, values = (fed((1, heads, 2 * slots, dim)) for _ in range(2))
+        feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = keys.astype(dtype), values.astype(dtype)
         lo = max(0, slots - window - 1) if target_cfg.is_sliding(i) else 0
         caches[i] = (torch.from_numpy(keys[:, :, lo:slots]), torch.from_numpy(values[:, :, lo:slots]))
     hidden, worst = None, 0.0
     token = np.array([[int(rng.integers(0, cfg.vocab_size))]])
     for step in range(3):
-        features = rng.normal(size=(1, 1, b)).astype(np.float32)
+        features = fed((1, 1, b))
         use = step == 0
         h_in = hidden if hidden is not None else np.zeros((1, 1, b), np.float32)
         logits, h_out = session.run(None, {**feeds, "input_ids": token, "position_ids": np.array([[slots]]),
-                                            "kv_length": np.array([slots]), "features": features, "hidden": h_in,
-                                            "use_features": np.array([use])})
+                                            "kv_length": np.array([slots]), "features": features.astype(dtype),
+                                            "hidden": h_in.astype(dtype), "use_features": np.array([use])})
+        h_out = h_out.astype(np.float32)
         with torch.no_grad():
             emb = torch.from_numpy(np.asarray(embed[token], np.float32)) * torch.tensor(np.sqrt(b), dtype=torch.float32)
             t_logits, t_h = module(emb, torch.from_numpy(features) if use else None,

@@ -117,5 +117,6 @@ class AssistantBuilder(_TargetBuilder):
         rows = g.op("Gather", [table, ids], axis=0)  # [1, S, k * per, h]
         picked = g.op("Squeeze", [g.op("MatMul", [rows, g.op("Unsqueeze", [y, g.const([-1])])]), g.const([-1])])
         floor = g.op("Sub", [g.op("ReduceMin", [picked, g.const([-1])], keepdims=1), g.const(1.0, dtype=self.dtype)])
-        full = g.op("Expand", [floor, g.op("Concat", [g.op("Shape", [y], end=2), g.const([v])], axis=0)])
+        # floor [1, S, 1] + zeros [V]: no shape arithmetic (which ONNX Runtime would keep on the CPU)
+        full = g.op("Add", [floor, g.weight("vocab_zeros", np.zeros(v, dtype=self.dtype))])
         return g.op("ScatterElements", [full, ids, picked], axis=-1)  # [1, S, V]

@@ -44,11 +44,14 @@ def hidden_layers_for(arg: str, loaded) -> tuple[int, ...]:
 
 
 def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages,
-        build_graph=None) -> dict:
-    """Write the drafter's graph (and d2t) into tmp; returns its manifest entry."""
+        build_graph=None, *, device: str = "cpu") -> dict:
+    """Write the drafter's graph (and d2t) into tmp, in the GPU profile beside a GPU target; returns its manifest
+    entry."""
     from safetensors.numpy import save_file
 
     from specrt.convert.dflash_graph import DFlashWeights, max_difference, reference_outputs, write_dflash_graph
+    from specrt.convert.gpu_profile import activation_dtype
+    from specrt.drafters.dflash.feeds import BLOCK_LENGTH, CONTEXT_LENGTH
     from specrt.convert.head_graph import head_precision, validate_graph
     from specrt.convert.quant_rows import QuantReadback
     from specrt.convert.target_graph import GraphOptions
@@ -71,7 +74,8 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
         extra = {"draft_vocab_size": len(d2t), "extra_files": [f"{STEM}.d2t.safetensors"]}
     weights = DFlashWeights(tensors, loaded.weights, target_head, head_rows)  # raw embeddings, as the reference
     # rotary tables cover the block drawn past the last context position
-    opts = GraphOptions(precision=head_precision(precision), max_context=max_context + cfg.block_size)
+    opts = GraphOptions(precision=head_precision(precision), max_context=max_context + cfg.block_size,
+                        device=device)
     stages.start(f"build {STEM} graph")
     written = write_dflash_graph(cfg, weights, opts, out_vocab, tmp, STEM, confidence)
     stages.done()
@@ -90,11 +94,12 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
         "kind": "dflash", "name": "dflash", "spec": spec, "source": str(folder), "source_sha256": checkpoint_sha256(folder),
         "model_config": c.to_dict(),
         "graph": {"file": f"{STEM}.onnx", "data_file": f"{STEM}.onnx.data", "precision": opts.precision,
-                  "inputs": ["input_ids", "features", "position_ids"],
+                  "inputs": ["input_ids", "features", "position_ids"]
+                  + ([CONTEXT_LENGTH, BLOCK_LENGTH] if device != "cpu" else []),
                   "outputs": ["logits"] + ([] if confidence is None else ["accept_logits"]),
                   "hidden_size": c.hidden_size},
         "kv": {"layers": c.num_layers, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
-               "max_context": max_context, "dtype": "float32"},
+               "max_context": max_context, "dtype": activation_dtype(opts.precision, device)},
         "block_size": cfg.block_size, "mask_token_id": cfg.mask_token_id,
         "target_layer_ids": list(cfg.target_layer_ids), "target_hidden_size": cfg.target_hidden_size,
         "vocab_size": vocab, "validation": validation, **extra,

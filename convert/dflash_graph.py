@@ -13,6 +13,11 @@ leaves nothing to undo, and, where the checkpoint has a confidence head (models/
 accept_logits [1, S - 1]. The cache is small (context keys of a few layers) and is carried between calls by the
 drafter as arrays.
 
+A GPU graph (GPU profile, convert/gpu_profile.py) computes in float16 (features and caches float16, logits and
+accept_logits float32) and takes the context's and the block's lengths as host inputs context_length [1] and
+block_length [1] int64 (drafters/dflash/feeds.py): the slices they bound then need no shape arithmetic, which ONNX Runtime would
+keep on the CPU.
+
 Per layer: queries from the normed block, keys and values from [context; block] (one fused K/V projection),
 q/k norms, rotary through com.microsoft RotaryEmbedding, attention that is not causal (MatMul, Softmax,
 MatMul over the past, the context and the block), the fused gate/up MLP. Weights are named as the target
@@ -31,6 +36,7 @@ from onnx import TensorProto
 from specrt.convert.onnx_graph import MS_DOMAIN
 from specrt.convert.quant_rows import WrittenGraph
 from specrt.convert.target_graph import GraphOptions, _TargetBuilder, write_graph
+from specrt.drafters.dflash.feeds import BLOCK_LENGTH, CONTEXT_LENGTH, call_feeds
 from specrt.models.dflash import DFlashConfig
 from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 
@@ -107,12 +113,16 @@ class _DFlashBuilder(_TargetBuilder):
         names_in, names_out = io_names(cfg.num_layers)
         kv = [1, cfg.num_kv_heads, "past", cfg.head_dim]
         g.add_input("input_ids", TensorProto.INT64, [1, "block"])
-        g.add_input("features", TensorProto.FLOAT, [1, "context", self.dflash.feature_width])
+        g.add_input("features", self.elem, [1, "context", self.dflash.feature_width])
         g.add_input("position_ids", TensorProto.INT64, [1, "positions"])
         for name in names_in[3:]:
-            g.add_input(name, TensorProto.FLOAT, kv)
-
-        context = g.op("Slice", [g.op("Shape", ["features"]), g.const([1]), g.const([2])])  # [1]: C
+            g.add_input(name, self.elem, kv)
+        if self.opts.device == "cpu":
+            context = g.op("Slice", [g.op("Shape", ["features"]), g.const([1]), g.const([2])])  # [1]: C
+            self.block_length = None
+        else:  # host inputs: no shape arithmetic
+            context = g.add_input(CONTEXT_LENGTH, TensorProto.INT64, [1])
+            self.block_length = g.add_input(BLOCK_LENGTH, TensorProto.INT64, [1])
         block_pos = g.op("Slice", ["position_ids", context, g.const([np.iinfo(np.int64).max]), g.const([1])])
         x, _ = self.embed_lookup()  # [1, S, H]
         ctx = self.norm(self.linear("features", ["fc"], "fc"), "hidden_norm.weight")  # [1, C, H]
@@ -126,10 +136,12 @@ class _DFlashBuilder(_TargetBuilder):
         final, _ = self.norm_with_skip(pending, x, "model.norm.weight")  # [1, S, H]
         masked = g.op("Slice", [final, g.const([1]), g.const([np.iinfo(np.int64).max]), g.const([1])])
         logits = self.linear(masked, ["lm_head"], "lm_head")  # [1, S - 1, V_out]
+        if self.dtype != np.float32:
+            logits = g.op("Cast", [logits], to=TensorProto.FLOAT)
         g.op("Identity", [logits], outputs=["logits"])
         g.add_output("logits", TensorProto.FLOAT, [1, "masked", self.out_vocab])
         for name in names_out[1:]:
-            g.add_output(name, TensorProto.FLOAT, [1, cfg.num_kv_heads, "total", cfg.head_dim])
+            g.add_output(name, self.elem, [1, cfg.num_kv_heads, "total", cfg.head_dim])
         if self.confidence is not None:
             self._accept_logits(masked, logits)
         return g.model()
@@ -140,9 +152,16 @@ class _DFlashBuilder(_TargetBuilder):
         g, head = self.g, self.confidence
         dot = g.op("MatMul", [masked, g.weight("confidence.weight", head["weight"].reshape(-1, 1).astype(self.dtype))])
         dot = g.op("Squeeze", [dot, g.const([-1])])  # [1, S - 1]
-        count = g.op("Slice", [g.op("Shape", [masked]), g.const([1]), g.const([2])])  # [1]: S - 1
-        bias, scale = (g.op("Slice", [g.weight(f"confidence.{n}", head[n].astype(self.dtype)), g.const([0]), count])
-                       for n in ("bias", "prob_scale"))  # [S - 1] each
+        if self.dtype != np.float32:  # the head's sum in float32, as its logits
+            dot = g.op("Cast", [dot], to=TensorProto.FLOAT)
+        if self.block_length is None:
+            count = g.op("Slice", [g.op("Shape", [masked]), g.const([1]), g.const([2])])  # [1]: S - 1
+            bias, scale = (g.op("Slice", [g.weight(f"confidence.{n}", head[n].astype(np.float32)), g.const([0]),
+                                          count]) for n in ("bias", "prob_scale"))  # [S - 1] each
+        else:  # entries 1..S-1 of [0, b_0, b_1, ...]: the first S - 1, bounded by a host input
+            bias, scale = (g.op("Slice", [g.weight(f"confidence.{n}", np.concatenate([[0.0], head[n]])
+                                                   .astype(np.float32)), g.const([1]), self.block_length])
+                           for n in ("bias", "prob_scale"))
         top = g.op("Sub", [g.op("ReduceMax", [logits, g.const([-1])], keepdims=0),
                            g.op("ReduceLogSumExp", [logits, g.const([-1])], keepdims=0)])  # [1, S - 1]
         out = g.op("Add", [g.op("Add", [dot, bias]), g.op("Mul", [scale, top])])
@@ -175,7 +194,7 @@ class _DFlashBuilder(_TargetBuilder):
         # queries grouped by KV head (head h = kv * G + g): [1, NH, S, D] -> [1, KV, G * S, D]
         qg = g.op("Reshape", [heads_first(q, heads), g.const([0, kv_heads, -1, d])])
         scores = g.op("MatMul", [qg, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
-        scores = g.op("Mul", [scores, g.const(cfg.scale, dtype=np.float32)])
+        scores = g.op("Mul", [scores, g.const(cfg.scale, dtype=self.dtype)])
         out = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), values])  # [1, KV, G * S, D]
         out = g.op("Transpose", [g.op("Reshape", [out, g.const([0, heads, -1, d])])], perm=[0, 2, 1, 3])
         out = g.op("Reshape", [out, g.const([0, 0, heads * d])])  # [1, S, NH * D]
@@ -222,11 +241,10 @@ def max_difference(session, cfg: DFlashConfig, calls, reference) -> float:
     """Max |difference| of logits and caches between an ORT session over the graph and the reference outputs,
     over the calls in turn (each session call reads the caches the one before returned)."""
     c = cfg.layers
-    inputs, _ = io_names(c.num_layers)
     past = [np.zeros((1, c.num_kv_heads, 0, c.head_dim), np.float32)] * (2 * c.num_layers)
     worst = 0.0
     for (ids, feats, pos), ref in zip(calls, reference):
-        outs = session.run(None, dict(zip(inputs, [ids, feats, pos, *past])))
-        worst = max(worst, *(float(np.abs(a - b).max()) for a, b in zip(outs, ref)))
+        outs = session.run(None, call_feeds(session, ids, feats, pos, past))
+        worst = max(worst, *(float(np.abs(a.astype(np.float32) - b).max()) for a, b in zip(outs, ref)))
         past = outs[1:1 + 2 * c.num_layers]
     return worst

@@ -49,17 +49,6 @@ def _exporter(spec: str):
     return drafter_kinds.KINDS[name].exporter_module(), arg
 
 
-def gpu_profile_note(spec: str, device: str) -> str:
-    """What a GPU bundle's drafter does not yet run on the GPU (an empty string where it does): the exporters that
-    take a `device` build their graph in the GPU profile (convert/gpu_profile.py); the others (dflash, assistant)
-    keep float32 activations."""
-    name, _ = parse_drafter_spec(spec)
-    if device == "cpu" or _takes(spec, "device"):
-        return ""
-    return (f"note: the {name} drafter's graph computes in float32, so under {device} its attention runs on the CPU "
-            "provider (specrt info BUNDLE --placement shows which nodes)")
-
-
 def check_drafter_spec(spec: str, precision: str) -> None:
     """Refuse a bad --drafter before any work is done."""
     name, arg = parse_drafter_spec(spec)
@@ -88,17 +77,16 @@ def hidden_layers_for(spec: str | None, loaded) -> tuple[int, ...]:
 def add_drafter(spec: str, tmp: Path, loaded, precision: str, max_context: int, providers, stages, build_graph,
                 draft_vocab: int = 0, device: str = "cpu") -> dict:
     """Write the drafter's graph into tmp; returns its manifest entry. draft_vocab: its output head cut to that
-    many tokens, for the kinds whose exporter takes it (a draft model); device: the profile its graph is built in,
-    for the kinds whose exporter takes it (convert/gpu_profile.py)."""
+    many tokens, for the kinds whose exporter takes it (a draft model); device: the profile its graph is built in
+    (convert/gpu_profile.py), the target's."""
     module, arg = _exporter(spec)
     extra = {"draft_vocab": draft_vocab} if draft_vocab and takes_draft_vocab(spec) else {}
-    if _takes(spec, "device"):
-        extra["device"] = device
-    return module.add(spec, arg, tmp, loaded, precision, max_context, providers, stages, build_graph, **extra)
+    return module.add(spec, arg, tmp, loaded, precision, max_context, providers, stages, build_graph, device=device,
+                      **extra)
 
 
 def _takes(spec: str, option: str) -> bool:
-    """Whether this drafter's exporter takes a keyword-only option of its add (draft_vocab, device)."""
+    """Whether this drafter's exporter takes a keyword-only option of its add (draft_vocab)."""
     import inspect
 
     module, _ = _exporter(spec)

@@ -215,5 +215,5 @@ class _QuantizedRows:
 
 def head_precision(target_precision: str) -> str:
     """A head runs quantized beside an int4 or int8 target (int4: about 3x cheaper per call on a CPU), at the
-    target's precision, else in fp32."""
-    return target_precision if weight_bits(target_precision) else "fp32"
+    target's precision; beside an fp16 target (a GPU's) in fp16; else in fp32."""
+    return target_precision if weight_bits(target_precision) or target_precision == "fp16" else "fp32"

@@ -30,7 +30,7 @@ from specrt.convert import sources
 from specrt.convert.gpu_profile import (activation_dtype, built_for, check_profile, refuse_off_migraphx,
                                         validation_providers)
 from specrt.convert.drafter_bundle import (add_drafter, check_drafter_spec, drafter_specs, drafter_stages,
-                                           gpu_profile_note, hidden_layers_for, takes_draft_vocab)
+                                           hidden_layers_for, takes_draft_vocab)
 from specrt.convert.memory import GIB, StagePeaks, check_fits, release_freed_memory
 from specrt.convert.onnx_graph import float_activation_twin
 from specrt.convert.linear_attention_graph import state_layout
@@ -123,8 +123,6 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
     stages.expect(len(Stages.names) + sum(drafter_stages(s) for s in drafter_specs(opts.drafter)))
     t0 = time.time()
     providers = validation_providers(opts.device, stages.log)
-    for note in filter(None, (gpu_profile_note(s, opts.device) for s in drafter_specs(opts.drafter))):
-        stages.log(note)
 
     resolved = sources.resolve(source, log=stages.log)  # may fetch a catalog model (logged)
     if opts.precision == "gguf" and resolved.kind != "gguf":

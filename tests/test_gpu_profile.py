@@ -97,14 +97,20 @@ def _float32_twin_bundle(bundle: Path, out: Path) -> Path:
     from specrt.convert.gpu_profile import float32_twin
 
     shutil.copytree(bundle, out)
-    (out / "target.onnx").unlink()
-    (out / "target.onnx.data").unlink()
-    float32_twin(bundle / "target.onnx", out / "target.onnx")
     manifest = json.loads((out / "specrt.json").read_text())
     manifest["kv"]["dtype"] = "float32"
-    for name in ("target.onnx", "target.onnx.data"):
-        entry = file_entry(out / name)
-        manifest["files"][name] = {"size": entry.size, "sha256": entry.sha256}
+    graphs = ["target.onnx"]
+    for drafter in manifest.get("drafters", []):  # a float16 drafter graph too (the assistant reads the target's cache)
+        if drafter.get("kv", {}).get("dtype") == "float16":
+            drafter["kv"]["dtype"] = "float32"
+            graphs.append(drafter["graph"]["file"])
+    for graph in graphs:
+        (out / graph).unlink()
+        (out / f"{graph}.data").unlink()
+        float32_twin(bundle / graph, out / graph)
+        for name in (graph, f"{graph}.data"):
+            entry = file_entry(out / name)
+            manifest["files"][name] = {"size": entry.size, "sha256": entry.sha256}
     (out / "specrt.json").write_text(json.dumps(manifest))
     return out
 
@@ -214,17 +220,24 @@ def test_rocm_converts_what_migraphx_runs_and_refuses_the_rest_in_one_line(gpu_b
         assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("kind", ["eagle3", "mtp"])
+@pytest.mark.parametrize("kind", ["eagle3", "mtp", "assistant"])
 def test_feature_heads_are_built_for_the_gpu_and_draft_losslessly(tmp_path, kind):
-    """EAGLE-3 heads and MTP modules in a GPU bundle compute in float16 like their target, every node on CUDA, and
-    draft (greedy output equal to plain decoding on the CPU provider)."""
+    """EAGLE-3 heads, MTP modules and Gemma 4's assistant (which reads the target's float16 cache) in a GPU bundle
+    compute in float16 like their target, every node on CUDA, and draft (greedy output equal to plain decoding on the
+    CPU provider; the assistant's tiny Gemma 4 target on the bundle's float32 twin, whose tokens do not part at
+    float16 near-ties)."""
     import specrt
     from specrt.models.eagle3 import save_eagle3_checkpoint, state_dict_of
     from specrt.runtime.sampling import SamplingParams
     from tests.test_eagle3 import random_head
     from tests.test_mtp import make_target
+    from tests.tiny_models import hf_assistant
 
-    if kind == "eagle3":
+    if kind == "assistant":  # the ordered head form (centroids), E2B/E4B's
+        src = save_tiny_bundle_source("gemma4_text", tmp_path / "target")
+        hf_assistant(ordered=True).save_pretrained(tmp_path / "head")
+        drafter = f"assistant:{tmp_path / 'head'}"
+    elif kind == "eagle3":
         src = save_tiny_bundle_source("llama", tmp_path / "target")
         head = random_head(3)
         save_eagle3_checkpoint(tmp_path / "head", head.cfg, state_dict_of(head))
@@ -239,6 +252,10 @@ def test_feature_heads_are_built_for_the_gpu_and_draft_losslessly(tmp_path, kind
     summary = summarize(place_model(bundle / entry["graph"]["file"], "cuda"))
     assert summary.strict, [(p.verdict, p.op, p.reason) for p in summary.off_gpu]
     params = SamplingParams(max_new_tokens=16, stop_token_ids=())
+    if kind == "assistant":  # it drafts from the float16 cache and features as shipped, then on the twin
+        spec = specrt.load(str(bundle), device="cpu", drafter=kind, draft_length=3).generate("the a", params).wait()
+        assert sum(spec.stats.drafted_by_position) > 0
+        bundle = _float32_twin_bundle(bundle, tmp_path / "twin")
     plain = specrt.load(str(bundle), device="cpu", drafter="none").generate("the a of to", params).wait()
     spec = specrt.load(str(bundle), device="cpu", drafter=kind, draft_length=3).generate("the a of to", params).wait()
     assert spec.token_ids == plain.token_ids and sum(spec.stats.drafted_by_position) > 0
@@ -310,3 +327,51 @@ def test_a_catalog_model_on_a_gpu_gets_a_bundle_of_the_gpu_profile(monkeypatch, 
     api.resolve_bundle(DEFAULT_MODEL, "int4", device="cuda")
     api.resolve_bundle(DEFAULT_MODEL, "int4")
     assert asked == [(f"{DEFAULT_MODEL}-int4-cuda", "cuda"), (f"{DEFAULT_MODEL}-int4", "cpu")]
+
+
+def test_dflash_is_built_for_the_gpu_and_drafts_losslessly(tmp_path):
+    """A DFlash drafter with a confidence head beside a GPU target: float16 like it, every node on CUDA (its lengths
+    are host inputs, so no shape arithmetic), validated against torch at float16's limit; its accept_logits for a
+    block cut short by the context's end agree with the CPU bundle's; it drafts from the float16 graph as shipped,
+    and its greedy speculation on the bundle's float32 twin equals plain decoding."""
+    import onnxruntime as ort
+
+    import specrt
+    from specrt.drafters.dflash.feeds import call_feeds
+    from specrt.models.dflash_confidence import save_confidence_head
+    from specrt.runtime.sampling import SamplingParams
+    from tests.test_dflash import random_draft, write_reference_checkpoint
+    from tests.test_dflash_confidence import random_head
+
+    src = save_tiny_bundle_source("llama", tmp_path / "target")
+    model = random_draft(5)
+    write_reference_checkpoint(tmp_path / "drafter", model)
+    save_confidence_head(tmp_path / "drafter", random_head(1))
+    bundles = {}
+    for device in ("cuda", "cpu"):
+        bundles[device] = tmp_path / device
+        assert main(["convert", str(src), "-o", str(bundles[device]), "--max-context", "96", "--precision", "int4",
+                     "--device", device, "--drafter", f"dflash:{tmp_path / 'drafter'}"]) == 0
+    entry = json.loads((bundles["cuda"] / "specrt.json").read_text())["drafters"][0]
+    assert entry["kv"]["dtype"] == "float16" and entry["validation"]["max_abs_diff"] < 5e-2
+    summary = summarize(place_model(bundles["cuda"] / entry["graph"]["file"], "cuda"))
+    assert summary.strict, [(p.verdict, p.op, p.reason) for p in summary.off_gpu]
+
+    cfg, rng = model.cfg, np.random.default_rng(2)
+    ids = np.array([[7, cfg.mask_token_id]])  # a block of 2
+    feats = rng.normal(size=(1, 3, cfg.feature_width)).astype(np.float32)
+    past = [np.zeros((1, cfg.layers.num_kv_heads, 0, cfg.layers.head_dim), np.float32)] * (2 * cfg.layers.num_layers)
+    accept = {}
+    for device, bundle in bundles.items():
+        session = ort.InferenceSession(str(bundle / entry["graph"]["file"]), providers=["CPUExecutionProvider"])
+        accept[device] = session.run(None, call_feeds(session, ids, feats, np.arange(5)[None], past))[-1]
+    assert accept["cuda"].shape == (1, 1)
+    np.testing.assert_allclose(accept["cuda"], accept["cpu"], atol=5e-2)
+
+    params = SamplingParams(max_new_tokens=16, stop_token_ids=())
+    shipped = specrt.load(str(bundles["cuda"]), device="cpu", drafter="dflash", draft_length=3)
+    assert sum(shipped.generate("the a", params).wait().stats.drafted_by_position) > 0
+    twin = _float32_twin_bundle(bundles["cuda"], tmp_path / "twin")
+    plain = specrt.load(str(twin), device="cpu", drafter="none").generate("the a of to", params).wait()
+    spec = specrt.load(str(twin), device="cpu", drafter="dflash", draft_length=3).generate("the a of to", params).wait()
+    assert spec.token_ids == plain.token_ids and sum(spec.stats.drafted_by_position) > 0

@@ -35,6 +35,9 @@ class AssistantDrafter(Drafter):
         self.columns: np.ndarray | None = None
         self.params, self.rng = SamplingParams(temperature=0.0), np.random.default_rng()
         self.hidden: np.ndarray | None = None  # [1, 1, B] the last step's hidden_out
+        # the graph's float type: float16 in a GPU bundle (it reads the target's float16 cache)
+        features = next(i for i in self.session.get_inputs() if i.name == "features")
+        self.dtype = np.float16 if "float16" in features.type else np.float32
 
     @classmethod
     def from_bundle(cls, bundle_dir, entry, manifest, providers, threads: int = 0) -> "AssistantDrafter":
@@ -55,11 +58,11 @@ class AssistantDrafter(Drafter):
         """One draft step -> logits [V]: from the target's features (the first step) or from the previous step's
         hidden_out, which it replaces."""
         b, bind = self.width, self.binding
-        zeros = np.zeros((1, 1, b), np.float32)
+        zeros = np.zeros((1, 1, b), self.dtype)
         bind.bind_cpu_input("input_ids", np.array([[token]], dtype=np.int64))
         bind.bind_cpu_input("position_ids", np.array([[position]], dtype=np.int64))
         bind.bind_cpu_input("kv_length", np.array([position], dtype=np.int64))
-        bind.bind_cpu_input("features", features.reshape(1, 1, b).astype(np.float32) if features is not None else zeros)
+        bind.bind_cpu_input("features", features.reshape(1, 1, b).astype(self.dtype) if features is not None else zeros)
         bind.bind_cpu_input("hidden", zeros if features is not None else self.hidden)
         bind.bind_cpu_input("use_features", np.array([features is not None]))
         bind.bind_output("logits", "cpu")

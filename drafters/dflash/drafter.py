@@ -20,6 +20,7 @@ import numpy as np
 
 from specrt.drafter_entry import DrafterEntry
 from specrt.errors import SpecrtError
+from specrt.drafters.dflash.feeds import call_feeds
 from specrt.drafters.dflash.schedule import cut_length
 from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
 from specrt.runtime.drafter import Draft, Drafter, TargetView, common_prefix
@@ -108,9 +109,7 @@ class DFlashDrafter(Drafter):
         feats = self.target.features(keep, n, self.columns)[None]  # [1, C, F]
         ids = np.array([[context[n]] + [self.mask] * (block - 1)], dtype=np.int64)
         positions = np.arange(keep, n + block, dtype=np.int64)[None]
-        names = ["input_ids", "features", "position_ids"] + [
-            f"past_key_values.{i}.{kv}" for i in range(self.layers) for kv in ("key", "value")]
-        out = self.session.run(None, dict(zip(names, [ids, feats.astype(np.float32), positions, *self.past])))
+        out = self.session.run(None, call_feeds(self.session, ids, feats, positions, self.past))
         logits, self.past, self.read = out[0][0], out[1:1 + 2 * self.layers], list(context[:n])  # [block - 1, V']
         if self.params.greedy:
             best = logits.argmax(-1)
