@@ -412,30 +412,62 @@ def _write_atomic(path: Path, text: str) -> None:
 @click.option("--precision", type=click.Choice(["fp32", "int8", "int4", "gguf"]), default="int4", show_default=True,
               help="precision a catalog model is converted to on first use (gguf: its GGUF's own weights, exactly)")
 @click.option("--api-key", default=None, envvar="SPECRT_API_KEY",
-              help="require Authorization: Bearer KEY on every request (or set SPECRT_API_KEY)")
+              help="require Authorization: Bearer KEY on every request; better set SPECRT_API_KEY (a key on the "
+                   "command line shows in `ps` to every user of the machine)")
 @click.option("--queue-size", type=int, default=16, show_default=True,
               help="requests waiting or running before the server answers 503")
 @click.option("--model-id", default=None, help="the model name clients send (default: MODEL's name)")
 @click.option("--batch-invariant/--no-batch-invariant", default=None,
               help="exact calls: temperature-0 answers equal plain decoding's bit for bit, and repeat exactly, at a "
                    "cost per step [default: off]")
-def serve(model, host, port, drafter, device, precision, api_key, queue_size, model_id, batch_invariant):
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="a further host name clients may address the server by (loopback names and IP addresses always "
+                   "pass); repeatable")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="a web page origin (e.g. http://localhost:5173) allowed to call the server from a browser, with "
+                   "CORS headers; repeatable. Other origins are refused")
+@click.option("--read-timeout", type=float, default=30.0, show_default=True,
+              help="seconds a client may take to send a request's head, and again its body")
+@click.option("--max-connections", type=int, default=64, show_default=True,
+              help="open connections before the server answers 503")
+def serve(model, host, port, drafter, device, precision, api_key, queue_size, model_id, batch_invariant,
+          allowed_hosts, cors_origins, read_timeout, max_connections):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     try:
         import uvicorn
 
         from specrt.app.serve.app import build_app
+        from specrt.app.serve.protocol import head_deadline_protocol
     except ImportError:
         raise SpecrtError("specrt serve needs starlette and uvicorn: pip install 'specrt[serve]'") from None
     if queue_size < 1:
         raise SpecrtError("--queue-size must be at least 1")
+    if not read_timeout > 0 or max_connections < 1:
+        raise SpecrtError("--read-timeout must be positive and --max-connections at least 1")
+    if not api_key and not _is_loopback(host):
+        click.echo(f"warning: {host} is reachable from other machines and no API key is set: anyone who can reach "
+                   "it can use the model (set SPECRT_API_KEY)", err=True)
     engine = _load_engine(model, device, drafter, precision, batch_invariant)
     model_id = model_id or Path(model).name
-    app = build_app(engine, model_id, api_key=api_key, queue_size=queue_size)
+    app = build_app(engine, model_id, api_key=api_key, queue_size=queue_size, bind_host=host,
+                    allowed_hosts=allowed_hosts, cors_origins=cors_origins, body_seconds=read_timeout)
     drafter_name = getattr(engine.drafter, "name", "none") if engine.drafter is not None else "none"
     click.echo(f"serving {model_id} (drafter {drafter_name}) on http://{host}:{port}/v1"
                + (" (API key required)" if api_key else ""), err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                  http=head_deadline_protocol(read_timeout), limit_concurrency=max_connections,
+                                  timeout_keep_alive=5)).run()
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @cli.command("export-drafter")

@@ -187,7 +187,7 @@ def test_the_server_sends_reasoning_apart_from_the_answer(harmony_bundle, monkey
 
     monkeypatch.setattr(engine, "generate", scripted)
     body = {"model": "m", "messages": [{"role": "user", "content": "the dog"}], "max_tokens": 4}
-    with TestClient(build_app(engine, "m")) as client:
+    with TestClient(build_app(engine, "m"), base_url="http://localhost") as client:
         message = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
         assert message == {"role": "assistant", "content": "Hello! How can I help?",
                            "reasoning_content": "The user greets; answer briefly."}

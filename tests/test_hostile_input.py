@@ -519,7 +519,7 @@ def test_fuzz_server_requests(tiny_bundle):
     from tests.fuzz_formats import mutate, mutate_json
 
     engine = specrt.load(str(tiny_bundle), device="cpu", drafter="none")
-    client = TestClient(build_app(engine, "m", queue_size=4))
+    client = TestClient(build_app(engine, "m", queue_size=4), base_url="http://localhost")
     rng = random.Random(7)
     bases = {"/v1/chat/completions": {"model": "m", "messages": [{"role": "system", "content": "be brief"},
                                                                  {"role": "user", "content": "hi there"}],

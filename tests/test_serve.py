@@ -75,7 +75,7 @@ def test_bad_requests_are_named(body, status, code):
 
 
 def _scan_depth(text: str) -> int:
-    """The plain character scan the server's regex-and-numpy depth must agree with."""
+    """The plain character scan of a JSON text that the server's depth of the parsed body must agree with."""
     depth = deepest = 0
     in_string = escaped = False
     for ch in text:
@@ -91,7 +91,7 @@ def _scan_depth(text: str) -> int:
     return deepest
 
 
-def test_body_depth_counts_brackets_outside_strings_only():
+def test_body_depth_counts_nesting_of_the_parsed_body():
     import json
     import random
 
@@ -108,13 +108,32 @@ def test_body_depth_counts_brackets_outside_strings_only():
         return {str(i): value(level + 1) for i in range(rng.randrange(3))}
 
     for _ in range(300):
-        text = json.dumps(value(0))
-        assert _depth(text) == _scan_depth(text), text
+        v = value(0)
+        text = json.dumps(v)
+        assert _depth(v, 100) == _scan_depth(text), text
     deep = '{"messages": ' + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1) + "}"
     with pytest.raises(RequestError, match="nests deeper"):
         load_body(deep.encode())
+    with pytest.raises(RequestError, match="nests deeper"):  # past the parser's own recursion limit
+        load_body(b"[" * 200_000 + b"]" * 200_000)
     quoted = '{"messages": "' + "[" * 10_000 + '"}'  # brackets inside a string are text
     assert load_body(quoted.encode()) == {"messages": "[" * 10_000}
+
+
+def test_an_unterminated_string_of_escaped_quotes_is_refused_in_linear_time():
+    """A string opened and never closed, full of escaped quotes: the regular expression that once looked for
+    strings in the raw body backtracked quadratically over it (100 KB blocked the server 21 s). Parsing first, a
+    body of 8 MB is refused at once."""
+    import time
+
+    from specrt.app.serve.requests import MAX_BODY_BYTES, load_body
+
+    for size in (100_000, MAX_BODY_BYTES - 100):
+        body = b'{"messages": "' + b'\\"' * (size // 2)
+        t0 = time.perf_counter()
+        with pytest.raises(RequestError, match="not valid JSON"):
+            load_body(body)
+        assert time.perf_counter() - t0 < 1.0
 
 
 def test_completions_need_a_prompt():

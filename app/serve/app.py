@@ -4,6 +4,11 @@ GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions; st
 (`data: {chunk}` ... `data: [DONE]`). Responses carry `usage` and, as an extension, `specrt` (drafter, mean
 accepted tokens per target call, acceptance by draft depth, decode tokens/s). With an API key, every request
 without `Authorization: Bearer KEY` gets 401.
+
+Nothing one request sends can stall the others: the body must arrive within body_timeout seconds (408), and
+everything done with it before it is queued (JSON parsing, checking the tools, rendering the chat template,
+counting the prompt's tokens) runs in worker threads, at most PREPARING at once, never on the event loop that
+answers every client (/health included). app/serve/guard.py refuses what a web page could send.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ import time
 import uuid
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from specrt.app.serve.guard import ServeGuard, authorized as key_matches
 from specrt.app.serve.requests import MAX_BODY_BYTES, RequestError, load_body, parse
 from specrt.app.serve.worker import EngineWorker, QueueFull
 from specrt.runtime.target_session import ContextOverflowError
@@ -38,19 +45,32 @@ def _generation_error(exc: Exception) -> RequestError:
     return RequestError(500, f"internal error: {type(exc).__name__}: {exc}", None, None, "server_error")
 
 
-async def _read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The body, refused with 413 past `limit` bytes (by its Content-Length, or while it streams in)."""
+PREPARING = 4  # requests parsed, checked and rendered at once (each in a worker thread)
+BODY_SECONDS = 30.0  # the default time a request body may take to arrive
+
+
+async def _read_body(request: Request, limit: int = MAX_BODY_BYTES, seconds: float = BODY_SECONDS) -> bytes:
+    """The body, refused with 413 past `limit` bytes (by its Content-Length, or while it streams in) and with 408
+    when it has not all arrived within `seconds` (a client trickling it in holds nothing for long)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(413, f"the request body is {declared} bytes; the limit is {limit}", None,
                            "request_too_large")
-    parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise RequestError(413, f"the request body passed {limit} bytes", None, "request_too_large")
-        parts.append(part)
-    return b"".join(parts)
+
+    async def read() -> bytes:
+        parts, size = [], 0
+        async for part in request.stream():
+            size += len(part)
+            if size > limit:
+                raise RequestError(413, f"the request body passed {limit} bytes", None, "request_too_large")
+            parts.append(part)
+        return b"".join(parts)
+
+    try:
+        return await asyncio.wait_for(read(), timeout=seconds)
+    except asyncio.TimeoutError:
+        raise RequestError(408, f"the request body did not arrive within {seconds:g} s", None,
+                           "request_timeout") from None
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -79,12 +99,15 @@ def _extension(result) -> dict:
             "tokens_per_second": round(s.tokens_per_second, 1), "prefill_seconds": round(s.prefill_seconds, 4)}
 
 
-def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int = 16) -> Starlette:
+def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int = 16, bind_host: str = "127.0.0.1",
+              allowed_hosts=(), cors_origins=(), body_seconds: float = BODY_SECONDS) -> ServeGuard:
+    """The server's ASGI app: the routes behind ServeGuard (Host, Origin, Content-Type; app/serve/guard.py)."""
     worker = EngineWorker(engine, queue_size)
     created = int(time.time())
+    preparing = asyncio.Semaphore(PREPARING)
 
     def authorized(request: Request) -> bool:
-        return api_key is None or request.headers.get("authorization") == f"Bearer {api_key}"
+        return key_matches(request.headers.get("authorization"), api_key)
 
     def unauthorized() -> JSONResponse:
         return _error(RequestError(401, "missing or wrong API key (send Authorization: Bearer KEY)", None,
@@ -107,11 +130,9 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         if not authorized(request):
             return unauthorized()
         try:
-            job = parse(load_body(await _read_body(request)), chat, model_id, engine.max_context)
-            _check_prompt(job)  # over the context or refused by the template: 400 before anything streams
-            # gpt-oss (harmony): the analysis channel goes out as reasoning_content, the rest as content
-            harmony = (engine.harmony_parser(job.prompt, job.thinking, job.reasoning_effort)
-                       if chat and not job.raw else None)
+            raw = await _read_body(request, seconds=body_seconds)
+            async with preparing:  # off the event loop: a heavy request stalls no other client
+                job, harmony = await run_in_threadpool(prepare, raw, chat)
             ticket = worker.submit(job)
         except RequestError as exc:
             return _error(exc)
@@ -161,6 +182,20 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                   if chat else {"index": 0, "text": text, "finish_reason": value.finish_reason, "logprobs": None})
         return JSONResponse({"id": rid, "object": kind, "created": int(time.time()), "model": model_id,
                              "choices": [choice], "usage": _usage(value), "specrt": _extension(value)})
+
+    def prepare(raw: bytes, chat: bool):
+        """(the Job, its harmony parser or None) from a request body: parsed, checked, its prompt rendered and
+        counted (in a worker thread)."""
+        job = parse(load_body(raw), chat, model_id, engine.max_context)
+        _check_prompt(job)  # over the context or refused by the template: 400 before anything streams
+        from specrt.errors import SpecrtError
+
+        try:  # gpt-oss (harmony): the analysis channel goes out as reasoning_content, the rest as content
+            harmony = (engine.harmony_parser(job.prompt, job.thinking, job.reasoning_effort)
+                       if chat and not job.raw else None)
+        except SpecrtError as exc:
+            raise _generation_error(exc) from None
+        return job, harmony
 
     def _content_stream(job):
         """A stream whose content may go out as it comes: tool_choice auto under a format whose calls open with a
@@ -255,8 +290,9 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
     async def completions(request: Request):
         return await complete(request, chat=False)
 
-    return Starlette(routes=[
+    routes = Starlette(routes=[
         Route("/health", health), Route("/v1/models", models),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
     ], exception_handlers={HTTPException: _http_error, Exception: _server_error})
+    return ServeGuard(routes, bind_host, allowed_hosts, cors_origins)

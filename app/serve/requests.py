@@ -15,10 +15,7 @@ else that would change the output is refused (400), not silently ignored.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
-
-import numpy as np
 
 from specrt.errors import SpecrtError
 from specrt.runtime.harmony import REASONING_EFFORTS
@@ -65,21 +62,18 @@ class Job:
     parallel_tool_calls: bool = True
 
 
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string literal, escapes included
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-
-
-def _depth(text: str) -> int:
-    """Deepest nesting of [ and { in a JSON text, outside strings: string literals and everything but brackets
-    removed by regular expressions, then the running count's maximum in numpy (an 8 MB body in tens of
-    milliseconds, not a Python loop over its characters on the server's event loop). An unterminated string's
-    brackets count: such a body is not JSON either way."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    if not brackets:
-        return 0
-    codes = np.frombuffer(brackets.encode("ascii"), dtype=np.uint8)
-    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1).astype(np.int32)
-    return int(np.cumsum(steps).max(initial=0))
+def _depth(value, limit: int) -> int:
+    """Deepest nesting of lists and objects in a parsed JSON value, counted without recursion and given up past
+    `limit` (returns limit + 1 then): linear in the value's size, on a value json.loads has already built."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (list, dict)):
+            if depth > limit:
+                return depth
+            deepest = max(deepest, depth)
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _bounded_int(literal: str) -> int:
@@ -95,12 +89,18 @@ def load_body(raw: bytes) -> object:
     except UnicodeDecodeError as exc:
         raise RequestError(400, f"the request body is not UTF-8 ({exc.reason} at byte {exc.start})", None,
                            "invalid_json") from None
-    if _depth(text) > MAX_DEPTH:
-        raise RequestError(400, f"the request body nests deeper than {MAX_DEPTH} levels", None, "invalid_json")
+    # parsed first, by the standard library's linear parser (no regular expression runs over the raw body:
+    # backtracking over an unterminated string once took seconds a kilobyte, on the event loop), checked after
     try:
-        return json.loads(text, parse_int=_bounded_int)
-    except (ValueError, RecursionError) as exc:
+        body = json.loads(text, parse_int=_bounded_int)
+    except RecursionError:
+        raise RequestError(400, f"the request body nests deeper than {MAX_DEPTH} levels", None,
+                           "invalid_json") from None
+    except ValueError as exc:
         raise RequestError(400, f"the request body is not valid JSON ({str(exc)[:200]})", None, "invalid_json") from None
+    if _depth(body, MAX_DEPTH) > MAX_DEPTH:
+        raise RequestError(400, f"the request body nests deeper than {MAX_DEPTH} levels", None, "invalid_json")
+    return body
 
 
 def _text(value: str, param: str) -> str:
@@ -235,6 +235,11 @@ def parse(body, chat: bool, model_id: str, max_context: int) -> Job:
     job = Job(prompt, raw, params, stream, include_usage, thinking=_thinking(body), reasoning_effort=effort,
               response_format=_response_format(body))
     _tools(body, job, chat)
+    if body.get("ignore_eos") is True and (job.response_format is not None
+                                           or (job.tools is not None and job.tool_choice != "none")):
+        # a grammar ends the answer where it is complete; generating on past it could only fail at the end
+        raise RequestError(400, "'ignore_eos' cannot be combined with response_format or tools (their grammar "
+                           "decides where the answer ends)", "ignore_eos", "invalid_value")
     return job
 
 
