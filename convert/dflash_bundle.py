@@ -51,7 +51,7 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
 
     from specrt.convert.dflash_graph import DFlashWeights, max_difference, reference_outputs, write_dflash_graph
     from specrt.convert.gpu_profile import activation_dtype
-    from specrt.drafters.dflash.feeds import BLOCK_LENGTH, CONTEXT_LENGTH
+    from specrt.dflash_io import BLOCK_LENGTH, CONTEXT_LENGTH
     from specrt.convert.head_graph import head_precision, validate_graph
     from specrt.convert.quant_rows import QuantReadback
     from specrt.convert.target_graph import GraphOptions

@@ -15,7 +15,7 @@ drafter as arrays.
 
 A GPU graph (GPU profile, convert/gpu_profile.py) computes in float16 (features and caches float16, logits and
 accept_logits float32) and takes the context's and the block's lengths as host inputs context_length [1] and
-block_length [1] int64 (drafters/dflash/feeds.py): the slices they bound then need no shape arithmetic, which ONNX Runtime would
+block_length [1] int64 (specrt/dflash_io.py): the slices they bound then need no shape arithmetic, which ONNX Runtime would
 keep on the CPU.
 
 Per layer: queries from the normed block, keys and values from [context; block] (one fused K/V projection),
@@ -36,7 +36,7 @@ from onnx import TensorProto
 from specrt.convert.onnx_graph import MS_DOMAIN
 from specrt.convert.quant_rows import WrittenGraph
 from specrt.convert.target_graph import GraphOptions, _TargetBuilder, write_graph
-from specrt.drafters.dflash.feeds import BLOCK_LENGTH, CONTEXT_LENGTH, call_feeds
+from specrt.dflash_io import BLOCK_LENGTH, CONTEXT_LENGTH, call_feeds
 from specrt.models.dflash import DFlashConfig
 from specrt.models.tensor_source import WeightSource, rows_of, shape_of
 

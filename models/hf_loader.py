@@ -22,18 +22,39 @@ def read_hf_config(folder: Path) -> dict:
         raise SourceError(f"{path}: unreadable config ({exc})") from None
 
 
+MAX_INDEX = 100 * 1024 * 1024  # a real index is a few MB at most; refused before it is read into memory
+
+
 def _index(folder: Path) -> dict | None:
-    """The weight map of model.safetensors.index.json (tensor name -> shard file name), if the folder has one."""
+    """The weight map of model.safetensors.index.json (tensor name -> shard file name), if the folder has one. An
+    index that is not JSON, too large or too deep to be one, or whose weight_map is not an object of file names in
+    this folder, is a one-line SourceError naming it."""
     index = folder / "model.safetensors.index.json"
     if not index.is_file():
         return None
     try:
+        size = index.stat().st_size
+        if size > MAX_INDEX:
+            raise ValueError(f"{size} bytes, over the limit of {MAX_INDEX // 2**20} MB")
         weight_map = json.loads(index.read_text())["weight_map"]
         if not isinstance(weight_map, dict):
             raise ValueError("weight_map is not an object")
-        return weight_map
-    except (OSError, ValueError, KeyError) as exc:
+    except RecursionError:
+        raise SourceError(f"{index}: unreadable index (nested too deeply)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # TypeError: the JSON is a list or a string
         raise SourceError(f"{index}: unreadable index ({exc})") from None
+    for name, shard in weight_map.items():
+        if not _shard_name(shard):  # a nested value is named by its type: its repr could be huge or deep
+            shown = type(shard).__name__ if isinstance(shard, (list, dict)) else repr(shard)[:200]
+            raise SourceError(f"{index}: weight_map puts tensor {name[:200]!r} in {shown}, which is not a file name "
+                              f"in {folder}")
+    return weight_map
+
+
+def _shard_name(shard) -> bool:
+    """Whether a weight_map value names a file directly inside the folder: a string with no path in it (a shard
+    "../x" or "/x" would have the loader read a file outside the model folder)."""
+    return isinstance(shard, str) and shard not in ("", ".", "..") and not any(c in shard for c in "/\\\0")
 
 
 def safetensors_files(folder: Path) -> list[Path]:

@@ -16,7 +16,7 @@ from pathlib import Path
 # top-level modules of specrt/ that form the shared layer: the bundle schema, the drafter registry, errors, the
 # catalog of models and the benchmark datasets (standard library and numpy only)
 SHARED = {"specrt.bundle", "specrt.errors", "specrt.tensor_file", "specrt.drafter_entry", "specrt.drafter_kinds",
-          "specrt.catalog", "specrt.datasets"}
+          "specrt.catalog", "specrt.datasets", "specrt.dflash_io"}
 ENTRY = {"specrt", "specrt.cli"}  # the package facade (specrt.load) and the command line: may import every part
 
 # part -> the parts of specrt it may import (itself included)

@@ -337,7 +337,7 @@ def test_dflash_is_built_for_the_gpu_and_drafts_losslessly(tmp_path):
     import onnxruntime as ort
 
     import specrt
-    from specrt.drafters.dflash.feeds import call_feeds
+    from specrt.dflash_io import call_feeds
     from specrt.models.dflash_confidence import save_confidence_head
     from specrt.runtime.sampling import SamplingParams
     from tests.test_dflash import random_draft, write_reference_checkpoint

@@ -20,7 +20,7 @@ import numpy as np
 
 from specrt.drafter_entry import DrafterEntry
 from specrt.errors import SpecrtError
-from specrt.drafters.dflash.feeds import call_feeds
+from specrt.dflash_io import call_feeds
 from specrt.drafters.dflash.schedule import cut_length
 from specrt.drafters.draft_vocab import load_draft_targets, to_target_vocab
 from specrt.runtime.drafter import Draft, Drafter, TargetView, common_prefix

@@ -1,5 +1,6 @@
-"""What one call of a DFlash graph (convert/dflash_graph.py) is fed, as the drafter and the conversion's validation
-feed it: the graph's float type for features and caches (float16 in a GPU bundle), and a GPU graph's host lengths."""
+"""What one call of a DFlash graph (convert/dflash_graph.py) is fed, shared by the drafter that runs it
+(drafters/dflash) and the conversion that validates it: the graph's float type for features and caches (float16 in
+a GPU bundle), and a GPU graph's host lengths."""
 
 from __future__ import annotations
 
