@@ -55,19 +55,25 @@ class HarmonyParser:
         self.pending = ""
 
     def feed(self, chunk: str) -> list[Piece]:
-        self.pending += chunk
-        out: list[Piece] = []
-        while self.pending:
-            cut, marker = min(((self.pending.find(m), m) for m in MARKERS if m in self.pending),
-                              default=(-1, ""))
+        text, at, out = self.pending + chunk, 0, []
+        # each marker's next place at or after `at` (-1: none), searched again only once `at` has passed it: the
+        # text is model output, and searching the rest of it again after every marker (slicing it off each time)
+        # took seconds on 100 KB of markers
+        ahead = {m: text.find(m) for m in MARKERS}
+        while True:
+            for m, place in ahead.items():
+                if 0 <= place < at:
+                    ahead[m] = text.find(m, at)
+            cut, marker = min(((place, m) for m, place in ahead.items() if place >= 0), default=(-1, ""))
             if cut < 0:
-                keep = _partial_marker(self.pending)
-                self._take(self.pending[:len(self.pending) - keep], out)
-                self.pending = self.pending[len(self.pending) - keep:]
                 break
-            self._take(self.pending[:cut], out)
-            self.pending = self.pending[cut + len(marker):]
+            self._take(text[at:cut], out)
+            at = cut + len(marker)
             self._marker(marker)
+        rest = text[at:]
+        keep = _partial_marker(rest)
+        self._take(rest[:len(rest) - keep], out)
+        self.pending = rest[len(rest) - keep:]
         return out
 
     def finish(self) -> list[Piece]:

@@ -12,12 +12,14 @@ that must call, and how calls are read out of an answer.
 
 Each lists the tools through its template's own `tools` variable. Reading is lenient (a call that does not parse or
 names no given tool is left in the content); answers that must call are constrained by the grammar, so they parse.
+The readers scan with str.find, each stretch of the answer a bounded number of times, never with backtracking
+regexes: the answer is the model's (a hostile prompt can steer it), and `<tool_call>\\s*(.*?)\\s*</tool_call>` took
+33 s on 5,000 characters of openers and spaces with no closer (tests/test_tool_readers_hostile.py).
 """
 
 from __future__ import annotations
 
 import json
-import re
 
 from specrt.runtime import gemma_values
 from specrt.runtime.tool_grammar import LarkBuilder, alternatives, sequence
@@ -31,6 +33,56 @@ def regex_text(text: str) -> str:
     return "".join("\\" + c if c in "\\.+*?()|[]{}^$#&-~/" else c for c in text)
 
 
+class _Ahead:
+    """The next place of what `find(pos)` looks for, at or after pos, for positions that (mostly) only grow: a
+    search is redone only once pos passes the place found, so many openers with no closer after them cost one
+    search, not one each (what made a lazy `.*?closer` regex quadratic)."""
+
+    def __init__(self, find):
+        self.find, self.start, self.at = find, None, -1
+
+    def __call__(self, pos: int) -> int:
+        if self.start is None or pos < self.start or 0 <= self.at < pos:
+            self.start, self.at = pos, self.find(pos)
+        return self.at
+
+
+def _space_end(text: str, i: int) -> int:
+    """Where the whitespace from i ends (str.isspace is regex `\\s`, and str.strip's whitespace)."""
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def _between(text: str, opener: str, closer: str) -> list[tuple[int, int, str]]:
+    """[(start, end, inside)]: each opener to the first closer after it, the next opener looked for after that
+    closer; what `opener(.*?)closer` (re.S) finds."""
+    spans, at = [], 0
+    while (start := text.find(opener, at)) >= 0:
+        close = text.find(closer, start + len(opener))
+        if close < 0:
+            break  # no closer after this opener, so none after a later one either
+        spans.append((start, close + len(closer), text[start + len(opener):close]))
+        at = close + len(closer)
+    return spans
+
+
+def _cut(text: str, spans) -> str:
+    """text without the spans (start, end, ...), which are in order and apart: what re.sub("", ...) leaves."""
+    out, at = [], 0
+    for start, end, *_ in spans:
+        out.append(text[at:start])
+        at = end
+    return "".join(out) + text[at:]
+
+
+def _name_end(gt: _Ahead, newline: _Ahead, i: int) -> int:
+    """Where `[^>\\n]+>` from i puts its `>`: the first `>` after i with no newline before it and a name (one
+    character or more) between; -1 where there is none. gt and newline find the next `>` and newline."""
+    end = gt(i)
+    return end if end > i and not 0 <= newline(i) < end else -1
+
+
 def call_object(tool, arguments_key: str = "arguments") -> dict:
     """The JSON schema of one call of tool: {"name": its name, arguments_key: its parameters}."""
     return {"type": "object", "properties": {"name": {"const": tool.name}, arguments_key: tool.parameters},
@@ -42,7 +94,7 @@ def object_arguments(value) -> object:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
             return value
     return value
 
@@ -118,7 +170,6 @@ class ToolFormat:
 
 class Hermes(ToolFormat):
     name, opener = "hermes", "<tool_call>"
-    _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
     def matches(self, template):
         return "<tool_call>" in template and "tools" in template
@@ -131,14 +182,15 @@ class Hermes(ToolFormat):
 
     def read(self, text, tools):
         names, calls = {t.name for t in tools}, []
-        for body in self._CALL.findall(text):
+        found = _between(text, "<tool_call>", "</tool_call>")  # the body is what is inside, stripped
+        for _, _, body in found:
             try:
-                value = json.loads(body)
-            except ValueError:
+                value = json.loads(body.strip())
+            except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
                 continue
             if isinstance(value, dict) and value.get("name") in names and isinstance(value.get("arguments"), dict):
                 calls.append((value["name"], value["arguments"]))
-        return (self._CALL.sub("", text).strip() if calls else text), calls
+        return (_cut(text, found).strip() if calls else text), calls
 
 
 def _is_text(schema) -> bool:
@@ -152,8 +204,6 @@ def _is_text(schema) -> bool:
 
 class QwenXml(ToolFormat):
     name, opener = "qwen_xml", "<tool_call>"
-    _CALL = re.compile(r"<tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*(?:</tool_call>|$)", re.S)
-    _PARAM = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
     _END = "\n</parameter>\n"
 
     def matches(self, template):
@@ -180,23 +230,80 @@ class QwenXml(ToolFormat):
 
     def read(self, text, tools):
         by_name, calls = {t.name: t for t in tools}, []
-        for name, body in self._CALL.findall(text):
+        found = _qwen_calls(text)
+        for _, _, name, body in found:
             tool = by_name.get(name.strip())
             if tool is None:
                 continue
             props = tool.parameters.get("properties") or {}
             args = {}
-            for key, raw in self._PARAM.findall(body):
+            for key, raw in _qwen_parameters(body):
                 key = key.strip()
                 if _is_text(props.get(key)):
                     args[key] = raw
                 else:
                     try:
                         args[key] = json.loads(raw)
-                    except ValueError:
+                    except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
                         args[key] = raw
             calls.append((tool.name, args))
-        return (self._CALL.sub("", text).strip() if calls else text), calls
+        return (_cut(text, found).strip() if calls else text), calls
+
+
+def _call_close(text: str, at: int) -> int:
+    """Where a call whose `</function>` is at `at` ends: after whitespace and `</tool_call>`, or at the answer's
+    end (an answer stopped at the closer); -1 where something else follows."""
+    after = _space_end(text, at + len("</function>"))
+    if text.startswith("</tool_call>", after):
+        return after + len("</tool_call>")
+    return after if after == len(text) else -1
+
+
+def _qwen_calls(text: str) -> list[tuple[int, int, str, str]]:
+    """[(start, end, name, body)], what `<tool_call>\\s*<function=([^>\\n]+)>(.*?)</function>\\s*(?:</tool_call>|$)`
+    (re.S) found: the opener, whitespace, `<function=NAME>`, then the body up to the first `</function>` that
+    ends the call (_call_close). Each search goes on from where the last stopped (_Ahead), so openers with no end
+    after them cost one search, not one each."""
+    gt, newline = _Ahead(lambda i: text.find(">", i)), _Ahead(lambda i: text.find("\n", i))
+
+    def closing(i):  # the first `</function>` from i that ends a call
+        while (i := text.find("</function>", i)) >= 0 and _call_close(text, i) < 0:
+            i += len("</function>")
+        return i
+
+    function_end, spans, at = _Ahead(closing), [], 0
+    while (start := text.find("<tool_call>", at)) >= 0:
+        at = start + len("<tool_call>")  # where the next opener is looked for if this one starts no call
+        head = _space_end(text, at)
+        if not text.startswith("<function=", head):
+            continue
+        name_at = head + len("<function=")
+        name_end = _name_end(gt, newline, name_at)
+        body_end = function_end(name_end + 1) if name_end >= 0 else -1
+        if body_end >= 0:
+            at = _call_close(text, body_end)
+            spans.append((start, at, text[name_at:name_end], text[name_end + 1:body_end]))
+    return spans
+
+
+def _qwen_parameters(body: str) -> list[tuple[str, str]]:
+    """[(key, value)], what `<parameter=([^>\\n]+)>\\n?(.*?)\\n?</parameter>` (re.S) found: the key up to the
+    first `>` (no newline in it), the value up to the first `</parameter>`, less a newline at either end."""
+    gt, newline = _Ahead(lambda i: body.find(">", i)), _Ahead(lambda i: body.find("\n", i))
+    closer, out, at = _Ahead(lambda i: body.find("</parameter>", i)), [], 0
+    while (start := body.find("<parameter=", at)) >= 0:
+        at = start + len("<parameter=")
+        key_end = _name_end(gt, newline, at)
+        if key_end < 0:
+            continue
+        value_at = key_end + 1 + body.startswith("\n", key_end + 1)
+        end = closer(value_at)
+        if end < 0:
+            continue
+        value = body[value_at:end]
+        out.append((body[at:key_end], value[:-1] if value.endswith("\n") else value))
+        at = end + len("</parameter>")
+    return out
 
 
 class Llama3(ToolFormat):
@@ -218,7 +325,7 @@ class Llama3(ToolFormat):
         body = body[len(self._TAG):].strip() if body.startswith(self._TAG) else body
         try:
             value = json.loads(body) if body.startswith("{") else None
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
             value = None
         if isinstance(value, dict) and value.get("name") in {t.name for t in tools}:
             args = value.get("parameters", value.get("arguments"))
@@ -230,8 +337,6 @@ class Llama3(ToolFormat):
 class Gemma4(ToolFormat):
     name, opener = "gemma4", gemma_values.CALL_OPEN
     stops = ("<|tool_response>",)  # after its calls Gemma 4 opens the result: the caller's to write
-    _CALL = re.compile(r"<\|tool_call>call:([A-Za-z0-9_-]+)\{(.*?)\}<tool_call\|>", re.S)
-    _THOUGHT = re.compile(r"<\|channel>.*?<channel\|>", re.S)
 
     def matches(self, template):
         return "<|tool_call>call:" in template
@@ -245,16 +350,16 @@ class Gemma4(ToolFormat):
 
     def read(self, text, tools):
         names, calls = {t.name for t in tools}, []
-        for name, body in self._CALL.findall(text):
+        for _, _, name, body in _gemma_calls(text):
             try:
                 args = gemma_values.parse_arguments(body)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
                 continue
             if name in names:
                 calls.append((name, args))
-        content = self._THOUGHT.sub("", text)
+        content = _cut(text, _between(text, "<|channel>", "<channel|>"))  # the thought goes
         content = content.split("<|tool_response>")[0]
-        return (self._CALL.sub("", content).strip() if calls else content), calls
+        return (_cut(content, _gemma_calls(content)).strip() if calls else content), calls
 
     def history(self, messages):
         """Results go inside the model's turn that made the calls (`tool_responses`), and the answer that follows
@@ -277,6 +382,25 @@ class Gemma4(ToolFormat):
                     names[c.get("id")] = c["function"]["name"]
                 out.append(m)
         return out
+
+
+_GEMMA_NAME = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def _gemma_calls(text: str) -> list[tuple[int, int, str, str]]:
+    """[(start, end, name, body)], what `<\\|tool_call>call:([A-Za-z0-9_-]+)\\{(.*?)\\}<tool_call\\|>` (re.S)
+    found: the opener and `call:`, a name, `{`, the body up to the first `}` + closer after it."""
+    opener, closer = gemma_values.CALL_OPEN + "call:", "}" + gemma_values.CALL_CLOSE
+    close, spans, at = _Ahead(lambda i: text.find(closer, i)), [], 0
+    while (start := text.find(opener, at)) >= 0:
+        at = name_end = start + len(opener)
+        while name_end < len(text) and text[name_end] in _GEMMA_NAME:
+            name_end += 1
+        end = close(name_end + 1) if name_end > at and text.startswith("{", name_end) else -1
+        if end >= 0:
+            spans.append((start, end + len(closer), text[at:name_end], text[name_end + 1:end]))
+            at = end + len(closer)
+    return spans
 
 
 class Harmony(ToolFormat):
@@ -304,7 +428,7 @@ class Harmony(ToolFormat):
             if name is not None:
                 try:
                     args = json.loads(p.text)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
                     continue
                 if name in names and isinstance(args, dict):
                     calls.append((name, args))

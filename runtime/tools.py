@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from specrt.errors import SpecrtError
 from specrt.runtime.tool_formats import call_object, object_arguments
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # fullmatch: `^...$` with match let a trailing newline through
 CHOICES = ("none", "auto", "required")
 
 
@@ -55,7 +55,7 @@ def parse_tools(tools) -> list[Tool]:
         if not isinstance(fn, dict):
             raise ToolError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
         name = fn.get("name")
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ToolError(f"tools[{i}].function.name must be 1-64 letters, digits, _ or -, got {name!r}")
         if name in names:
             raise ToolError(f"tools[{i}].function.name {name!r} is given twice")
@@ -234,7 +234,7 @@ def read_output(text: str, p: ToolPlan) -> tuple[str | None, list[dict]]:
     names = {t.name for t in p.tools}
     try:
         value = json.loads(text)
-    except ValueError:  # cut short (max_tokens): what was written is the content
+    except (ValueError, RecursionError):  # cut short (max_tokens), or nested past the parser: content
         return text, []
     if not isinstance(value, dict):
         return text, []
