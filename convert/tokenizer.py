@@ -4,6 +4,8 @@ HF folder: tokenizer.json (+ tokenizer_config.json, chat template) is copied as 
 with only a sentencepiece tokenizer.model goes through transformers once to get tokenizer.json.
 GGUF: transformers' GGUF tokenizer conversion rebuilds tokenizer.json from the file's metadata.
 The bundle always holds tokenizer.json (what the runtime loads with the `tokenizers` package).
+The chat template is rendered once on sample conversations through the runtime's bounded renderer: one that
+goes past its limits (steps, time, size) is refused here, and no bundle is written.
 """
 
 from __future__ import annotations
@@ -19,6 +21,22 @@ from specrt.runtime import harmony
 # end-of-turn / end-of-text tokens that chat models emit; any present in the vocabulary stops generation
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<eos>", "</s>", "<|end|>")
 COPY_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+# what a chat template is tried on at conversion: one turn, a system prompt and a few turns, and tools with a call
+_SAMPLE_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+_SAMPLE_TURNS = [{"role": "system", "content": "You are a helpful assistant."},
+                 {"role": "user", "content": "Hello!"},
+                 {"role": "assistant", "content": "Hello! How can I help?"},
+                 {"role": "user", "content": "What is the weather in Paris?"}]
+_SAMPLE_CALL = [{"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                {"role": "tool", "name": "get_weather", "content": "{\"celsius\": 21}"}]
+SAMPLE_CONVERSATIONS = (
+    ([{"role": "user", "content": "Hello!"}], {}),
+    (_SAMPLE_TURNS, {}),
+    (_SAMPLE_TURNS + _SAMPLE_CALL, {"tools": [_SAMPLE_TOOL]}),
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,19 @@ def _read_template(out: Path) -> str | None:
     return None
 
 
+def _check_template(source: Path, template: str, tcfg: dict) -> None:
+    """Refuse a template that goes past the runtime's render limits on a sample conversation (its fault, whatever
+    the conversation: every request would fail, or cost the server its time and memory until it does)."""
+    from specrt.runtime.template_sandbox import TemplateError, check_template
+
+    try:
+        check_template(template, SAMPLE_CONVERSATIONS, tcfg)
+    except TemplateError as exc:
+        reason = str(exc).removeprefix("chat template: ")
+        raise SourceError(f"{source}: its chat template goes past the runtime's limits on a sample conversation: "
+                          f"{reason}") from None
+
+
 def _token_id(vocab: dict, token) -> int | None:
     if isinstance(token, dict):
         token = token.get("content")
@@ -112,6 +143,7 @@ def write_tokenizer(source: Path, kind: str, out: Path, config_eos: tuple[int, .
 
     template = _read_template(out)
     if template is not None:
+        _check_template(source, template, tcfg)
         (out / "chat_template.jinja").write_text(template)
     files = tuple(n for n in COPY_FILES + ("chat_template.jinja",) if (out / n).is_file())
     return TokenizerInfo(files, template, tuple(dict.fromkeys(stops)), bos)

@@ -62,7 +62,8 @@ def server(tmp_path_factory):
     src = save_tiny_bundle_source("llama", tmp_path_factory.mktemp("src") / "tiny")
     bundle = tmp_path_factory.mktemp("b") / "bundle"
     assert main(["convert", str(src), "-o", str(bundle), "--max-context", "96"]) == 0
-    yield from serve(bundle, "--cors-origin", APP_ORIGIN, "--read-timeout", str(READ_TIMEOUT))
+    for base, proc in serve(bundle, "--cors-origin", APP_ORIGIN, "--read-timeout", str(READ_TIMEOUT)):
+        yield base, proc, bundle
 
 
 def _health_times(base: str, until: threading.Event) -> list[float]:
@@ -98,7 +99,7 @@ def _while_health_answers(base: str, send):
 def test_a_foreign_host_and_a_web_pages_simple_request_are_refused(server):
     import httpx
 
-    base, _ = server
+    base = server[0]
     url = f"{base}/v1/chat/completions"
     # DNS rebinding: a page's own host name pointed at 127.0.0.1
     r = httpx.post(url, json=ASK, headers={"Host": "evil.example"})
@@ -119,7 +120,7 @@ def test_a_foreign_host_and_a_web_pages_simple_request_are_refused(server):
 def test_an_allowed_origin_gets_cors_headers(server):
     import httpx
 
-    base, _ = server
+    base = server[0]
     url = f"{base}/v1/chat/completions"
     r = httpx.options(url, headers={"Origin": APP_ORIGIN, "Access-Control-Request-Method": "POST",
                                     "Access-Control-Request-Headers": "content-type, authorization"})
@@ -138,7 +139,7 @@ def test_a_pathological_body_is_refused_while_health_answers(server):
     loop, now a 400 while /health keeps answering."""
     import httpx
 
-    base, _ = server
+    base = server[0]
     body = b'{"messages": "' + b'\\"' * ((8 << 20) // 2 - 64)
     result, slowest = _while_health_answers(base, lambda: httpx.post(
         f"{base}/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}, timeout=120))
@@ -150,7 +151,7 @@ def test_a_request_with_1350_tools_leaves_health_answering(server):
     """1,350 tools (about 7 MB of schemas), checked and rendered into the prompt off the event loop."""
     import httpx
 
-    base, _ = server
+    base = server[0]
     props = {f"field_{j}": {"type": "string", "description": "a value " * 40} for j in range(12)}
     tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing " * 20,
                                                "parameters": {"type": "object", "properties": props}}}
@@ -177,7 +178,7 @@ def _dropped_within(sock: socket.socket, seconds: float) -> bool:
 
 
 def test_clients_trickling_a_request_in_are_dropped_at_the_read_timeout(server):
-    base, _ = server
+    base = server[0]
     port = int(base.rsplit(":", 1)[1])
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     # the head, a byte every 0.3 s
@@ -235,3 +236,52 @@ def test_the_api_key_and_the_host_checks():
     assert [host_name(h) for h in ("[::1]:8000", "Localhost:80", "a.b", "::1")] == ["::1", "localhost", "a.b", "::1"]
     assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("localhost")
     assert not _is_loopback("0.0.0.0") and not _is_loopback("192.168.1.5")
+
+
+HOSTILE_TEMPLATES = {  # a bundle's chat template is its maker's code: each once hung the server or bloated it
+    "loops that print nothing": '{% for a in "x" * 4000000 %}{% for b in "y" * 4000000 %}{% endfor %}{% endfor %}',
+    "center": '{{ "x" | center(400000000) }}',
+    "format width": '{{ "%400000000d" | format(1) }}',
+    "~ doubling": '{% set ns = namespace(s="ab") %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}'
+                  '{{ ns.s }}',
+}
+
+
+def _memory_mb(pid: int) -> dict:
+    """VmRSS (now) and VmHWM (the peak) of a process, in MB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return out
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_TEMPLATES))
+def test_a_hostile_chat_template_is_a_400_within_its_limit(server, tmp_path, name):
+    """A copy of the bundle whose manifest carries a hostile template (conversion refuses to write one: tests/
+    test_template_limits.py): the request is refused in one line naming the limit, within the render's time limit,
+    /health answers within a second meanwhile, and the server's peak memory grows by less than 200 MB."""
+    import shutil
+
+    import httpx
+
+    from specrt.runtime.template_sandbox import RENDER_SECONDS
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(server[2], bundle)
+    manifest = json.loads((bundle / "specrt.json").read_text())
+    manifest["chat_template"] = HOSTILE_TEMPLATES[name]
+    (bundle / "specrt.json").write_text(json.dumps(manifest))
+    for base, proc in serve(bundle):
+        before = _memory_mb(proc.pid)["VmRSS"]
+        t0 = time.perf_counter()
+        result, slowest = _while_health_answers(base, lambda: httpx.post(
+            f"{base}/v1/chat/completions", json=ASK, timeout=120))
+        seconds = time.perf_counter() - t0
+        error = result.json()["error"]["message"]
+        assert result.status_code == 400 and "chat template" in error and "\n" not in error, result.text[:300]
+        assert seconds < RENDER_SECONDS + 2 and slowest < 1.0, (seconds, slowest)
+        assert _memory_mb(proc.pid)["VmHWM"] - before < 200, _memory_mb(proc.pid)
+        assert httpx.post(f"{base}/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2}).status_code \
+            == 200  # raw completions need no template: the server goes on
