@@ -185,7 +185,8 @@ def compare(session, module, embed, target_cfg, seed: int = 0, slots: int = 12) 
     for i in cfg.readers:
         heads, dim = target_cfg.kv_shape_of(i)
         keys, values = (fed((1, heads, 2 * slots, dim)) for _ in range(2))
-        feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = keys.astype(dtype), values.astype(dtype)
+        feeds[f"past_key_values.{i}.key"] = keys.astype(dtype)
+        feeds[f"past_key_values.{i}.value"] = values.astype(dtype)
         lo = max(0, slots - window - 1) if target_cfg.is_sliding(i) else 0
         caches[i] = (torch.from_numpy(keys[:, :, lo:slots]), torch.from_numpy(values[:, :, lo:slots]))
     hidden, worst = None, 0.0

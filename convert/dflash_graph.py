@@ -15,8 +15,8 @@ drafter as arrays.
 
 A GPU graph (GPU profile, convert/gpu_profile.py) computes in float16 (features and caches float16, logits and
 accept_logits float32) and takes the context's and the block's lengths as host inputs context_length [1] and
-block_length [1] int64 (specrt/dflash_io.py): the slices they bound then need no shape arithmetic, which ONNX Runtime would
-keep on the CPU.
+block_length [1] int64 (specrt/dflash_io.py): the slices they bound then need no shape arithmetic, which ONNX
+Runtime would keep on the CPU.
 
 Per layer: queries from the normed block, keys and values from [context; block] (one fused K/V projection),
 q/k norms, rotary through com.microsoft RotaryEmbedding, attention that is not causal (MatMul, Softmax,

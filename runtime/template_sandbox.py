@@ -392,7 +392,8 @@ def _check_binop(operator: str, left, right) -> None:
         for seq, count in ((left, right), (right, left)):
             if isinstance(seq, _SEQUENCES) and isinstance(count, int) and len(seq) * count > cap:
                 raise _over(f"a repetition longer than {cap} items")
-        if isinstance(left, int) and isinstance(right, int) and left.bit_length() + right.bit_length() > RENDER_INT_BITS:
+        if isinstance(left, int) and isinstance(right, int) \
+                and left.bit_length() + right.bit_length() > RENDER_INT_BITS:
             raise _over(f"a number of over {RENDER_INT_BITS} bits")
     elif operator == "+" and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
         _fits(len(left) + len(right), "a concatenation")

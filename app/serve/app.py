@@ -5,7 +5,7 @@ GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions; st
 accepted tokens per target call, acceptance by draft depth, decode tokens/s). With an API key, every request
 without `Authorization: Bearer KEY` gets 401.
 
-Nothing one request sends can stall the others: the body must arrive within body_timeout seconds (408), and
+Nothing one request sends can stall the others: the body must arrive within body_seconds (408), and
 everything done with it before it is queued (JSON parsing, checking the tools, rendering the chat template,
 counting the prompt's tokens) runs in worker threads, at most PREPARING at once, never on the event loop that
 answers every client (/health included). app/serve/guard.py refuses what a web page could send.
