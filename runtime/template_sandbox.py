@@ -16,6 +16,9 @@ every render is bounded (a TemplateError with
   methods that do (ljust, rjust, center, zfill, expandtabs, replace, join, translate, int.to_bytes), and the
   printing of a container (a list that holds one list twice, 40 levels deep, prints 2**40 times). Powers stop at
   64 and numbers at RENDER_INT_BITS bits. The output stops at the cap;
+- comparisons: Python compares two such lists element by element inside C (2**40 comparisons, no step counted),
+  so every operand of a comparison and the input of the sorting and deduplicating filters is measured first
+  (_compared: each container counted as often as it is reached) and refused past RENDER_ITEMS elements;
 - memory: what the render builds (every such result, a slice, a block's text) adds up against RENDER_BUILT bytes
   per character of the cap, so that many results under the cap, kept in a list, are bounded too.
 
@@ -122,7 +125,7 @@ class _Steps:
 
 
 # filters' names (a template can shadow a global, not a filter) for what the template's own syntax does
-_STEPS_FILTER, _SLICE_FILTER = "specrt_loop_steps", "specrt_slice"
+_STEPS_FILTER, _SLICE_FILTER, _COMPARED_FILTER = "specrt_loop_steps", "specrt_slice", "specrt_compared"
 
 
 def _sliced(value, start, stop, step):
@@ -130,8 +133,9 @@ def _sliced(value, start, stop, step):
 
 
 def _instrument(tree, env):
-    """The parsed template, before it is compiled: every {% for %} iterates through _Steps, and every slice
-    goes through _sliced (jinja compiles slices to a plain subscript, past the sandbox's getitem)."""
+    """The parsed template, before it is compiled: every {% for %} iterates through _Steps, every slice goes
+    through _sliced (jinja compiles slices to a plain subscript, past the sandbox's getitem), and every operand of a
+    comparison through _compared."""
     from jinja2 import nodes
     from jinja2.visitor import NodeTransformer
 
@@ -139,6 +143,13 @@ def _instrument(tree, env):
         def visit_For(self, node):
             node = self.generic_visit(node)
             node.iter = nodes.Filter(node.iter, _STEPS_FILTER, [], [], None, None, lineno=node.iter.lineno)
+            return node
+
+        def visit_Compare(self, node):  # ==, <, in...: Python compares containers element by element, in C
+            node = self.generic_visit(node)
+            node.expr = nodes.Filter(node.expr, _COMPARED_FILTER, [], [], None, None, lineno=node.lineno)
+            for operand in node.ops:
+                operand.expr = nodes.Filter(operand.expr, _COMPARED_FILTER, [], [], None, None, lineno=node.lineno)
             return node
 
         def visit_Getitem(self, node):
@@ -151,6 +162,38 @@ def _instrument(tree, env):
     tree = Instrument().visit(tree)
     tree.set_environment(env)
     return tree
+
+
+def _compared(value):
+    """A value about to be compared or hashed, refused where Python would walk more than RENDER_ITEMS elements to
+    do it: a list holding one list twice, 40 levels deep, is 80 steps to build and 2**40 to compare with its like
+    (inside C, where no step is counted). Each container is counted as often as it is reached, each distinct one
+    measured once."""
+    if isinstance(value, (list, tuple, dict, set, frozenset)) and _reached(value) > RENDER_ITEMS:
+        raise _over(f"comparing or sorting a structure of over {RENDER_ITEMS} elements (counted as often as reached)")
+    return value
+
+
+def _reached(value) -> int:
+    """Elements reached walking a container and everything in it, shared parts counted each time: measured bottom
+    up, each distinct container once (the memo keeps them alive, so ids stay theirs); stops past the limit."""
+    memo: dict[int, tuple[object, int]] = {}
+    pending = [(value, False)]
+    while pending:
+        item, children_done = pending.pop()
+        if id(item) in memo:
+            continue
+        children = list(item.items()) if isinstance(item, dict) else list(item)
+        nested = [c for pair in children for c in (pair if isinstance(item, dict) else (pair,))
+                  if isinstance(c, (list, tuple, dict, set, frozenset))]
+        if not children_done:
+            pending.append((item, True))
+            pending.extend((c, False) for c in nested if id(c) not in memo)
+            continue
+        total = len(children) + sum(memo[id(c)][1] for c in nested)
+        memo[id(item)] = (item, min(total, RENDER_ITEMS + 1))
+        _budget().step()
+    return memo[id(value)][1]
 
 
 def _take_items(count: int) -> None:
@@ -511,6 +554,9 @@ _PRINTING_FILTERS = {"capitalize", "e", "escape", "forceescape", "lower", "upper
                      "string", "wordcount", "pprint", "xmlattr", "urlencode"}
 
 
+_COMPARING_FILTERS = {"sort", "unique", "groupby", "dictsort", "min", "max"}  # they compare or hash the items
+
+
 def _bounded_filter(name: str, f):
     from jinja2.utils import _PassArg
 
@@ -529,6 +575,8 @@ def _bounded_filter(name: str, f):
             _length_of(args[skip])
         if name in _LISTING_FILTERS and len(args) > skip:
             _reserve_characters(args[skip])
+        if name in _COMPARING_FILTERS and len(args) > skip:
+            _compared(args[skip])
         return _charge(f(*args, **kwargs))
 
     return bounded
@@ -663,7 +711,7 @@ def _bounded_environment():
 
     env = Bounded(trim_blocks=True, lstrip_blocks=True, finalize=_finalize, undefined=_bounded_undefined())
     env.filters = _bounded_filters(env.filters)
-    env.filters.update({_STEPS_FILTER: _Steps, _SLICE_FILTER: _sliced})
+    env.filters.update({_STEPS_FILTER: _Steps, _SLICE_FILTER: _sliced, _COMPARED_FILTER: _compared})
     env.globals.update(raise_exception=_raise, range=_range, lipsum=_lipsum)
     return env
 

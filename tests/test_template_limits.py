@@ -24,6 +24,7 @@ REPEAT = r"a repetition longer than \d+ items"
 STEPS = rf"ran over {RENDER_STEPS} steps|rendering took over {RENDER_SECONDS:.0f} s"
 BUILT = r"strings and lists add up to over \d+ bytes"
 RING = '{% set ns = namespace(s="ab", l=[1]) %}'
+COMPARED = rf"comparing or sorting a structure of over {RENDER_ITEMS} elements"
 
 HOSTILE = {
     # loops that print nothing: range() is budgeted, so the lists come from elsewhere
@@ -72,6 +73,16 @@ HOSTILE = {
                           '{% endset %}', CAP),
     "a list printed 2**40 times": (RING + '{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}'
                                    '{{ ns.l }}', CAP),
+    # two such lists built apart: Python compares them element by element, 2**40 comparisons inside C
+    "comparing shared lists": ('{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(40) %}'
+                               '{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}'
+                               '{{ ns.a == ns.b }}', COMPARED),
+    "in over shared lists": ('{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(40) %}'
+                             '{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}'
+                             '{{ ns.a in [ns.b] }}', COMPARED),
+    "sorting shared lists": ('{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(40) %}'
+                             '{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}'
+                             '{{ [ns.a, ns.b]|sort|length }}', COMPARED),
 }
 
 # peak memory is read from VmHWM, this process's own high-water mark: ru_maxrss keeps the one before exec (the
