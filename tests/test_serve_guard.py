@@ -8,50 +8,21 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
+
+from tests import server_process
 
 APP_ORIGIN = "http://app.example"
 ASK = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0}
 READ_TIMEOUT = 2.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve(bundle, *extra: str):
-    """A `specrt serve` process on the bundle; yields (base URL, process)."""
-    import httpx
-
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-c", "from specrt.cli import run; run()", "serve", str(bundle),
-                             "--model-id", "m", "--port", str(port), "--drafter", "none", "--device", "cpu", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited: {proc.stdout.read()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("server did not come up")
-    try:
-        yield base, proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    """A `specrt serve` process on the bundle (CPU, no drafter); yields (base URL, process)."""
+    yield from server_process.serve(bundle, "--model-id", "m", "--drafter", "none", "--device", "cpu", *extra)
 
 
 @pytest.fixture(scope="module")

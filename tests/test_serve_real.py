@@ -6,13 +6,12 @@ key."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
+
+from tests.server_process import serve
 
 pytestmark = pytest.mark.real_model
 
@@ -21,41 +20,15 @@ MODEL = "smollm2-135m-instruct"
 ASK = [{"role": "user", "content": "Name three colors of the rainbow."}]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(int4_bundle):
     yield from _serve(int4_bundle)
 
 
 def _serve(bundle, *extra: str):
-    import httpx
-
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-c", "from specrt.cli import run; run()", "serve", str(bundle),
-                             "--model-id", MODEL, "--port", str(port), "--api-key", KEY, "--queue-size", "8",
-                             "--batch-invariant", *extra],  # exact calls: a temperature-0 answer repeats exactly
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited: {proc.stdout.read()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/health", headers={"Authorization": f"Bearer {KEY}"}, timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(1)
-    else:
-        proc.kill()
-        pytest.fail("server did not come up")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=30)
+    """The server's URL: the bundle served with the key, exact calls (a temperature-0 answer repeats exactly)."""
+    for base, _ in serve(bundle, "--model-id", MODEL, "--queue-size", "8", "--batch-invariant", *extra, key=KEY):
+        yield base
 
 
 @pytest.fixture(scope="module")
