@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import itertools
+import json
 import re
 import reprlib
 import sys
@@ -538,7 +539,7 @@ def _formatted(value, *args, **kwargs):
     return _printf_length(_text(value), kwargs or args)
 
 
-def _tojson(value, indent=None):
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
     width = len(indent) if isinstance(indent, str) else indent or 0
     if width > TOJSON_INDENT:
         raise _over(f"a tojson indent over {TOJSON_INDENT}")
@@ -638,6 +639,63 @@ def _bounded_filters(filters: dict) -> dict:
     return bounded
 
 
+# -- what transformers' apply_chat_template gives a template (utils/chat_template_utils.py, transformers 5.x) ------
+
+def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    """transformers' tojson: json.dumps in the given key order, non-ASCII kept, and a plain string (jinja's own
+    sorts keys, escapes ' & < > as \\uXXXX and returns Markup, which HTML-escapes what is added to it)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def strftime_now(format: str) -> str:  # noqa: A002 (transformers' argument name)
+    """The local time, formatted (gpt-oss's and Llama 3's templates date their system message with it)."""
+    from datetime import datetime
+
+    return datetime.now().strftime(str(format)[:200])
+
+
+def _namespace_class():
+    """jinja's namespace, refusing underscore-prefixed attributes as transformers' does (no reaching CPython's
+    internals through a namespace's attributes)."""
+    from jinja2.exceptions import SecurityError
+    from jinja2.utils import Namespace
+
+    def check(name):
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(f"chat templates cannot store underscore-prefixed attributes on a namespace ({name!r})")
+
+    class TemplateNamespace(Namespace):
+        def __init__(*args, **kwargs):  # Namespace's own signature trick: namespace(self=...) still works
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                check(name)
+            Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name, value):
+            check(name)
+            Namespace.__setitem__(self, name, value)
+
+    return TemplateNamespace
+
+
+def _generation_block():
+    """transformers' `{% generation %}...{% endgeneration %}` (it marks the assistant's tokens for training masks):
+    here the block renders its body, as transformers renders it when no mask is asked for."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
+
+    return Generation
+
+
 def _bounded_environment():
     """jinja's immutable sandbox with every way to build past the cap checked first (see the module's doc)."""
     from jinja2.runtime import LoopContext, Macro
@@ -709,10 +767,12 @@ def _bounded_environment():
 
             return functools.update_wrapper(wrapper, value)
 
-    env = Bounded(trim_blocks=True, lstrip_blocks=True, finalize=_finalize, undefined=_bounded_undefined())
-    env.filters = _bounded_filters(env.filters)
+    env = Bounded(trim_blocks=True, lstrip_blocks=True, finalize=_finalize, undefined=_bounded_undefined(),
+                  extensions=["jinja2.ext.loopcontrols", _generation_block()])
+    env.filters = _bounded_filters({**env.filters, "tojson": tojson})
     env.filters.update({_STEPS_FILTER: _Steps, _SLICE_FILTER: _sliced, _COMPARED_FILTER: _compared})
-    env.globals.update(raise_exception=_raise, range=_range, lipsum=_lipsum)
+    env.globals.update(raise_exception=_raise, range=_range, lipsum=_lipsum, strftime_now=strftime_now,
+                       namespace=_namespace_class())
     return env
 
 

@@ -137,11 +137,10 @@ def test_hostile_templates_are_refused_quickly_and_small(name, tokenizer_folder)
 
 
 def _plain_render(template: str, messages, **variables) -> str:
-    """What transformers' apply_chat_template renders: jinja's immutable sandbox, no limits."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    """What transformers' apply_chat_template renders: its own compiled template (its sandbox, no limits)."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template).render(messages=messages, **variables)
+    return _compile_jinja_template(template).render(messages=messages, **variables)
 
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>{% endfor %}"
@@ -158,7 +157,7 @@ TURNS = [{"role": "system", "content": "You are a bot."}, {"role": "user", "cont
 @pytest.mark.parametrize("name", ["chatml", *TEMPLATES])
 def test_real_templates_render_as_before(name, tokenizer_folder):
     """A regression guard: the bounded sandbox renders ChatML and the published templates' tool formats exactly as
-    the plain sandbox does, with and without tools."""
+    transformers does, with and without tools."""
     from specrt.runtime.tokenizer import BundleTokenizer
 
     template = CHATML if name == "chatml" else TEMPLATES[name]
