@@ -89,14 +89,18 @@ def call_object(tool, arguments_key: str = "arguments") -> dict:
             "required": ["name", arguments_key], "additionalProperties": False}
 
 
+def loads_or(text: str, default=None):
+    """json.loads(text), or default where text is not JSON, or nests past the parser's recursion limit (a
+    RecursionError, not a ValueError: an answer of 100,000 brackets raised it out of every reader)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return default
+
+
 def object_arguments(value) -> object:
     """A history call's arguments as templates read them: an object (OpenAI sends a JSON string)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
-            return value
-    return value
+    return loads_or(value, value) if isinstance(value, str) else value
 
 
 def objects_history(messages: list[dict]) -> list[dict]:
@@ -184,10 +188,7 @@ class Hermes(ToolFormat):
         names, calls = {t.name for t in tools}, []
         found = _between(text, "<tool_call>", "</tool_call>")  # the body is what is inside, stripped
         for _, _, body in found:
-            try:
-                value = json.loads(body.strip())
-            except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
-                continue
+            value = loads_or(body.strip())
             if isinstance(value, dict) and value.get("name") in names and isinstance(value.get("arguments"), dict):
                 calls.append((value["name"], value["arguments"]))
         return (_cut(text, found).strip() if calls else text), calls
@@ -242,10 +243,7 @@ class QwenXml(ToolFormat):
                 if _is_text(props.get(key)):
                     args[key] = raw
                 else:
-                    try:
-                        args[key] = json.loads(raw)
-                    except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
-                        args[key] = raw
+                    args[key] = loads_or(raw, raw)
             calls.append((tool.name, args))
         return (_cut(text, found).strip() if calls else text), calls
 
@@ -323,10 +321,7 @@ class Llama3(ToolFormat):
     def read(self, text, tools):
         body = text.strip()
         body = body[len(self._TAG):].strip() if body.startswith(self._TAG) else body
-        try:
-            value = json.loads(body) if body.startswith("{") else None
-        except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
-            value = None
+        value = loads_or(body) if body.startswith("{") else None
         if isinstance(value, dict) and value.get("name") in {t.name for t in tools}:
             args = value.get("parameters", value.get("arguments"))
             if isinstance(args, dict):
@@ -426,10 +421,7 @@ class Harmony(ToolFormat):
         for p in pieces:
             name = p.recipient[len("functions."):] if p.recipient and p.recipient.startswith("functions.") else None
             if name is not None:
-                try:
-                    args = json.loads(p.text)
-                except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's limit
-                    continue
+                args = loads_or(p.text)
                 if name in names and isinstance(args, dict):
                     calls.append((name, args))
             elif not p.reasoning:

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 
 from specrt.errors import SpecrtError
-from specrt.runtime.tool_formats import call_object, object_arguments
+from specrt.runtime.tool_formats import call_object, loads_or, object_arguments
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # fullmatch: `^...$` with match let a trailing newline through
 CHOICES = ("none", "auto", "required")
@@ -232,10 +232,7 @@ def read_output(text: str, p: ToolPlan) -> tuple[str | None, list[dict]]:
         content, found = FORMATS[p.format].read(text, p.tools)
         return (content or None), [_call(name, args) for name, args in found]
     names = {t.name for t in p.tools}
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):  # cut short (max_tokens), or nested past the parser: content
-        return text, []
+    value = loads_or(text)  # None where cut short (max_tokens) or nested past the parser: the text is content
     if not isinstance(value, dict):
         return text, []
     if "response" in value:
