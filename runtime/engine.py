@@ -230,8 +230,9 @@ class Engine:
         mode, only = tool_calls.parse_choice(tool_choice, given)
         if isinstance(prompt, str):
             prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        return tool_calls.plan(list(prompt), given, mode, only, bool(parallel),
-                               tool_calls.template_format(self.tokenizer.template_source))
+        source = self.tokenizer.template_source
+        return tool_calls.plan(list(prompt), given, mode, only, bool(parallel), tool_calls.template_format(source),
+                               source)
 
     def _tool_prompt_ids(self, plan, thinking, reasoning_effort) -> list[int]:
         variables = {**self.template_variables(thinking, reasoning_effort), **plan.variables}
@@ -242,8 +243,14 @@ class Engine:
         vocabulary's special tokens; reasoning first where the prompt leaves a <think> open."""
         from specrt.runtime.tools import call_grammar
 
-        tail = self.tokenizer.tok.decode(list(ids[-4:]), skip_special_tokens=False)
-        return call_grammar(plan, self._grammar_tokenizer_once().special_id, tail.rstrip().endswith("<think>"))
+        return call_grammar(plan, self._grammar_tokenizer_once().special_id, self.thought_open(ids))
+
+    def thought_open(self, ids: list[int]) -> bool:
+        """The prompt (its token ids) ends inside a `<think>` (Qwen3.5 with thinking on): the answer starts with
+        the model's reasoning."""
+        from specrt.runtime.reasoning import THINK, prompt_leaves_open
+
+        return prompt_leaves_open(THINK, self.tokenizer.tok.decode(list(ids[-8:]), skip_special_tokens=False))
 
     def _grammar_tokenizer_once(self):
         from specrt.runtime.constraint import GrammarTokenizer
@@ -274,12 +281,13 @@ class Engine:
             yield from self._decode(ids, params, gen, drafter, constraint, keep_special)
         finally:
             self._lock.release()
-        if plan is not None:  # the calls made, and whatever else was said
-            from specrt.runtime.tools import read_output
+        if plan is not None:  # the calls made, the thought, and whatever else was said
+            from specrt.runtime.tools import read_answer
 
-            content, calls = read_output(gen.result.text, plan)
-            gen.result = dataclasses.replace(gen.result, text=content or "", tool_calls=calls or None,
-                                             finish_reason="tool_calls" if calls else gen.result.finish_reason)
+            said = read_answer(gen.result.text, plan, self.thought_open(ids))
+            gen.result = dataclasses.replace(gen.result, text=said.content, tool_calls=said.calls or None,
+                                             reasoning=said.reasoning or None,
+                                             finish_reason="tool_calls" if said.calls else gen.result.finish_reason)
 
     def _prefill(self, ids: list[int]) -> tuple[np.ndarray, int]:
         """Bring the cache to hold ids; returns (logits of the last id [V], reused tokens)."""

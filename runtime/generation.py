@@ -44,6 +44,7 @@ class GenerationResult:
     finish_reason: str  # "stop" | "length" | "tool_calls"
     stats: GenerationStats
     tool_calls: list | None = None  # OpenAI's [{"id", "type": "function", "function": {"name", "arguments"}}]
+    reasoning: str | None = None  # a request with tools: the thought read apart from text (runtime/reasoning.py)
 
 
 class Generation:

@@ -30,15 +30,30 @@ class Piece:
     recipient: str | None = None  # a tool call's "functions.NAME" (header " to=...")
 
     @property
+    def kind(self) -> str:
+        """call (to a function: `functions.NAME`), builtin (to one of gpt-oss's own tools, `browser.search`,
+        `python`, `container.exec`: neither the answer nor its reasoning), reasoning (the analysis channel) or
+        content."""
+        if self.recipient and self.recipient.startswith("functions."):
+            return "call"
+        if self.recipient not in (None, "assistant"):
+            return "builtin"
+        return "reasoning" if self.channel == REASONING else "content"
+
+    @property
     def reasoning(self) -> bool:
-        return self.channel == REASONING
+        return self.kind == "reasoning"
+
+    @property
+    def content(self) -> bool:
+        return self.kind == "content"
 
 
 def _header_fields(header: str) -> tuple[str, str | None]:
     """'assistant<|channel|>commentary to=functions.f <|constrain|>json' -> ('commentary', 'functions.f'); the
     recipient may also come before the channel ('assistant to=functions.f<|channel|>commentary')."""
     head = header.split(CONSTRAIN)[0]
-    after = head.split(CHANNEL, 1)[1].split() if CHANNEL in head else []
+    after = head.rsplit(CHANNEL, 1)[1].split() if CHANNEL in head else []  # the last channel named counts
     channel = after[0] if after else "final"
     recipient = next((w[3:] for w in head.replace(CHANNEL, " ").split() if w.startswith("to=")), None)
     return channel, recipient
@@ -113,8 +128,8 @@ def _partial_marker(text: str) -> int:
 
 
 def split(text: str, in_header: bool = True) -> tuple[str, str]:
-    """A whole harmony answer -> (reasoning, answer): the analysis channel's text, and the rest (final and
-    commentary) joined."""
+    """A whole harmony answer -> (reasoning, answer): the analysis channel's text, and the final and commentary
+    channels' text joined (messages to a tool are neither)."""
     parser = HarmonyParser(in_header)
     pieces = parser.feed(text) + parser.finish()
-    return ("".join(p.text for p in pieces if p.reasoning), "".join(p.text for p in pieces if not p.reasoning))
+    return ("".join(p.text for p in pieces if p.reasoning), "".join(p.text for p in pieces if p.content))

@@ -20,17 +20,13 @@ regexes: the answer is the model's (a hostile prompt can steer it), and `<tool_c
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from specrt.runtime import gemma_values
-from specrt.runtime.tool_grammar import LarkBuilder, alternatives, sequence
+from specrt.runtime import gemma_values, reasoning
+from specrt.runtime.tool_grammar import LarkBuilder, alternatives, regex_text, sequence
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+THINK_OPEN, THINK_CLOSE = reasoning.THINK.open, reasoning.THINK.close
 _WS = "/[ \\n]*/"
-
-
-def regex_text(text: str) -> str:
-    """text as a literal inside a lark /regex/."""
-    return "".join("\\" + c if c in "\\.+*?()|[]{}^$#&-~/" else c for c in text)
 
 
 class _Ahead:
@@ -117,16 +113,27 @@ def objects_history(messages: list[dict]) -> list[dict]:
     return out
 
 
+@dataclass(frozen=True)
+class Answer:
+    """An answer, read: what it says, its thought (reasoning_content) and its calls [(name, arguments)]."""
+    content: str
+    reasoning: str
+    calls: list
+
+
 class ToolFormat:
     name = ""
     opener: str | None = None  # where a call begins in free text (content streams up to it)
+    openers: tuple[str, ...] = ()  # every text a call may begin with (Qwen3-Coder's models leave out the opener)
+    thought: reasoning.ThoughtStyle | None = None  # the format's own thought markers (else the template's)
     several = True  # the format writes several calls in one answer
     stops: tuple[str, ...] = ()  # text that ends an answer with calls (where the model goes on to imagine results)
 
     def matches(self, template: str) -> bool:
         raise NotImplementedError
 
-    def history(self, messages: list[dict]) -> list[dict]:
+    def history(self, messages: list[dict], template: str | None = None) -> list[dict]:
+        """The conversation as the template takes it (each call's arguments an object)."""
         return objects_history(messages)
 
     def call(self, tool, b: LarkBuilder) -> str:
@@ -137,39 +144,71 @@ class ToolFormat:
         """A call after its opener (formats with one)."""
         raise NotImplementedError
 
-    def preamble(self, b: LarkBuilder, open_thought: bool) -> str:
-        """What may come before the calls (reasoning): an expression, or ""."""
-        return f"{b.upto(THINK_CLOSE)} {_WS}" if open_thought else ""
+    def preamble(self, b: LarkBuilder, open_thought: bool, thinks: bool = False) -> str:
+        """What may come before the calls: the thought the prompt left open (to its closer), or one the model may
+        open itself (thinks: the template writes `<think>`); an expression, or "". Inside it a call's opener is
+        thought, not a call."""
+        if open_thought:
+            return f"{b.upto(THINK_CLOSE)} {_WS}"
+        return f"({b.lit(THINK_OPEN)} {b.upto(THINK_CLOSE)} {_WS})?" if thinks else ""
+
+    def thought_opener(self, thinks: bool) -> str | None:
+        """The marker that opens a thought the model writes itself (kept out of the free text before a call)."""
+        return THINK_OPEN if thinks else None
 
     def between(self) -> str:
         return ""
 
-    def _calls(self, tools, parallel: bool, b: LarkBuilder, opened: bool = False) -> str:
-        """One call (several where allowed); opened: the first call's opener is already written."""
+    def _calls(self, tools, parallel: bool, b: LarkBuilder, opened: str | None = None) -> str:
+        """One call (several where allowed); opened: the first call's beginning already written (the format's
+        opener, or another of its openers: QwenXml's `<function=`)."""
         one = alternatives([self.call(t, b) for t in tools])
         one = b.rule(one, "call") if len(tools) > 1 else one
-        first = b.rule(alternatives([self.body(t, b) for t in tools]), "body") if opened else one
+        first = b.rule(alternatives([self.after(opened, t, b) for t in tools]), "body") if opened else one
         return f"{first} ({self.between()} {one})*" if parallel and self.several else first
 
-    def grammar(self, tools, parallel: bool, b: LarkBuilder, open_thought: bool) -> str:
-        """An answer that must call (tool_choice required or named)."""
-        return b.grammar(" ".join(x for x in (self.preamble(b, open_thought), self._calls(tools, parallel, b)) if x))
+    def after(self, opener: str, tool, b: LarkBuilder) -> str:
+        """A call of tool once `opener` (one of the format's openers) is written."""
+        return self.body(tool, b)
 
-    def auto_grammar(self, tools, parallel: bool, b: LarkBuilder) -> str | None:
-        """An answer that may call (tool_choice auto): free text (reasoning included) up to the format's opener,
-        then only well-formed calls of the given tools, as llama.cpp's lazy grammars do; None where the format
-        has no opener to wait for."""
+    def grammar(self, tools, parallel: bool, b: LarkBuilder, open_thought: bool, thinks: bool = False) -> str:
+        """An answer that must call (tool_choice required or named)."""
+        return b.grammar(" ".join(x for x in (self.preamble(b, open_thought, thinks),
+                                              self._calls(tools, parallel, b)) if x))
+
+    def auto_grammar(self, tools, parallel: bool, b: LarkBuilder, open_thought: bool = False,
+                     thinks: bool = False) -> str | None:
+        """An answer that may call (tool_choice auto): its thought first (free, a call's opener in it included),
+        then free text up to one of the format's openers and only well-formed calls of the given tools after it,
+        as llama.cpp's lazy grammars do; None where the format has no opener to wait for."""
         if self.opener is None:
             return None
-        if b.is_special(self.opener):  # any token but the opener, then calls
-            opener = b.lit(self.opener)
-            return b.grammar(f"<[^{opener[2:-2]}]>* ({opener} {self._calls(tools, parallel, b, opened=True)})?")
-        free = b.define("FREE", f"/(.|\\n)*/ & ~/(.|\\n)*{regex_text(self.opener)}(.|\\n)*/")  # text without the opener
-        return b.grammar(f"{free} | {b.upto(self.opener)} {self._calls(tools, parallel, b, opened=True)}")
+        pre = self.preamble(b, open_thought, thinks)
+        pre = f"{pre} " if pre else ""
+        if b.is_special(self.opener):  # any token but the opener (and a thought's opener), then calls
+            kept_out = [b.special_id(m) for m in (self.opener, self.thought_opener(thinks)) if m]
+            any_other = "<[^" + ",".join(str(i) for i in kept_out if i is not None) + "]>*"
+            return b.grammar(f"{pre}{any_other} ({b.lit(self.opener)} {self._calls(tools, parallel, b, self.opener)})?")
+        # a thought the model opens itself comes first: text that starts with its opener is no free text (else a
+        # call's opener inside the thought would start the calls)
+        not_first = self.thought_opener(thinks) if not open_thought else None
+        openers = self.openers or (self.opener,)
+        free = b.define("FREE", "/(.|\\n)*/ & ~/(.|\\n)*(" + "|".join(regex_text(o) for o in openers) + ")(.|\\n)*/"
+                        + (f" & ~/{regex_text(not_first)}(.|\\n)*/" if not_first else ""))
+        calls = [f"{b.upto(o, not_first=not_first or '')} {self._calls(tools, parallel, b, o)}" for o in openers]
+        return b.grammar(f"{pre}({' | '.join([free, *calls])})")
 
     def read(self, text: str, tools) -> tuple[str, list[tuple[str, dict]]]:
-        """An answer -> (its content without the calls, [(name, arguments)])."""
+        """An answer after its thought -> (its content without the calls, [(name, arguments)])."""
         raise NotImplementedError
+
+    def answer(self, text: str, tools, thought: reasoning.ThoughtStyle | None, open_thought: bool) -> Answer:
+        """A whole answer -> Answer: the thought first (runtime/reasoning.py: a call's marker inside it is thought,
+        not a call), then the calls in what follows it."""
+        said, rest = reasoning.split(text, self.thought or thought, open_thought,
+                                     self.openers or ((self.opener,) if self.opener else ()))
+        content, calls = self.read(rest, tools) if tools else (rest, [])
+        return Answer(content, said, calls)
 
 
 class Hermes(ToolFormat):
@@ -205,6 +244,7 @@ def _is_text(schema) -> bool:
 
 class QwenXml(ToolFormat):
     name, opener = "qwen_xml", "<tool_call>"
+    openers = ("<tool_call>", "<function=")
     _END = "\n</parameter>\n"
 
     def matches(self, template):
@@ -214,12 +254,18 @@ class QwenXml(ToolFormat):
         return '"\\n"'
 
     def body(self, tool, b):
+        return f'"\\n<function=" {self.after("<function=", tool, b)}'
+
+    def after(self, opener, tool, b):
+        """After `<tool_call>`: the body; after a bare `<function=` (no opener written): the rest of that call."""
+        if opener != "<function=":
+            return self.body(tool, b)
         props = tool.parameters.get("properties") or {}
         required = set(tool.parameters.get("required", ()))
         items = [(f"{json.dumps(f'<parameter={key}>' + chr(10))} {self._value(schema, b)}", key in required)
                  for key, schema in props.items()]
         params = sequence(items, "", b, "params")
-        return f'"\\n<function={tool.name}>\\n" {params} "</function>\\n" {b.lit("</tool_call>")}'
+        return f'"{tool.name}>\\n" {params} "</function>\\n" {b.lit("</tool_call>")}'
 
     def _value(self, schema, b) -> str:
         end = json.dumps(self._END)
@@ -240,12 +286,49 @@ class QwenXml(ToolFormat):
             args = {}
             for key, raw in _qwen_parameters(body):
                 key = key.strip()
-                if _is_text(props.get(key)):
-                    args[key] = raw
-                else:
-                    args[key] = loads_or(raw, raw)
+                args[key] = _typed(props.get(key), raw)
             calls.append((tool.name, args))
         return (_cut(text, found).strip() if calls else text), calls
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null", float: "number"}
+
+
+def _json_type(value) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    return _JSON_TYPES.get(type(value), "")
+
+
+def _schema_types(schema) -> set[str]:
+    """The JSON types a parameter's schema allows ({} for a schema that names none)."""
+    if not isinstance(schema, dict):
+        return set()
+    kinds = schema.get("type")
+    out = {kinds} if isinstance(kinds, str) else {k for k in kinds if isinstance(k, str)} if isinstance(kinds, list) \
+        else set()
+    if isinstance(schema.get("enum"), list):
+        out |= {_json_type(v) for v in schema["enum"]}
+    for key in ("anyOf", "oneOf"):
+        for member in schema.get(key) if isinstance(schema.get(key), list) else ():
+            out |= _schema_types(member)
+    return out
+
+
+def _typed(schema, raw: str):
+    """A qwen_xml parameter's value as its schema types it: written as it is where only a string fits; as JSON
+    where that gives a value of an allowed type (`null` for ["string", "null"], `42` for ["string", "integer"],
+    `{"a": 1}` for ["string", "object"]); else the text (where a string fits) or whatever JSON it is."""
+    kinds = _schema_types(schema)
+    if kinds == {"string"}:
+        return raw
+    value = loads_or(raw, raw)
+    if value is raw:
+        return raw
+    fits = _json_type(value) in kinds or (_json_type(value) == "integer" and "number" in kinds)
+    return value if fits or "string" not in kinds else raw
 
 
 def _call_close(text: str, at: int) -> int:
@@ -258,10 +341,12 @@ def _call_close(text: str, at: int) -> int:
 
 
 def _qwen_calls(text: str) -> list[tuple[int, int, str, str]]:
-    """[(start, end, name, body)], what `<tool_call>\\s*<function=([^>\\n]+)>(.*?)</function>\\s*(?:</tool_call>|$)`
-    (re.S) found: the opener, whitespace, `<function=NAME>`, then the body up to the first `</function>` that
-    ends the call (_call_close). Each search goes on from where the last stopped (_Ahead), so openers with no end
-    after them cost one search, not one each."""
+    """[(start, end, name, body)], what `(?:<tool_call>\\s*)?<function=([^>\\n]+)>(.*?)</function>\\s*
+    (?:</tool_call>|$)` (re.S) found: `<function=NAME>` (after `<tool_call>` and whitespace, or alone: Qwen3-Coder's
+    models leave the opener out, as llama.cpp's tests note), then the body up to the first `</function>` that ends
+    the call (_call_close). Each search goes on from where the last stopped (_Ahead), so openers with no end after
+    them cost one search, not one each; the look back for `<tool_call>` crosses only the whitespace before this
+    `<function=`."""
     gt, newline = _Ahead(lambda i: text.find(">", i)), _Ahead(lambda i: text.find("\n", i))
 
     def closing(i):  # the first `</function>` from i that ends a call
@@ -270,17 +355,20 @@ def _qwen_calls(text: str) -> list[tuple[int, int, str, str]]:
         return i
 
     function_end, spans, at = _Ahead(closing), [], 0
-    while (start := text.find("<tool_call>", at)) >= 0:
-        at = start + len("<tool_call>")  # where the next opener is looked for if this one starts no call
-        head = _space_end(text, at)
-        if not text.startswith("<function=", head):
-            continue
-        name_at = head + len("<function=")
+    while (head := text.find("<function=", at)) >= 0:
+        at = name_at = head + len("<function=")
         name_end = _name_end(gt, newline, name_at)
         body_end = function_end(name_end + 1) if name_end >= 0 else -1
-        if body_end >= 0:
-            at = _call_close(text, body_end)
-            spans.append((start, at, text[name_at:name_end], text[name_end + 1:body_end]))
+        if body_end < 0:
+            continue
+        start, back = head, head
+        while back > (spans[-1][1] if spans else 0) and text[back - 1].isspace():
+            back -= 1
+        if back - len("<tool_call>") >= (spans[-1][1] if spans else 0) and text.startswith("<tool_call>",
+                                                                                          back - len("<tool_call>")):
+            start = back - len("<tool_call>")
+        at = _call_close(text, body_end)
+        spans.append((start, at, text[name_at:name_end], text[name_end + 1:body_end]))
     return spans
 
 
@@ -314,7 +402,7 @@ class Llama3(ToolFormat):
     def call(self, tool, b):
         return b.json(call_object(tool, "parameters"))
 
-    def auto_grammar(self, tools, parallel, b):
+    def auto_grammar(self, tools, parallel, b, open_thought=False, thinks=False):
         """The answer is prose (not starting with a brace) or one call."""
         return b.grammar(f"/([^{{](.|\\n)*)?/ | {self._calls(tools, False, b)}")
 
@@ -331,13 +419,17 @@ class Llama3(ToolFormat):
 
 class Gemma4(ToolFormat):
     name, opener = "gemma4", gemma_values.CALL_OPEN
+    thought = reasoning.GEMMA_CHANNEL
     stops = ("<|tool_response>",)  # after its calls Gemma 4 opens the result: the caller's to write
 
     def matches(self, template):
         return "<|tool_call>call:" in template
 
-    def preamble(self, b, open_thought):
+    def preamble(self, b, open_thought, thinks=False):
         return f"({b.lit('<|channel>')} {b.upto('<channel|>')})?"
+
+    def thought_opener(self, thinks):
+        return "<|channel>"
 
     def body(self, tool, b):
         args = gemma_values.arguments_lark(tool.parameters, b)
@@ -352,13 +444,16 @@ class Gemma4(ToolFormat):
                 continue
             if name in names:
                 calls.append((name, args))
-        content = _cut(text, _between(text, "<|channel>", "<channel|>"))  # the thought goes
-        content = content.split("<|tool_response>")[0]
+        content = text.split("<|tool_response>")[0]  # the thought went before (ToolFormat.answer)
         return (_cut(content, _gemma_calls(content)).strip() if calls else content), calls
 
-    def history(self, messages):
-        """Results go inside the model's turn that made the calls (`tool_responses`), and the answer that follows
-        them too: the template closes that turn only after them."""
+    def history(self, messages, template=None):
+        """The published template takes OpenAI's tool messages as they are (it finds each result's function by
+        its tool_call_id, as transformers and llama.cpp hand them over). One that does not (Gemma 4's first
+        "interleaved" template) takes results inside the model's turn that made the calls (`tool_responses`), and
+        the answer that follows them too: the template closes that turn only after them."""
+        if template and "tool_call_id" in template:
+            return objects_history(messages)
         out, names = [], {}
         for m in objects_history(messages):
             if m.get("role") == "tool":
@@ -401,10 +496,16 @@ def _gemma_calls(text: str) -> list[tuple[int, int, str, str]]:
 class Harmony(ToolFormat):
     name, several = "harmony", False
 
+    def history(self, messages, template=None):
+        """gpt-oss's template reads an earlier turn's reasoning as `thinking` (OpenAI clients send it back as
+        reasoning_content)."""
+        return [{**m, "thinking": m["reasoning_content"]} if m.get("reasoning_content") else m
+                for m in objects_history(messages)]
+
     def matches(self, template):
         return "<|call|>" in template and "functions." in template
 
-    def preamble(self, b, open_thought):
+    def preamble(self, b, open_thought, thinks=False):
         return (f"({b.lit('<|channel|>')} \"analysis\" {b.lit('<|message|>')} {b.upto('<|end|>')} "
                 f"{b.lit('<|start|>')} \"assistant\")?")
 
@@ -412,23 +513,27 @@ class Harmony(ToolFormat):
         return (f'{b.lit("<|channel|>")} "commentary to=functions.{tool.name} " {b.lit("<|constrain|>")} "json" '
                 f'{b.lit("<|message|>")} {b.json(tool.parameters)}')
 
-    def read(self, text, tools):
+    def answer(self, text, tools, thought=None, open_thought=False):
+        """gpt-oss's channels (runtime/harmony.py): analysis is the reasoning, final and commentary the content, a
+        message to `functions.NAME` a call (from whichever channel: its arguments are not reasoning), one to a
+        built-in tool (`browser.search`, `python`, `container.exec`) neither."""
         from specrt.runtime.harmony import HarmonyParser
 
         parser = HarmonyParser(in_header=True)
         pieces = parser.feed(text) + parser.finish()
-        names, calls, content = {t.name for t in tools}, [], []
-        for p in pieces:
-            name = p.recipient[len("functions."):] if p.recipient and p.recipient.startswith("functions.") else None
-            if name is not None:
-                args = loads_or(p.text)
-                if name in names and isinstance(args, dict):
-                    calls.append((name, args))
-            elif not p.reasoning:
-                content.append(p.text)
         if not pieces and "<|message|>" not in text:  # an answer in no message at all: the text is the content
-            return text, calls
-        return "".join(content), calls
+            return Answer(text, "", [])
+        names, calls = {t.name for t in tools}, []
+        for p in pieces:
+            args = loads_or(p.text) if p.kind == "call" else None
+            if p.recipient is not None and p.recipient[len("functions."):] in names and isinstance(args, dict):
+                calls.append((p.recipient[len("functions."):], args))
+        return Answer("".join(p.text for p in pieces if p.content), "".join(p.text for p in pieces if p.reasoning),
+                      calls)
+
+    def read(self, text, tools):
+        said = self.answer(text, tools)
+        return said.content, said.calls
 
 
 # the order a template is tried in: the more specific markers first

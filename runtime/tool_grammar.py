@@ -36,13 +36,16 @@ class LarkBuilder:
     def is_special(self, text: str) -> bool:
         return self.special_id(text) is not None
 
-    def upto(self, marker: str, min_chars: int = 0, max_chars: int | None = None) -> str:
-        """Free text (newlines included, `min_chars`..`max_chars` characters) and then the marker."""
+    def upto(self, marker: str, min_chars: int = 0, max_chars: int | None = None, not_first: str = "") -> str:
+        """Free text (newlines included, `min_chars`..`max_chars` characters; not starting with `not_first`) and
+        then the marker."""
         count = "*" if (min_chars, max_chars) == (0, None) else \
             f"{{{min_chars},{'' if max_chars is None else max_chars}}}"
+        body = f"/(.|\\n){count}/" + (f" & ~/{regex_text(not_first)}(.|\\n)*/" if not_first else "")
         if self.is_special(marker):
-            return f"/(.|\\n){count}/ {self.lit(marker)}"
-        return self._named(("upto", marker, count), "text", f"[suffix={json.dumps(marker)}]: /(.|\\n){count}/")
+            return f"{body} {self.lit(marker)}" if not not_first else \
+                f"{self._named(('free', body), 'free', f': {body}')} {self.lit(marker)}"
+        return self._named(("upto", marker, count, not_first), "text", f"[suffix={json.dumps(marker)}]: {body}")
 
     def rule(self, body: str, hint: str = "r") -> str:
         """A named rule for body (one per distinct body)."""
@@ -71,6 +74,11 @@ class LarkBuilder:
 
     def grammar(self, start: str) -> str:
         return "\n".join([f"start: {start}", *self.rules]) + "\n"
+
+
+def regex_text(text: str) -> str:
+    """text as a literal inside a lark /regex/."""
+    return "".join("\\" + c if c in "\\.+*?()|[]{}^$#&-~/" else c for c in text)
 
 
 def alternatives(items: list[str]) -> str:

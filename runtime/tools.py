@@ -25,7 +25,8 @@ import uuid
 from dataclasses import dataclass
 
 from specrt.errors import SpecrtError
-from specrt.runtime.tool_formats import call_object, loads_or, object_arguments
+from specrt.runtime.reasoning import THINK, ThoughtStyle, split as split_thought, style_of
+from specrt.runtime.tool_formats import Answer, call_object, loads_or, object_arguments
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # fullmatch: `^...$` with match let a trailing newline through
 CHOICES = ("none", "auto", "required")
@@ -121,6 +122,7 @@ class ToolPlan:
     tools: tuple[Tool, ...]
     only: str | None = None  # the function a named tool_choice asks for
     parallel: bool = True
+    thought: ThoughtStyle | None = None  # the template's thought markers (runtime/reasoning.py)
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -147,24 +149,28 @@ def call_grammar(p: ToolPlan, special_id, open_thought: bool) -> str | None:
 
     tools = [t for t in p.tools if p.only is None or t.name == p.only]
     fmt, b = FORMATS[p.format], LarkBuilder(special_id)
-    lark = fmt.grammar(tools, p.parallel, b, open_thought) if p.mode == "required" else \
-        fmt.auto_grammar(tools, p.parallel, b)
+    thinks = p.thought is not None and p.thought.open == THINK.open  # the model may open a <think> itself
+    lark = fmt.grammar(tools, p.parallel, b, open_thought, thinks) if p.mode == "required" else \
+        fmt.auto_grammar(tools, p.parallel, b, open_thought, thinks)
     return None if lark is None else _llguidance().LLMatcher.grammar_from_lark(lark)
 
 
-def plan(messages: list[dict], tools: list[Tool], mode: str, only: str | None, parallel: bool, fmt: str) -> ToolPlan:
-    """The request's rendering and constraint (see the module docstring)."""
-    from specrt.runtime.constraint import _llguidance
-
-    llguidance = _llguidance()
-
+def plan(messages: list[dict], tools: list[Tool], mode: str, only: str | None, parallel: bool, fmt: str,
+         template: str | None = None) -> ToolPlan:
+    """The request's rendering and constraint (see the module docstring); template: the chat template's source
+    (how it takes results, which thought markers it writes)."""
+    thought = style_of(template)
     if mode == "none":
-        return ToolPlan(_plain_history(messages, fmt), {}, None, fmt, mode, tuple(tools), only, parallel)
+        return ToolPlan(_plain_history(messages, fmt, template), {}, None, fmt, mode, tuple(tools), only, parallel,
+                        thought)
     if fmt != "generic":  # the template lists the tools; the answer's grammar is built with the prompt
         from specrt.runtime.tool_formats import FORMATS
 
-        return ToolPlan(FORMATS[fmt].history(messages), {"tools": [t.spec for t in tools]}, None, fmt, mode,
-                        tuple(tools), only, parallel)
+        return ToolPlan(FORMATS[fmt].history(messages, template), {"tools": [t.spec for t in tools]}, None, fmt,
+                        mode, tuple(tools), only, parallel, thought)
+    from specrt.runtime.constraint import _llguidance
+
+    llguidance = _llguidance()
     call = _call_schema(tools, only)
     from specrt.runtime.constraint import JSON_LAYOUT
 
@@ -176,14 +182,14 @@ def plan(messages: list[dict], tools: list[Tool], mode: str, only: str | None, p
     schema = {"anyOf": [calls, answer]} if mode == "auto" else calls
     grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, "x-guidance": JSON_LAYOUT}))
     return ToolPlan(_generic_history(messages, tools, mode, parallel), {}, grammar, fmt, mode, tuple(tools),
-                    only, parallel)
+                    only, parallel, thought)
 
 
-def _plain_history(messages: list[dict], fmt: str) -> list[dict]:
+def _plain_history(messages: list[dict], fmt: str, template: str | None) -> list[dict]:
     """Tools not shown: earlier calls and results as the template's own format writes them, or as text."""
     from specrt.runtime.tool_formats import FORMATS
 
-    return FORMATS[fmt].history(messages) if fmt in FORMATS else _generic_turns(messages)
+    return FORMATS[fmt].history(messages, template) if fmt in FORMATS else _generic_turns(messages)
 
 
 def _generic_turns(messages: list[dict]) -> list[dict]:
@@ -222,24 +228,37 @@ def _call(name: str, arguments) -> dict:
             "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
 
 
-def read_output(text: str, p: ToolPlan) -> tuple[str | None, list[dict]]:
-    """The generated text -> (content or None, tool calls in OpenAI's form)."""
-    if p.mode == "none":
-        return text, []
-    if p.format != "generic":
+def read_answer(text: str, p: ToolPlan, open_thought: bool = False) -> Answer:
+    """The generated text -> Answer(content, reasoning, calls in OpenAI's form); open_thought: the prompt left the
+    thought open (the text starts inside it)."""
+    if p.format != "generic" and p.mode != "none":
         from specrt.runtime.tool_formats import FORMATS
 
-        content, found = FORMATS[p.format].read(text, p.tools)
-        return (content or None), [_call(name, args) for name, args in found]
+        said = FORMATS[p.format].answer(text, p.tools, p.thought, open_thought)
+        return Answer(said.content, said.reasoning, [_call(name, args) for name, args in said.calls])
+    if p.format == "harmony":  # tool_choice none: the channels, no calls
+        from specrt.runtime.tool_formats import FORMATS
+
+        said = FORMATS["harmony"].answer(text, (), None, False)
+        return Answer(said.content, said.reasoning, [])
+    thought, text = split_thought(text, p.thought, open_thought)
+    if p.mode == "none":
+        return Answer(text, thought, [])
     names = {t.name for t in p.tools}
     value = loads_or(text)  # None where cut short (max_tokens) or nested past the parser: the text is content
     if not isinstance(value, dict):
-        return text, []
+        return Answer(text, thought, [])
     if "response" in value:
-        return value["response"], []
+        return Answer(value["response"], thought, [])
     raw = value.get("tool_calls") or ([value["tool_call"]] if "tool_call" in value else [])
     calls = [_call(c["name"], c["arguments"]) for c in raw if isinstance(c, dict) and c.get("name") in names]
-    return (None if calls else text), calls
+    return Answer("" if calls else text, thought, calls)
+
+
+def read_output(text: str, p: ToolPlan, open_thought: bool = False) -> tuple[str | None, list[dict]]:
+    """The generated text -> (content or None, tool calls in OpenAI's form); the thought is read_answer's."""
+    said = read_answer(text, p, open_thought)
+    return (said.content or None), said.calls
 
 
 class CallContent:
@@ -247,21 +266,22 @@ class CallContent:
     begin (`opener`, the format's; a held-back tail that may be its start), nothing after one begins; if the answer
     then holds no call that parses, the rest goes out at its end."""
 
-    def __init__(self, opener: str = "<tool_call>"):
-        self.opener = opener
+    def __init__(self, openers: tuple[str, ...] = ("<tool_call>",)):
+        self.openers = (openers,) if isinstance(openers, str) else tuple(openers)
         self.text, self.sent, self.calling = "", 0, False
 
     def feed(self, chunk: str) -> str:
         self.text += chunk
         if self.calling:
             return ""
-        at = self.text.find(self.opener, self.sent)
+        at = min((i for o in self.openers if (i := self.text.find(o, self.sent)) >= 0), default=-1)
         if at >= 0:
             self.calling = True
             end = at
-        else:  # hold back a tail that may be the start of the opener
-            keep = next((n for n in range(min(len(self.opener) - 1, len(self.text) - self.sent), 0, -1)
-                         if self.opener.startswith(self.text[-n:])), 0)
+        else:  # hold back a tail that may be the start of an opener
+            longest = max(map(len, self.openers))
+            keep = next((n for n in range(min(longest - 1, len(self.text) - self.sent), 0, -1)
+                         if any(o.startswith(self.text[-n:]) for o in self.openers)), 0)
             end = len(self.text) - keep
         out, self.sent = self.text[self.sent:end], end
         return out
@@ -277,5 +297,5 @@ def streamed_content(fmt: str) -> CallContent | None:
     answer is read once it ends (generic JSON, llama3's whole-answer JSON, harmony)."""
     from specrt.runtime.tool_formats import FORMATS
 
-    opener = FORMATS[fmt].opener if fmt in FORMATS else None
-    return CallContent(opener) if opener else None
+    f = FORMATS.get(fmt)
+    return CallContent(f.openers or (f.opener,)) if f is not None and f.opener else None

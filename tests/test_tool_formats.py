@@ -12,6 +12,7 @@ import pytest
 
 from specrt.runtime import gemma_values
 from specrt.runtime.tokenizer import BundleTokenizer
+from specrt.runtime.reasoning import style_of
 from specrt.runtime.tools import ToolPlan, call_grammar, parse_tools, plan, read_output, template_format
 from tests.test_tool_calls import TOOLS
 from tests.tool_templates import MARKERS, TEMPLATES
@@ -25,7 +26,7 @@ HISTORY = [{"role": "user", "content": "Weather in Paris?"},
 
 
 def _read(fmt: str, text: str):
-    content, calls = read_output(text, ToolPlan([], {}, None, fmt, "auto", GIVEN))
+    content, calls = read_output(text, ToolPlan([], {}, None, fmt, "auto", GIVEN, thought=style_of(TEMPLATES[fmt])))
     return content, [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
 
 

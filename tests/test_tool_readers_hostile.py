@@ -206,7 +206,7 @@ SAME_AS_BEFORE = [
               "<tool_call|> ok",
      "Sure.  ok", [("search", {"filters": {"n": 2.5, "tags": ["x", {"y": None}]}, "query": "a b"})]),
     ("gemma4", "<|channel>thought\nunclosed <|tool_call>call:add{a:1,b:2}<tool_call|>",
-     "<|channel>thought\nunclosed", [("add", {"a": 1, "b": 2})]),
+     "", [("add", {"a": 1, "b": 2})]),  # an unclosed thought ends at the call (issue 49: no marker in content)
     ("gemma4", "<|tool_call>call:add{a:1,b:2<tool_call|>",
      "<|tool_call>call:add{a:1,b:2<tool_call|>", []),
     ("gemma4", '<|tool_call>call:get.weather{city:<|"|>x<|"|>}<tool_call|>',
@@ -261,27 +261,29 @@ SAME_AS_BEFORE = [
 
 @pytest.mark.parametrize("fmt, text, content, calls", SAME_AS_BEFORE)
 def test_readers_read_as_before(fmt, text, content, calls):
-    assert FORMATS[fmt].read(text, TOOLS) == (content, calls)
+    said = FORMATS[fmt].answer(text, TOOLS, None, False)  # a format's own thought (Gemma's channel) goes first
+    assert (said.content, said.calls) == (content, calls)
 
 
-# (answer, (reasoning, the rest)), split by the harmony parser before the change
+# (answer, (reasoning, the rest)), split by the harmony parser before the change, except that a message to a
+# function is neither reasoning nor the rest now (issue 49)
 SPLIT_AS_BEFORE = [
     ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
      'to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo", "unit": "celsius"}',
-     ("Need weather.", '{"city": "Oslo", "unit": "celsius"}')),
+     ("Need weather.", "")),  # a call's arguments are neither (issue 49: they were the rest)
     ("<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi!",
      ("Easy.", "Hi!")),
     ("plain words, no message",
      ("", "")),
     ("<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.add<|channel|>commentary json"
      '<|message|>{"a": 1, "b": 2}<|call|>',
-     ("x", '{"a": 1, "b": 2}')),
+     ("x", "")),
     ("<|channel|>final<|message|>partial marker at the end <|en",
      ("", "partial marker at the end <|en")),
     ("<|channel|>final<|message|>a<|end|>stray<|start|>assistant<|channel|>final<|message|>b<|return|>",
      ("", "ab")),
     ('<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 1',
-     ("", '{"a": 1')),
+     ("", "")),
     ("<|channel|>analysis<|message|><|end|><|end|><|start|><|message|>odd<|channel|>x",
      ("", "oddx")),
 ]

@@ -1,0 +1,153 @@
+"""A reasoning model's thought, told apart from its answer: `<think>...</think>` (Qwen3, Qwen3.5, QwQ, DeepSeek-R1)
+and Gemma 4's thought channel (`<|channel>thought\\n...<channel|>`); gpt-oss's channels are runtime/harmony.py's.
+
+The thought goes out as `reasoning_content` (what llama.cpp's `reasoning_format` and vLLM's reasoning parsers give),
+the rest as the answer's content, with no thought marker left in it. A prompt may leave the thought open (Qwen3.5
+with thinking on ends it with `<think>\\n`): the answer then starts inside the thought. `split` reads a whole
+answer, ThoughtParser one streamed chunk at a time (holding back text that may be the start of a marker).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specrt.runtime.harmony import Piece, REASONING
+
+FINAL = "final"  # the channel of answer text (as harmony names it)
+
+
+@dataclass(frozen=True)
+class ThoughtStyle:
+    open: str
+    close: str
+    label: str = ""  # a channel name written after the opener (Gemma's "thought"), not part of the thought
+
+
+THINK = ThoughtStyle("<think>", "</think>")
+GEMMA_CHANNEL = ThoughtStyle("<|channel>", "<channel|>", "thought")
+
+
+def style_of(template: str | None) -> ThoughtStyle | None:
+    """The thought markers a chat template writes, or None (gpt-oss's harmony is told by its vocabulary)."""
+    if not template:
+        return None
+    if "<|channel>" in template and "<channel|>" in template:
+        return GEMMA_CHANNEL
+    if "</think>" in template:
+        return THINK
+    return None
+
+
+def prompt_leaves_open(style: ThoughtStyle | None, prompt: str) -> bool:
+    """The rendered prompt ends inside a thought: the answer starts with the model's reasoning."""
+    return style is not None and prompt.rfind(style.open) > prompt.rfind(style.close)
+
+
+def _unlabel(style: ThoughtStyle, thought: str) -> str:
+    """A thought's text without its channel label ("thought" and the newline after it), from the last opener in it
+    (Gemma 4 may open its channel twice)."""
+    if style.label:
+        thought = thought.rsplit(style.open, 1)[-1]
+    if style.label and thought.startswith(style.label):
+        thought = thought[len(style.label):]
+        return thought[1:] if thought.startswith("\n") else thought
+    return thought
+
+
+def split(text: str, style: ThoughtStyle | None, open_thought: bool = False, ends: tuple[str, ...] = ()
+          ) -> tuple[str, str]:
+    """A whole answer -> (reasoning, the rest with no thought marker in it). Every thought span goes to the reasoning;
+    a thought the prompt left open, or one never closed, runs to its closer, else to the first of `ends` (a tool
+    call's opener: a model may call without closing its thought), else to the answer's end. Markers inside a thought
+    (a call's opener before the closer) are thought, not answer."""
+    if style is None:
+        return "", text
+    reasoning, rest, at, inside = [], [], 0, open_thought
+    while at <= len(text):
+        if inside:
+            close = text.find(style.close, at)
+            if close < 0:
+                end = min((i for e in ends if (i := text.find(e, at)) >= 0), default=len(text))
+                reasoning.append(_unlabel(style, text[at:end]))
+                at = end
+                inside = False
+                if end == len(text):
+                    break
+                continue
+            reasoning.append(_unlabel(style, text[at:close]))
+            at, inside = close + len(style.close), False
+            continue
+        start = text.find(style.open, at)
+        if start < 0:
+            rest.append(text[at:])
+            break
+        rest.append(text[at:start])
+        at, inside = start + len(style.open), True
+    content = "".join(rest).replace(style.close, "")  # a stray closer (Gemma's `<channel|>` after its answer)
+    return "".join(reasoning), content.lstrip() if reasoning or open_thought else content
+
+
+class ThoughtParser:
+    """Incremental split: feed() text chunks, get Pieces (channel "analysis" for the thought, "final" for the
+    answer, as runtime/harmony.py's parser gives); markers never come out. Whitespace that opens the answer after
+    a thought is dropped (the template's "\\n\\n" after `</think>`)."""
+
+    def __init__(self, style: ThoughtStyle, in_thought: bool = False):
+        self.style, self.inside = style, in_thought
+        self.pending = ""
+        self.after_thought = in_thought  # the answer's leading whitespace still to drop
+        self.label_seen = not (in_thought and style.label)  # the channel label still to drop
+
+    def feed(self, chunk: str) -> list[Piece]:
+        text, out = self.pending + chunk, []
+        self.pending = ""
+        while text:
+            marker = self.style.close if self.inside else self.style.open
+            at = text.find(marker)
+            stray = -1 if self.inside else text.find(self.style.close)  # a closer with no opener: dropped
+            if 0 <= stray and (at < 0 or stray < at):
+                self._take(text[:stray], out)
+                text = text[stray + len(self.style.close):]
+                continue
+            if at < 0:
+                keep = _partial(text, (marker,) if self.inside else (self.style.open, self.style.close))
+                if self.inside and not self.label_seen and len(text) - keep < len(self.style.label) + 1:
+                    keep = len(text)  # the label may still be arriving
+                self._take(text[:len(text) - keep], out)
+                self.pending = text[len(text) - keep:]
+                break
+            self._take(text[:at], out)
+            text = text[at + len(marker):]
+            self.inside = not self.inside
+            if self.inside:
+                self.label_seen = not self.style.label
+            else:
+                self.after_thought = True
+        return out
+
+    def finish(self) -> list[Piece]:
+        rest, self.pending, out = self.pending, "", []
+        self.label_seen = self.label_seen or not self.inside
+        if self.inside and not self.label_seen:
+            rest = _unlabel(self.style, rest)
+        self._take(rest, out)
+        return out
+
+    def _take(self, text: str, out: list[Piece]) -> None:
+        if self.inside:
+            if not self.label_seen:
+                text, self.label_seen = _unlabel(self.style, text), True
+            if text:
+                out.append(Piece(REASONING, text))
+            return
+        if self.after_thought:
+            text = text.lstrip()
+            self.after_thought = not text
+        if text:
+            out.append(Piece(FINAL, text))
+
+
+def _partial(text: str, markers: tuple[str, ...]) -> int:
+    """Characters at the end of text that could begin one of the markers."""
+    return max((k for k in range(1, min(len(text), max(map(len, markers))) + 1)
+                if any(m.startswith(text[-k:]) for m in markers)), default=0)
