@@ -133,3 +133,11 @@ def split(text: str, in_header: bool = True) -> tuple[str, str]:
     parser = HarmonyParser(in_header)
     pieces = parser.feed(text) + parser.finish()
     return ("".join(p.text for p in pieces if p.reasoning), "".join(p.text for p in pieces if p.content))
+
+
+def inline(text: str, in_header: bool = True) -> str:
+    """A whole answer with its reasoning kept in the content (llama.cpp's reasoning_format none): each analysis
+    message as `<|channel|>analysis<|message|>TEXT<|end|>`, the final and commentary text as it is."""
+    parser = HarmonyParser(in_header)
+    return "".join(f"{CHANNEL}{REASONING}{MESSAGE}{p.text}<|end|>" if p.reasoning else p.text
+                   for p in parser.feed(text) + parser.finish() if p.reasoning or p.content)

@@ -19,6 +19,7 @@ they parse and name a given tool.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -228,9 +229,23 @@ def _call(name: str, arguments) -> dict:
             "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
 
 
-def read_answer(text: str, p: ToolPlan, open_thought: bool = False) -> Answer:
+def read_answer(text: str, p: ToolPlan, open_thought: bool = False, inline: bool = False) -> Answer:
     """The generated text -> Answer(content, reasoning, calls in OpenAI's form); open_thought: the prompt left the
-    thought open (the text starts inside it)."""
+    thought open (the text starts inside it); inline: the thought stays in the content, markers and all (llama.cpp's
+    reasoning_format none), the prompt's open thought marker put back before it."""
+    if inline:
+        if p.format == "harmony":
+            from specrt.runtime.harmony import inline as harmony_inline
+
+            return Answer(harmony_inline(text), "", read_answer(text, p).calls)
+        if open_thought and p.thought is not None:
+            text = p.thought.open + "\n" + text
+        if p.format != "generic" and p.mode != "none":
+            from specrt.runtime.tool_formats import FORMATS
+
+            content, found = FORMATS[p.format].read(text, p.tools)
+            return Answer(content, "", [_call(name, args) for name, args in found])
+        p = dataclasses.replace(p, thought=None)
     if p.format != "generic" and p.mode != "none":
         from specrt.runtime.tool_formats import FORMATS
 
