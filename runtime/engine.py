@@ -25,6 +25,7 @@ from specrt.runtime.detokenize import StreamDecoder
 from specrt.runtime.drafter import Drafter, TargetTaps, TargetView, common_prefix
 from specrt.runtime.generation import Generation, GenerationResult, GenerationStats
 from specrt.runtime.pays import PaysMemory
+from specrt.runtime.reasoning import GEMMA_CHANNEL
 from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.speculative import GrammarOnly, PlainStepper, SpeculativeStepper
 from specrt.runtime.target_session import ContextOverflowError, TargetSession, TargetSpec
@@ -133,6 +134,9 @@ class Engine:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         else:
             messages = list(prompt)
+        if self.tokenizer.harmony:  # gpt-oss's template reads an earlier turn's thought as `thinking`
+            messages = [{**m, "thinking": m["reasoning_content"]} if m.get("reasoning_content") else m
+                        for m in messages]
         variables = self.template_variables(thinking, reasoning_effort)
         return self._encode(self.tokenizer.render(messages, add_generation_prompt=True, variables=variables))
 
@@ -145,6 +149,34 @@ class Engine:
         except SpecrtError:
             return False
         return text.rfind("<think>") > text.rfind("</think>")
+
+    @property
+    def thought_style(self):
+        """The chat template's thought markers (runtime/reasoning.py), or None."""
+        from specrt.runtime.reasoning import style_of
+
+        return style_of(self.tokenizer.template_source)
+
+    def answer_parser(self, messages: list[dict], thinking: bool | None = None, reasoning_effort: str | None = None,
+                      inline: bool = False):
+        """A parser of the answer's thought and text, fed as it streams (pieces whose `reasoning` tells them apart):
+        gpt-oss's channels (harmony_parser), a `<think>` or Gemma 4 thought channel (runtime/reasoning.py
+        ThoughtParser, inside the thought from the start where the prompt leaves one open); None for a template
+        that writes no thought. inline (reasoning_format none): the thought stays in the text (InlineParser)."""
+        from specrt.runtime.reasoning import InlineParser, ThoughtParser, prompt_leaves_open
+
+        if self.tokenizer.harmony:
+            parser = self.harmony_parser(messages, thinking, reasoning_effort)
+            return InlineParser(inner=parser) if inline else parser
+        style = self.thought_style
+        if style is None:
+            return None
+        variables = self.template_variables(thinking, reasoning_effort)
+        prompt = self.tokenizer.render(list(messages), add_generation_prompt=True, variables=variables)
+        open_thought = prompt_leaves_open(style, prompt)
+        if inline:
+            return InlineParser(style.open + "\n" if open_thought else "")
+        return ThoughtParser(style, open_thought)
 
     def harmony_parser(self, messages: list[dict], thinking: bool | None = None,
                        reasoning_effort: str | None = None):
@@ -177,13 +209,14 @@ class Engine:
                  raw: bool = False, wait: bool = True, drafter="default", ids: list[int] | None = None,
                  response_format: dict | None = None, tools: list | None = None, tool_choice=None,
                  parallel_tool_calls: bool = True, thinking: bool | None = None,
-                 reasoning_effort: str | None = None) -> Generation:
+                 reasoning_effort: str | None = None, reasoning_inline: bool = False) -> Generation:
         """drafter: "default" (the engine's), None (plain decoding) or a Drafter (runtime/drafter.py). ids: the
         prompt's token ids where the caller already has them (prompt_ids of the same prompt): not encoded again.
         response_format: OpenAI's {"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema": S}}:
         the output is constrained to it (runtime/constraint.py; needs specrt[grammar]). tools, tool_choice,
         parallel_tool_calls: OpenAI's (runtime/tools.py): the result's tool_calls hold the calls made, its text
-        whatever else was said. thinking, reasoning_effort: this prompt's template variables (None: the engine's)."""
+        whatever else was said, its `reasoning` the thought (in text instead with reasoning_inline, as llama.cpp's
+        reasoning_format none). thinking, reasoning_effort: this prompt's template variables (None: the engine's)."""
         params = params or SamplingParams()
         plan = None
         if tools is not None and raw:
@@ -211,7 +244,7 @@ class Engine:
             )
         gen = Generation(iter(()))
         gen._chunks = self._run(ids, params, gen, wait, self.drafter if drafter == "default" else drafter, constraint,
-                                plan)
+                                plan, reasoning_inline)
         return gen
 
     def tool_prompt_ids(self, prompt, tools, tool_choice=None, parallel_tool_calls: bool = True,
@@ -272,19 +305,21 @@ class Engine:
         return self._constraint(OutputConstraint.grammar_for(response_format), bound_digits=True)
 
     def _run(self, ids: list[int], params: SamplingParams, gen: Generation, wait: bool, drafter, constraint=None,
-             plan=None):
+             plan=None, reasoning_inline: bool = False):
         if not self._lock.acquire(blocking=wait):
             raise EngineBusyError("another generation is running on this engine")
         try:
             # a tool format's markers are special tokens in its model's vocabulary: its answer is read with them
             keep_special = plan is not None and plan.format != "generic" and plan.mode != "none"
+            # Gemma 4's thought channel is told apart by its markers, which are special tokens
+            keep_special = keep_special or self.thought_style is GEMMA_CHANNEL
             yield from self._decode(ids, params, gen, drafter, constraint, keep_special)
         finally:
             self._lock.release()
         if plan is not None:  # the calls made, the thought, and whatever else was said
             from specrt.runtime.tools import read_answer
 
-            said = read_answer(gen.result.text, plan, self.thought_open(ids))
+            said = read_answer(gen.result.text, plan, self.thought_open(ids), inline=reasoning_inline)
             gen.result = dataclasses.replace(gen.result, text=said.content, tool_calls=said.calls or None,
                                              reasoning=said.reasoning or None,
                                              finish_reason="tool_calls" if said.calls else gen.result.finish_reason)

@@ -111,8 +111,9 @@ class ThoughtParser:
                 continue
             if at < 0:
                 keep = _partial(text, (marker,) if self.inside else (self.style.open, self.style.close))
-                if self.inside and not self.label_seen and len(text) - keep < len(self.style.label) + 1:
-                    keep = len(text)  # the label may still be arriving
+                head = _past(text, self.style.open) if self.inside and not self.label_seen else None
+                if head is not None and (len(head) < len(self.style.label) + 1 or self.style.open.startswith(head)):
+                    keep = len(text)  # the label (after the opener, written again or not) may still be arriving
                 self._take(text[:len(text) - keep], out)
                 self.pending = text[len(text) - keep:]
                 break
@@ -134,6 +135,8 @@ class ThoughtParser:
         return out
 
     def _take(self, text: str, out: list[Piece]) -> None:
+        if not text:
+            return
         if self.inside:
             if not self.label_seen:
                 text, self.label_seen = _unlabel(self.style, text), True
@@ -147,7 +150,48 @@ class ThoughtParser:
             out.append(Piece(FINAL, text))
 
 
+def _past(text: str, opener: str) -> str:
+    """text after the openers it starts with."""
+    while text.startswith(opener):
+        text = text[len(opener):]
+    return text
+
+
 def _partial(text: str, markers: tuple[str, ...]) -> int:
     """Characters at the end of text that could begin one of the markers."""
     return max((k for k in range(1, min(len(text), max(map(len, markers))) + 1)
                 if any(m.startswith(text[-k:]) for m in markers)), default=0)
+
+
+class InlineParser:
+    """reasoning_format none: the answer's text as it comes, thought and markers included, after the thought marker
+    the prompt left open (llama.cpp gives the same content); `inner`, a harmony parser, has its analysis written
+    back as `<|channel|>analysis<|message|>...<|end|>` around the final text."""
+
+    def __init__(self, prefix: str = "", inner=None):
+        self.prefix, self.inner, self.in_thought = prefix, inner, False
+
+    def feed(self, chunk: str) -> list[Piece]:
+        return self._text(self.inner.feed(chunk) if self.inner is not None else [Piece(FINAL, chunk)])
+
+    def finish(self) -> list[Piece]:
+        pieces = self._text(self.inner.finish() if self.inner is not None else [])
+        if self.in_thought:
+            pieces.append(Piece(FINAL, "<|end|>"))
+            self.in_thought = False
+        return pieces
+
+    def _text(self, pieces: list[Piece]) -> list[Piece]:
+        out = []
+        for p in pieces:
+            if not (p.reasoning or p.content):
+                continue
+            text = p.text
+            if p.reasoning and not self.in_thought:
+                text = "<|channel|>analysis<|message|>" + text
+            elif not p.reasoning and self.in_thought:
+                text = "<|end|>" + text
+            self.in_thought = p.reasoning
+            out.append(Piece(FINAL, self.prefix + text))
+            self.prefix = ""
+        return out

@@ -29,6 +29,8 @@ from specrt.app.serve.guard import ServeGuard, authorized as key_matches
 from specrt.app.serve.requests import MAX_BODY_BYTES, RequestError, load_body, parse
 from specrt.app.serve.worker import EngineWorker, QueueFull
 from specrt.convert.memory import release_freed_memory
+from specrt.runtime.harmony import Piece
+from specrt.runtime.reasoning import FINAL
 from specrt.runtime.target_session import ContextOverflowError
 
 
@@ -137,7 +139,7 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
             raw = await _read_body(request, seconds=body_seconds)
             async with preparing:  # off the event loop: a heavy request stalls no other client
                 try:
-                    job, harmony = await run_in_threadpool(prepare, raw, chat)
+                    job, thought = await run_in_threadpool(prepare, raw, chat)
                 finally:
                     if len(raw) > TRIM_AFTER_BYTES:
                         release_freed_memory()
@@ -150,7 +152,7 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
         kind = "chat.completion" if chat else "text_completion"
         calls = job.tools is not None and job.tool_choice != "none"  # the answer is read after it ends
         if job.stream:
-            return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage, harmony, calls,
+            return StreamingResponse(_stream(ticket, rid, kind, chat, job.include_usage, thought, calls,
                                              _content_stream(job)), media_type="text/event-stream")
         parts, checked = [], time.monotonic()
         try:
@@ -176,15 +178,14 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
             ticket.cancel()  # a client that went away while waiting frees its place
         text = "".join(parts)
         message = {"role": "assistant", "content": text}
-        if calls:  # the content and calls the engine read from the output
+        if calls:  # the content, thought and calls the engine read from the output
             message = {"role": "assistant", "content": value.text or None,
                        **({"tool_calls": value.tool_calls} if value.tool_calls else {})}
-            if harmony is not None and (reasoning := "".join(
-                    p.text for p in harmony.feed(text) + harmony.finish() if p.reasoning)):
-                message["reasoning_content"] = reasoning  # gpt-oss's analysis before its call
-        elif harmony is not None:
-            pieces = harmony.feed(text) + harmony.finish()
-            message = {"role": "assistant", "content": "".join(p.text for p in pieces if not p.reasoning),
+            if value.reasoning:
+                message["reasoning_content"] = value.reasoning
+        elif thought is not None:  # a reasoning model's thought apart from its answer
+            pieces = thought.feed(text) + thought.finish()
+            message = {"role": "assistant", "content": "".join(p.text for p in pieces if p.content),
                        "reasoning_content": "".join(p.text for p in pieces if p.reasoning)}
         choice = ({"index": 0, "message": message, "finish_reason": value.finish_reason}
                   if chat else {"index": 0, "text": text, "finish_reason": value.finish_reason, "logprobs": None})
@@ -192,18 +193,18 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                              "choices": [choice], "usage": _usage(value), "specrt": _extension(value)})
 
     def prepare(raw: bytes, chat: bool):
-        """(the Job, its harmony parser or None) from a request body: parsed, checked, its prompt rendered and
-        counted (in a worker thread)."""
+        """(the Job, the parser of its answer's thought or None) from a request body: parsed, checked, its prompt
+        rendered and counted (in a worker thread)."""
         job = parse(load_body(raw), chat, model_id, engine.max_context)
         _check_prompt(job)  # over the context or refused by the template: 400 before anything streams
         from specrt.errors import SpecrtError
 
-        try:  # gpt-oss (harmony): the analysis channel goes out as reasoning_content, the rest as content
-            harmony = (engine.harmony_parser(job.prompt, job.thinking, job.reasoning_effort)
+        try:  # a thought (gpt-oss's analysis channel, <think>, Gemma's channel) goes out as reasoning_content
+            thought = (engine.answer_parser(job.prompt, job.thinking, job.reasoning_effort, job.reasoning_inline)
                        if chat and not job.raw else None)
         except SpecrtError as exc:
             raise _generation_error(exc) from None
-        return job, harmony
+        return job, thought
 
     def _content_stream(job):
         """A stream whose content may go out as it comes: tool_choice auto under a format whose calls open with a
@@ -232,8 +233,11 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                                "messages" if not job.raw else "prompt", "context_length_exceeded")
         job.ids = ids  # the worker generates from these: the template is rendered and the text encoded once
 
-    async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool, harmony=None, calls=False,
+    async def _stream(ticket, rid: str, kind: str, chat: bool, include_usage: bool, thought=None, calls=False,
                       content=None):
+        """thought: the answer's parser (its reasoning pieces stream as reasoning_content); calls: the answer is read
+        for tool calls once it ends (its content goes out then, unless `content`, a CallContent, lets it out as it
+        comes, up to where a call begins)."""
         def chunk(choice: dict | None, **extra) -> str:
             body = {"id": rid, "object": kind + ".chunk" if chat else kind, "created": int(time.time()),
                     "model": model_id, "choices": [choice] if choice is not None else [], **extra}
@@ -245,32 +249,34 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                 return {"index": 0, "delta": delta, "finish_reason": finish}
             return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
 
+        def out(pieces):
+            """Chunks for parsed pieces: the thought as reasoning_content, the answer's text as content (through
+            `content` where calls may follow; held for the end where the answer is read for calls)."""
+            for p in pieces:
+                if p.reasoning:
+                    yield chunk({"index": 0, "delta": {"reasoning_content": p.text}, "finish_reason": None})
+                elif not p.content:  # a message to a tool (gpt-oss): read as a call, or neither
+                    continue
+                elif content is not None:
+                    if text := content.feed(p.text):
+                        yield chunk(piece(text))
+                elif not calls:
+                    yield chunk(piece(p.text))
+
         try:
             if chat:
                 yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
             while True:
                 event, value = await ticket.events.get()
-                if event == "text" and content is not None:
-                    if text := content.feed(value):
-                        yield chunk(piece(text))
-                elif event == "text" and calls:  # tools: content and calls go out once the output has been read
-                    for p in harmony.feed(value) if harmony is not None else ():
-                        if p.reasoning:  # gpt-oss's analysis streams as it comes
-                            yield chunk({"index": 0, "delta": {"reasoning_content": p.text}, "finish_reason": None})
-                elif event == "text" and harmony is not None:
-                    for p in harmony.feed(value):
-                        yield chunk({"index": 0, "delta": {"reasoning_content" if p.reasoning else "content": p.text},
-                                     "finish_reason": None})
-                elif event == "text":
-                    yield chunk(piece(value))
+                if event == "text":
+                    for line in out(thought.feed(value) if thought is not None else [Piece(FINAL, value)]):
+                        yield line
                 elif event == "error":
                     yield f"data: {json.dumps(_generation_error(value).body())}\n\n"
                     break
                 else:
-                    rest = harmony.finish() if harmony is not None else []
-                    for p in rest if calls else ():  # the last of the reasoning, before the calls
-                        if p.reasoning:
-                            yield chunk({"index": 0, "delta": {"reasoning_content": p.text}, "finish_reason": None})
+                    for line in out(thought.finish() if thought is not None else []):
+                        yield line
                     if content is not None and (text := content.finish(bool(value.tool_calls))):
                         yield chunk(piece(text))
                     elif content is None and calls and value.text:
@@ -281,9 +287,6 @@ def build_app(engine, model_id: str, api_key: str | None = None, queue_size: int
                         yield chunk({"index": 0, "delta": {"tool_calls": [head]}, "finish_reason": None})
                         yield chunk({"index": 0, "delta": {"tool_calls": [{"index": i, "function": {
                             "arguments": call["function"]["arguments"]}}]}, "finish_reason": None})
-                    for p in rest if not calls else ():
-                        yield chunk({"index": 0, "delta": {"reasoning_content" if p.reasoning else "content": p.text},
-                                     "finish_reason": None})
                     yield chunk(piece(None, value.finish_reason), specrt=_extension(value))
                     if include_usage:
                         yield chunk(None, usage=_usage(value))

@@ -7,7 +7,9 @@ extension: generate max_tokens even past the end-of-text token), `chat_template_
 template; OpenAI's name), `response_format` json_object | json_schema (the output constrained to it, with the
 grammar extra installed: runtime/constraint.py), `tools` / `tool_choice` none | auto | required | a named function /
 `parallel_tool_calls` (runtime/tools.py; chat only; the history may hold assistant `tool_calls` and `tool`
-messages), and the parameters that
+messages, and an assistant's `reasoning_content`, handed to the template as it takes an earlier thought),
+`reasoning_format` (llama-server's: `auto` / `deepseek`, the default: a reasoning model's thought comes apart as
+`reasoning_content`; `none`: it stays in the content, markers and all), and the parameters that
 change nothing here at their neutral values (presence/frequency penalty 0, logprobs false, user). Anything
 else that would change the output is refused (400), not silently ignored.
 """
@@ -25,12 +27,13 @@ MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413) bef
 MAX_DEPTH = 64  # JSON nesting
 MAX_INT_DIGITS = 24  # an integer literal longer than this is refused (no real parameter needs one)
 MAX_MESSAGES = 4096
+REASONING_FORMATS = ("auto", "deepseek", "none")  # llama-server's names: the first two split the thought out
 
 NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "n": 1, "echo": False}
 IGNORED = {"user", "metadata", "store", "service_tier", "stream_options"}
 KNOWN = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
          "stop", "stream", "ignore_eos", "chat_template_kwargs", "reasoning_effort", "response_format", "tools",
-         "tool_choice", "parallel_tool_calls", *NEUTRAL,
+         "tool_choice", "parallel_tool_calls", "reasoning_format", *NEUTRAL,
          *IGNORED}
 
 
@@ -60,6 +63,7 @@ class Job:
     tools: list | None = None  # OpenAI's tools (checked), with tool_choice and parallel_tool_calls
     tool_choice: object = None
     parallel_tool_calls: bool = True
+    reasoning_inline: bool = False  # reasoning_format none: the thought stays in the content
 
 
 def _depth(value, limit: int) -> int:
@@ -164,6 +168,12 @@ def _messages(body: dict) -> list[dict]:
                    "content": _text(content, f"messages[{i}].content")}
         if calls:
             message["tool_calls"] = _history_calls(calls, i)
+        thought = m.get("reasoning_content") if m["role"] == "assistant" else None
+        if thought is not None:  # an earlier turn's thought, sent back as llama.cpp and vLLM give it out
+            if not isinstance(thought, str):
+                raise RequestError(400, f"messages[{i}].reasoning_content must be a string",
+                                   f"messages[{i}].reasoning_content", "invalid_type")
+            message["reasoning_content"] = _text(thought, f"messages[{i}].reasoning_content")
         if m["role"] == "tool":
             call_id = m.get("tool_call_id")
             if not isinstance(call_id, str):
@@ -232,8 +242,12 @@ def parse(body, chat: bool, model_id: str, max_context: int) -> Job:
     if effort is not None and effort not in REASONING_EFFORTS:
         raise RequestError(400, f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)}",
                            "reasoning_effort", "invalid_value")
+    shape = body.get("reasoning_format", "auto")
+    if shape not in REASONING_FORMATS:
+        raise RequestError(400, f"'reasoning_format' must be one of {', '.join(REASONING_FORMATS)}",
+                           "reasoning_format", "invalid_value")
     job = Job(prompt, raw, params, stream, include_usage, thinking=_thinking(body), reasoning_effort=effort,
-              response_format=_response_format(body))
+              response_format=_response_format(body), reasoning_inline=shape == "none")
     _tools(body, job, chat)
     if body.get("ignore_eos") is True and (job.response_format is not None
                                            or (job.tools is not None and job.tool_choice != "none")):

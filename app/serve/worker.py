@@ -64,7 +64,8 @@ class EngineWorker:
             gen = self.engine.generate(job.prompt, job.params, raw=job.raw, ids=job.ids,
                                        response_format=job.response_format, tools=job.tools,
                                        tool_choice=job.tool_choice, parallel_tool_calls=job.parallel_tool_calls,
-                                       thinking=job.thinking, reasoning_effort=job.reasoning_effort)
+                                       thinking=job.thinking, reasoning_effort=job.reasoning_effort,
+                                       reasoning_inline=job.reasoning_inline)
             try:
                 for chunk in gen:
                     if ticket.cancelled.is_set():
