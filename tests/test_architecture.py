@@ -83,7 +83,8 @@ def test_every_registered_kind_is_complete(kind):
 
 # chat roles that are also a drafter kind's name (Gemma 4's "assistant"): the chat and the server compare roles,
 # which is not branching on a drafter; their modules are named here so that no other module may compare it
-ROLE_MODULES = {"specrt.app.serve.requests", "specrt.datasets", "specrt.runtime.tool_formats"}  # chat roles
+ROLE_MODULES = {"specrt.app.serve.requests", "specrt.datasets", "specrt.runtime.tool_formats",
+                "specrt.runtime.harmony"}  # chat roles (harmony: a header addressed to=assistant)
 
 
 def _kind_literals(node, module: str = "") -> list[str]:

@@ -63,3 +63,33 @@ def test_greedy_speculative_equals_plain_on_10_humaneval_prompts(engine, drafter
     print(f"{drafter}: mean accepted {mean:.2f} tokens per target call; drafts by drafter {used}")
     if drafter == "draft-model":
         assert mean > 2.0  # the 0.5B sibling agrees with the 1.5B on most code tokens
+
+
+def test_a_tool_request_through_serve_with_the_real_template():
+    """Qwen2.5-Coder's own chat template (hermes: tools listed in <tools>, calls as <tool_call> JSON) through
+    `specrt serve`: under tool_choice auto the model decides to call, the call is read out of its answer and the
+    official client reads it, whole and streamed alike."""
+    import json
+
+    from openai import OpenAI
+
+    from tests.server_process import serve
+
+    tool = {"type": "function", "function": {
+        "name": "get_weather", "description": "The current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    ask = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
+    for base, _ in serve(TARGET, "--batch-invariant", "--model-id", TARGET, key="k"):
+        client = OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0, timeout=300)
+        kwargs = dict(model=TARGET, messages=ask, max_tokens=64, temperature=0, tools=[tool], tool_choice="auto")
+        whole = client.chat.completions.create(**kwargs).choices[0]
+        assert whole.finish_reason == "tool_calls", whole.message
+        (call,) = whole.message.tool_calls
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] == "Paris"
+        assert "<tool_call>" not in (whole.message.content or "")
+        args = ""
+        for chunk in client.chat.completions.create(**kwargs, stream=True):
+            if chunk.choices:
+                args += "".join(d.function.arguments or "" for d in chunk.choices[0].delta.tool_calls or ()
+                                if d.function)
+        assert args == call.function.arguments
