@@ -67,8 +67,9 @@ def test_greedy_speculative_equals_plain_on_10_humaneval_prompts(engine, drafter
 
 def test_a_tool_request_through_serve_with_the_real_template():
     """Qwen2.5-Coder's own chat template (hermes: tools listed in <tools>, calls as <tool_call> JSON) through
-    `specrt serve`: under tool_choice auto the model decides to call, the call is read out of its answer and the
-    official client reads it, whole and streamed alike."""
+    `specrt serve`: the call, constrained to the template's format (tool_choice required), is read out of the
+    answer and the official client reads it, whole and streamed alike. (Under tool_choice auto this 1.5B model
+    writes the call as a ```json block instead of a <tool_call>: content, as llama.cpp reads it too.)"""
     import json
 
     from openai import OpenAI
@@ -81,7 +82,7 @@ def test_a_tool_request_through_serve_with_the_real_template():
     ask = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
     for base, _ in serve(TARGET, "--batch-invariant", "--model-id", TARGET, key="k"):
         client = OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0, timeout=300)
-        kwargs = dict(model=TARGET, messages=ask, max_tokens=64, temperature=0, tools=[tool], tool_choice="auto")
+        kwargs = dict(model=TARGET, messages=ask, max_tokens=64, temperature=0, tools=[tool], tool_choice="required")
         whole = client.chat.completions.create(**kwargs).choices[0]
         assert whole.finish_reason == "tool_calls", whole.message
         (call,) = whole.message.tool_calls
