@@ -73,6 +73,13 @@ def _cut(text: str, spans) -> str:
     return "".join(out) + text[at:]
 
 
+def _unfinished_cut(content: str, opener: str = "<tool_call>", closer: str = "</tool_call>") -> str:
+    """An answer's content, less a last call cut off by the token limit (an opener with no closer after it): after
+    calls that were read, the start of one more is no text of the answer."""
+    last = content.rfind(opener)
+    return content[:last] if last >= 0 and content.find(closer, last) < 0 else content
+
+
 def _name_end(gt: _Ahead, newline: _Ahead, i: int) -> int:
     """Where `[^>\\n]+>` from i puts its `>`: the first `>` after i with no newline before it and a name (one
     character or more) between; -1 where there is none. gt and newline find the next `>` and newline."""
@@ -231,7 +238,7 @@ class Hermes(ToolFormat):
             value = loads_or(body.strip())
             if isinstance(value, dict) and value.get("name") in names and isinstance(value.get("arguments"), dict):
                 calls.append((value["name"], value["arguments"]))
-        return (_cut(text, found).strip() if calls else text), calls
+        return (_unfinished_cut(_cut(text, found)).strip() if calls else text), calls
 
 
 def _is_text(schema) -> bool:
@@ -289,7 +296,7 @@ class QwenXml(ToolFormat):
                 key = key.strip()
                 args[key] = _typed(props.get(key), raw)
             calls.append((tool.name, args))
-        return (_cut(text, found).strip() if calls else text), calls
+        return (_unfinished_cut(_cut(text, found)).strip() if calls else text), calls
 
 
 _JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null", float: "number"}

@@ -127,7 +127,7 @@ SAME_AS_BEFORE = [
      "", [("get_weather", {"city": "Oslo", "unit": "celsius"})]),
     ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}\n'
               '</tool_call>\n<tool_call>\n{"name": "add", "arguments": {"a": 1',
-     '<tool_call>\n{"name": "add", "arguments": {"a": 1', [("get_weather", {"city": "Oslo", "unit": "celsius"})]),
+     "", [("get_weather", {"city": "Oslo", "unit": "celsius"})]),  # a last call cut off is no content (issue 49)
     ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}',
      '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}', []),
     ("hermes", "<tool_call>\nnot json\n</tool_call> after",
@@ -187,7 +187,7 @@ SAME_AS_BEFORE = [
                 "<parameter=city>\nX\n</parameter></function></tool_call> C",
      "A  B  C", [("add", {}), ("get_weather", {"city": "X"})]),
     ("qwen_xml", "<tool_call><tool_call>\n<function=add>\n<parameter=b>\n2\n</parameter>\n</function>\n</tool_call>",
-     "<tool_call>", [("add", {"b": 2})]),
+     "", [("add", {"b": 2})]),  # a stray opener is no content (issue 49)
     ("qwen_xml", "<tool_call>\n<function=a<tool_call><function=add>\n</function>\n</tool_call>",
      "<tool_call>\n<function=a<tool_call><function=add>\n</function>\n</tool_call>", []),
     ("qwen_xml", "<tool_call>\n<function=add>\n<parameter=a\n>1</parameter><parameter=b>\n\n\n</parameter>\n"
