@@ -8,8 +8,8 @@ llama.cpp's test compares them (assert_msg_equals): content and reasoning with s
 arguments as JSON values, call ids not at all (specrt makes its own).
 
 Not read here, each counted: cases of a partial (still streaming) answer, of a continued assistant message
-(`messages` + `continue_final_message`: specrt continues none), and of structured output (`json_schema`: specrt
-constrains that answer to the schema instead of reading it back out of fences)."""
+(`messages` + `continue_final_message`: specrt continues none), and of structured output written inside a ``` fence
+(`json_schema`: specrt constrains that answer to the schema, so it writes no fence to take off)."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ def _skip_reason(case) -> str | None:
         return "partial answer"
     if UNMODELLED & set(case.other):
         return "continued assistant message"
-    if case.json_schema:
-        return "structured output"
+    if case.json_schema and "```" in case.text:
+        return "structured output in a fence"
     return None
 
 
