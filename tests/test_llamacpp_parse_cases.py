@@ -8,9 +8,8 @@ llama.cpp's test compares them (assert_msg_equals): content and reasoning with s
 arguments as JSON values, call ids not at all (specrt makes its own).
 
 A partial (still streaming) answer is read as a whole one cut there. Not read here, each counted: cases of a
-continued assistant message
-(`messages` + `continue_final_message`: specrt continues none), and of structured output written inside a ``` fence
-(`json_schema`: specrt constrains that answer to the schema, so it writes no fence to take off)."""
+continued assistant message (`messages` + `continue_final_message`: specrt continues none), and of structured output
+written inside a ``` fence (`json_schema`: specrt constrains that answer to the schema, so it writes no fence)."""
 
 from __future__ import annotations
 
