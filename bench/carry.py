@@ -31,9 +31,9 @@ from pathlib import Path
 LIMIT = 64 << 20  # bytes one call may carry, the working tree included
 MARGIN = 256 << 10  # kept free for the manifest and files written between packing and sending
 MANIFEST = "carry.json"
-# the trained drafter heads that ship in the tree (drafters/*/heads/*/model.safetensors): not needed on the GPU
+# the trained drafter heads that ship in the tree (specrt/drafters/*/heads/*/model.safetensors): not needed on the GPU
 # machine (bench/gpu.sh makes its own models), and most of what the tree weighs
-ASIDE_GLOB = "drafters/*/heads/*/model.safetensors"
+ASIDE_GLOB = "specrt/drafters/*/heads/*/model.safetensors"
 
 
 class CarryError(Exception):

@@ -148,7 +148,7 @@ def _llama_cpp(args, ids, engine, base) -> None:
     from specrt.app.compare.worker_client import WorkerProcess
 
     python = llama_cpp_python(log=lambda m: print(m, file=sys.stderr))
-    script = Path(specrt.__file__).resolve().parents[1] / "app" / "compare" / "workers" / "llama_cpp_worker.py"
+    script = Path(specrt.__file__).resolve().parent / "app" / "compare" / "workers" / "llama_cpp_worker.py"
     outs = []
     for i, (_, schema) in zip(ids, TASKS):
         worker = WorkerProcess(python, script, {"model": str(Path(args.gguf).resolve()), "threads": 2,

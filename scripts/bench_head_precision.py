@@ -8,7 +8,7 @@ import specrt.convert.head_graph as hg
 from specrt.convert.pipeline import ConvertOptions, convert
 from specrt.datasets import load_prompts
 from specrt.runtime.sampling import SamplingParams
-head = "drafters/eagle3/heads/smollm2-135m-instruct"
+head = "specrt/drafters/eagle3/heads/smollm2-135m-instruct"
 if "--convert" in sys.argv:
     convert("smollm2-135m-instruct", "/tmp/specrt-ab/int4-h4", ConvertOptions(precision="int4", force=True, drafter=f"eagle3:{head}"))
     hg.head_precision = lambda p: "fp32"

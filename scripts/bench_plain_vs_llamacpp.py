@@ -41,7 +41,7 @@ def main() -> None:
         return one_at_a_time(params, args)
     engine = specrt.load(args.bundle, device="cpu")
     python = llama_cpp_python(log=lambda m: print(m, file=sys.stderr))
-    script = Path(specrt.__file__).resolve().parents[1] / "app" / "compare" / "workers" / "llama_cpp_worker.py"
+    script = Path(specrt.__file__).resolve().parent / "app" / "compare" / "workers" / "llama_cpp_worker.py"
     worker = WorkerProcess(python, script, {"model": str(Path(args.gguf).resolve()), "threads": 2, "n_ctx": 2048},
                            Path("/tmp/specrt-llamacpp-worker.log"))
     rates = {"specrt": [], "llama.cpp": []}
@@ -89,7 +89,7 @@ def one_at_a_time(params, args) -> None:
     rss = int(next(line for line in open("/proc/self/status") if line.startswith("VmRSS")).split()[1]) / (1 << 20)
     print(f"specrt freed: resident {rss:.2f} GiB", flush=True)
     python = llama_cpp_python(log=lambda m: print(m, file=sys.stderr))
-    script = Path(specrt.__file__).resolve().parents[1] / "app" / "compare" / "workers" / "llama_cpp_worker.py"
+    script = Path(specrt.__file__).resolve().parent / "app" / "compare" / "workers" / "llama_cpp_worker.py"
     worker = WorkerProcess(python, script, {"model": str(Path(args.gguf).resolve()), "threads": 2, "n_ctx": 2048},
                            Path("/tmp/specrt-llamacpp-worker.log"))
     try:

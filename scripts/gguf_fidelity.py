@@ -115,7 +115,7 @@ def main() -> None:
         from specrt.app.compare.worker_client import WorkerProcess
 
         python = llama_cpp_python(log=lambda m: print(m, file=sys.stderr))
-        workers = Path(specrt.__file__).resolve().parents[1] / "app" / "compare" / "workers"
+        workers = Path(specrt.__file__).resolve().parent / "app" / "compare" / "workers"
         config = {"model": str(args.gguf.resolve()), "threads": 2, "n_ctx": 2048}
         scorer = WorkerProcess(python, workers / "llama_cpp_score_worker.py", config, Path("/tmp/specrt-score.log"))
         try:

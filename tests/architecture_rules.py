@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,9 +54,8 @@ class Import:
 
 
 def package_dirs(root: Path) -> dict[str, str]:
-    """Package name -> folder, from pyproject.toml's [tool.setuptools.package-dir]."""
-    config = tomllib.loads((root / "pyproject.toml").read_text())
-    return dict(config["tool"]["setuptools"]["package-dir"])
+    """Package name -> folder: the one package, `specrt/`, where the source tree is the package."""
+    return {"specrt": "specrt"}
 
 
 def modules(root: Path) -> dict[str, Path]:

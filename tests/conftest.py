@@ -7,22 +7,16 @@ only with SPECRT_FULL=1."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# The repository root holds the source folders that install as specrt.kernels, specrt.models, ...; at the front of
-# sys.path (where `python -m pytest` and pytest's rootdir insertion put it) `kernels/` would shadow the installed
-# package of that name, which transformers (>= 5.25) imports. Keep the root importable for `tests.*`, behind
-# site-packages (pytest inserts it again only when it is missing).
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT] + [str(ROOT)]
 
 FULL = os.environ.get("SPECRT_FULL") == "1"
 DEFAULT_MODEL = "smollm2-135m-instruct"
-EAGLE3_HEAD = ROOT / "drafters" / "eagle3" / "heads" / DEFAULT_MODEL
-DFLASH_HEAD = ROOT / "drafters" / "dflash" / "heads" / DEFAULT_MODEL
+EAGLE3_HEAD = ROOT / "specrt" / "drafters" / "eagle3" / "heads" / DEFAULT_MODEL
+DFLASH_HEAD = ROOT / "specrt" / "drafters" / "dflash" / "heads" / DEFAULT_MODEL
 
 
 def pytest_collection_modifyitems(config, items):

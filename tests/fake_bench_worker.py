@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "app" / "compare" / "workers"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "specrt" / "app" / "compare" / "workers"))
 from protocol import serve  # noqa: E402
 
 

@@ -25,7 +25,7 @@ def _repo(path: Path) -> Path:
     """A git repository with 1 MiB of tracked files, a shipped head among them, and an ignored carry folder."""
     subprocess.run(["git", "init", "-q", str(path)], check=True)
     (path / "code.py").write_bytes(b"x" * (512 << 10))
-    head = path / "drafters" / "eagle3" / "heads" / "m"
+    head = path / "specrt" / "drafters" / "eagle3" / "heads" / "m"
     head.mkdir(parents=True)
     (head / "model.safetensors").write_bytes(bytes(range(256)) * 2048)  # 512 KiB
     (path / ".gitignore").write_text("/.carry/\n")
@@ -107,11 +107,11 @@ def test_too_little_room_beside_the_tree_names_the_remedy_and_aside_makes_room(t
     assert carry.main(["pack", str(wheel), "--out", str(repo / ".carry"), "--limit", tight,
                        "--repo", str(repo)]) == 2
     assert "aside" in capsys.readouterr().err
-    head = repo / "drafters" / "eagle3" / "heads" / "m" / "model.safetensors"
+    head = repo / "specrt" / "drafters" / "eagle3" / "heads" / "m" / "model.safetensors"
     digest = carry.sha256(head)
     place = tmp_path / "aside"
-    assert carry.aside(repo, place) == ["drafters/eagle3/heads/m/model.safetensors"] and not head.exists()
+    assert carry.aside(repo, place) == ["specrt/drafters/eagle3/heads/m/model.safetensors"] and not head.exists()
     assert carry.main(["pack", str(wheel), "--out", str(repo / ".carry"), "--limit", tight,
                        "--repo", str(repo)]) == 0
-    assert carry.restore(repo, place) == ["drafters/eagle3/heads/m/model.safetensors"]
+    assert carry.restore(repo, place) == ["specrt/drafters/eagle3/heads/m/model.safetensors"]
     assert carry.sha256(head) == digest

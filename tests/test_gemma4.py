@@ -218,7 +218,7 @@ def test_llama_cpp_decodes_the_written_gguf_as_transformers(tmp_path, arch):
     with torch.no_grad():
         for _ in range(32):
             want.append(int(model(torch.tensor([ids + want])).logits[0, -1].argmax()))
-    script = Path(specrt.__file__).resolve().parents[1] / "app" / "compare" / "workers" / "llama_cpp_worker.py"
+    script = Path(specrt.__file__).resolve().parent / "app" / "compare" / "workers" / "llama_cpp_worker.py"
     worker = WorkerProcess(llama_cpp_python(log=lambda m: None), script,
                            {"model": str(tmp_path / "m.gguf"), "threads": 2, "n_ctx": 256}, tmp_path / "worker.log")
     try:

