@@ -571,9 +571,10 @@ def round_trips(fmt: ToolFormat, template: str) -> bool:
     """The template writes an earlier call the way `fmt` reads calls: a conversation with one call, rendered, reads
     back (from what the assistant's turn adds to the prompt) as that call. A template that only shares a marker with
     the format (GLM's `<tool_call>NAME<arg_key>...`) does not, nor one that cannot render the probe."""
+    from types import SimpleNamespace
+
     from specrt.errors import SpecrtError
     from specrt.runtime.template_sandbox import compile_template, render_cap, render_template
-    from specrt.runtime.tools import parse_tools
 
     def render(messages, add_generation_prompt):
         return render_template(compiled, messages, render_cap(messages), tools=[_PROBE_TOOL], bos_token="",
@@ -591,7 +592,8 @@ def round_trips(fmt: ToolFormat, template: str) -> bool:
     if at < len(prompt):  # the turn differs from the prompt's opening of it: back to a line or marker's end
         at = max(prompt.rfind("\n", 0, at), prompt.rfind(">", 0, at)) + 1
     open_thought = reasoning.prompt_leaves_open(reasoning.THINK, prompt[:at])
-    said = fmt.answer(_turn_end(whole[at:]), parse_tools([_PROBE_TOOL]), reasoning.style_of(template), open_thought)
+    tool = SimpleNamespace(**{k: _PROBE_TOOL["function"][k] for k in ("name", "parameters")})  # what readers read
+    said = fmt.answer(_turn_end(whole[at:]), [tool], reasoning.style_of(template), open_thought)
     return said.calls == [("get_weather", {"city": "Paris", "days": 2})]
 
 
