@@ -251,10 +251,11 @@ def test_draft_model_mixed_with_ngram_is_lossless_and_uses_both(bundle, adaptive
 def test_the_mix_asks_the_member_with_the_better_rate_first(bundle):
     """With prompt lookup's acceptance measured high and the draft model's low, the stepper asks prompt lookup
     first, and falls back to the draft model when prompt lookup has no match."""
+    from specrt.runtime.decode_target import EngineTarget
     from specrt.runtime.speculative import SpeculativeStepper
 
     engine = specrt.load(str(bundle), device="cpu", drafter="draft-model+ngram")
-    stepper = SpeculativeStepper(engine, PARAMS, engine.drafter, max_draft=4)
+    stepper = SpeculativeStepper(EngineTarget(engine), PARAMS, engine.drafter, max_draft=4)
     assert [m.name for m in stepper.members] == ["draft-model", "ngram"]
     dm, ng = stepper.controllers
     assert dm.cost is ng.cost  # one table of target call costs

@@ -21,6 +21,7 @@ import numpy as np
 from specrt.bundle import Manifest
 from specrt.errors import SpecrtError
 from specrt.runtime.chat import ChatSession
+from specrt.runtime.decode_target import EngineTarget
 from specrt.runtime.detokenize import StreamDecoder
 from specrt.runtime.drafter import Drafter, TargetTaps, TargetView, common_prefix
 from specrt.runtime.generation import Generation, GenerationResult, GenerationStats
@@ -381,16 +382,18 @@ class Engine:
         return self.manifest.states.capacity - 1 if self.manifest.states is not None else None
 
     def _stepper(self, params: SamplingParams, drafter: Drafter | None, constraint=None):
+        target = EngineTarget(self)  # what the stepper sees of the engine (runtime/decode_target.py)
         if drafter is None and constraint is not None and self.grammar_drafts:
-            return SpeculativeStepper(self, params, GrammarOnly(), max_draft=1, adaptive=False, constraint=constraint)
+            return SpeculativeStepper(target, params, GrammarOnly(), max_draft=1, adaptive=False,
+                                      constraint=constraint)
         if drafter is None:
-            return PlainStepper(self, params, constraint)
+            return PlainStepper(target, params, constraint)
         limit = self.draft_limit or 1 << 30
         if self.draft_length is not None:
-            return SpeculativeStepper(self, params, drafter, max_draft=min(self.draft_length, limit), adaptive=False,
-                                      constraint=constraint)
+            return SpeculativeStepper(target, params, drafter, max_draft=min(self.draft_length, limit),
+                                      adaptive=False, constraint=constraint)
         max_draft = drafter.max_draft or self.max_draft  # a tree drafter asks for more nodes
-        return SpeculativeStepper(self, params, drafter, max_draft=min(max_draft, limit), adaptive=self.adaptive,
+        return SpeculativeStepper(target, params, drafter, max_draft=min(max_draft, limit), adaptive=self.adaptive,
                                   constraint=constraint)
 
     def _decode(self, ids: list[int], params: SamplingParams, gen: Generation, drafter=None, constraint=None,

@@ -24,6 +24,7 @@ import numpy as np
 from specrt.runtime.drafter import Draft, Drafter
 from specrt.runtime.adaptive import DraftController
 from specrt.runtime.constraint import masked
+from specrt.runtime.decode_target import DecodeTarget
 from specrt.runtime.sampling import Sampler, SamplingParams
 from specrt.runtime.verify import verify, verify_on_device
 
@@ -48,8 +49,8 @@ class PlainStepper:
 
     name = "none"
 
-    def __init__(self, engine, params: SamplingParams, constraint=None):
-        self.engine, self.sampler, self.stats = engine, Sampler(params), StepStats()
+    def __init__(self, target: DecodeTarget, params: SamplingParams, constraint=None):
+        self.target, self.sampler, self.stats = target, Sampler(params), StepStats()
         self.constraint = constraint  # runtime/constraint.OutputConstraint, or None
         self.pending: int | None = None
 
@@ -66,7 +67,7 @@ class PlainStepper:
 
     def step(self, budget: int) -> list[int]:
         t = time.perf_counter()
-        logits = self.engine.feed([self.pending])[-1]
+        logits = self.target.feed([self.pending])[-1]
         self.last_call_seconds = time.perf_counter() - t
         self.stats.verify_seconds += self.last_call_seconds
         self.stats.target_calls += 1
@@ -114,25 +115,25 @@ def _one_hot(tokens: list[int], width: int) -> np.ndarray:
 class SpeculativeStepper(PlainStepper):
     """Draft (as long as the adaptive controller says pays), verify in one target call, commit the path."""
 
-    def __init__(self, engine, params: SamplingParams, drafter: Drafter, max_draft: int = 4, adaptive: bool = True,
-                 constraint=None):
-        super().__init__(engine, params, constraint)
+    def __init__(self, target: DecodeTarget, params: SamplingParams, drafter: Drafter, max_draft: int = 4,
+                 adaptive: bool = True, constraint=None):
+        super().__init__(target, params, constraint)
         self.drafter, self.params, self.max_draft = drafter, params, max_draft
-        # tokens the grammar forces lead the draft (none without a constraint, or with engine.grammar_drafts off)
-        self.forced_max = min(FORCED_MAX, engine.draft_limit or FORCED_MAX) if constraint is not None \
-            and engine.grammar_drafts else 0
+        # tokens the grammar forces lead the draft (none without a constraint, or with grammar drafting off)
+        self.forced_max = min(FORCED_MAX, target.draft_limit or FORCED_MAX) if constraint is not None \
+            and target.grammar_drafts else 0
         self.members = drafter.members  # a mix's members, else the drafter itself
         # the target's call costs, calibrated on this machine: one table for every member (runtime/pays.py)
-        shared_costs = engine.pays.costs(engine.target, engine.batch_invariant, max_draft + 1) if adaptive else {}
+        shared_costs = target.call_costs(max_draft + 1) if adaptive else {}
         self.controllers = [DraftController(max_draft, cost=shared_costs, per_call=m.block_drafter)
                             for m in self.members] if adaptive else []
         for member, controller in zip(self.members, self.controllers):
-            controller.start_from(engine.pays.drafters.get(member.name))  # what it showed in earlier requests
+            controller.start_from(target.drafter_records.get(member.name))  # what it showed in earlier requests
         self.controller = self.controllers[0] if adaptive else None
         self.name = drafter.name
         for member, controller in zip(self.members, self.controllers or [None] * len(self.members)):
             if member.reads_hidden_states:
-                member.bind(engine.target_view())
+                member.bind(target.view())
             # block drafters cut their draft where verification stops paying
             member.use_costs(controller.seconds if controller else None)
         drafter.reset(params, self.sampler.rng)
@@ -140,7 +141,7 @@ class SpeculativeStepper(PlainStepper):
     def finish(self) -> None:
         """The generation ended: each member's record becomes the next request's starting point."""
         for member, controller in zip(self.members, self.controllers):
-            self.engine.pays.drafters[member.name] = controller.record()
+            self.target.drafter_records[member.name] = controller.record()
 
     def _plain(self, budget: int) -> list[int]:
         out = super().step(budget)
@@ -150,7 +151,7 @@ class SpeculativeStepper(PlainStepper):
 
     def _context(self) -> list[int]:
         """Prompt + output so far, ending with the pending token (what drafters continue)."""
-        return self.engine.cached_tokens() + [self.pending]
+        return self.target.context() + [self.pending]
 
     def _plans(self, budget: int, context=None) -> list[tuple[int, int]]:
         """(member, draft length) to ask for, most promising first; empty: decode plainly. A member that must
@@ -203,7 +204,7 @@ class SpeculativeStepper(PlainStepper):
         member, draft, drafting, behind = proposal
         probs = None if draft.probs is None else np.concatenate([_one_hot(forced, draft.probs.shape[1]), draft.probs])
         draft = Draft.chain(np.concatenate([np.asarray(forced, np.int64), draft.tokens]), probs)
-        limit = self.engine.draft_limit
+        limit = self.target.draft_limit
         if limit and len(draft) > limit:  # a recurrent target replays at most its capture capacity
             draft = Draft.chain(draft.tokens[:limit], None if probs is None else probs[:limit])
         return member, draft, drafting, behind
@@ -225,15 +226,15 @@ class SpeculativeStepper(PlainStepper):
             if kept < len(draft):
                 draft = Draft.chain(draft.tokens[:kept], None if draft.probs is None else draft.probs[:kept])
         n_forced = min(len(forced), len(draft))
-        base = self.engine.target.length
+        base = self.target.length
         tokens = [self.pending, *draft.tokens.tolist()]
         depths = draft.depths()
-        on_device = self.engine.device_verify
+        on_device = self.target.device_verify
         if draft.is_chain():
-            logits = self.engine.feed(tokens, device_logits=on_device)
+            logits = self.target.feed(tokens, device_logits=on_device)
         else:
             positions = base + np.concatenate([[0], depths])[None]
-            logits = self.engine.feed(tokens, position_ids=positions, attention_bias=tree_bias(draft, base),
+            logits = self.target.feed(tokens, position_ids=positions, attention_bias=tree_bias(draft, base),
                                       device_logits=on_device)
         if masks is not None:  # every position's logits as the grammar allows them after the draft before it
             logits = masked(logits, np.stack(masks))
@@ -251,7 +252,7 @@ class SpeculativeStepper(PlainStepper):
             self.stats.drafts_by_drafter[name] = self.stats.drafts_by_drafter.get(name, 0) + 1
             self._count(depth, max(0, accepted - n_forced))
         t3 = time.perf_counter()
-        self.engine.commit(base, verdict.accepted, draft)
+        self.target.commit(base, verdict.accepted, draft)
         # keeping the accepted path is part of the call's cost (a tree's KV gather; a recurrent target's replay)
         committing = time.perf_counter() - t3
         self.stats.verify_seconds += committing
