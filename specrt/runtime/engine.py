@@ -26,11 +26,11 @@ from specrt.runtime.detokenize import StreamDecoder
 from specrt.runtime.drafter import Drafter, TargetTaps, TargetView, common_prefix
 from specrt.runtime.generation import Generation, GenerationResult, GenerationStats
 from specrt.runtime.pays import PaysMemory
-from specrt.runtime.reasoning import GEMMA_CHANNEL
+from specrt.runtime.prompting import Prepared, Prompting, Request
 from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.speculative import GrammarOnly, PlainStepper, SpeculativeStepper
 from specrt.runtime.target_session import ContextOverflowError, TargetSession, TargetSpec
-from specrt.runtime.tokenizer import BundleTokenizer, PromptError
+from specrt.runtime.tokenizer import BundleTokenizer
 
 PREFILL_CHUNK = 256  # prompt tokens per target call while prefilling (bounds the activation memory)
 
@@ -82,7 +82,7 @@ class Engine:
                  drafter=None, max_draft: int = 4, adaptive: bool = True, batch_invariant: bool = False,
                  draft_length: int | None = None):
         self.bundle_dir, self.manifest, self.providers = Path(bundle_dir), manifest, providers
-        self.tokenizer = BundleTokenizer(self.bundle_dir, manifest.chat_template)
+        tokenizer = BundleTokenizer(self.bundle_dir, manifest.chat_template)
         window = manifest.model_config["sliding_window"] if "sliding_attention_bias" in manifest.target.inputs else 0
         spec = TargetSpec(manifest.kv.layers, manifest.kv.kv_heads, manifest.kv.head_dim, manifest.kv.max_context,
                           manifest.vocab_size, kv_dtype=manifest.kv.dtype,
@@ -107,220 +107,79 @@ class Engine:
         # draft a fixed k do; None: the adaptive controller chooses
         self.draft_length = draft_length
         self.pays = PaysMemory()  # calibrated call costs and the drafters' records across requests
-        # reasoning models (Qwen3, Qwen3.5): True / False sets the template's enable_thinking; None: its default
-        self.thinking: bool | None = None
-        # gpt-oss: "low" | "medium" | "high" sets the template's reasoning_effort; None: its default
-        self.reasoning_effort: str | None = None
-        self._grammar_tokenizer = None  # the tokenizer as the grammar engine reads it (runtime/constraint.py)
+        # prompts, constraints and the reading of answers (chat template, tools, thought)
+        self.prompting = Prompting(tokenizer, self.max_context, self.bundle_dir, manifest.vocab_size, self.stop_ids)
         self.grammar_drafts = True  # under a constraint, the tokens the grammar forces lead each draft
 
-    # -- prompts -------------------------------------------------------------------------------
+    # -- prompts (runtime/prompting.py) --------------------------------------------------------
+    tokenizer = property(lambda self: self.prompting.tokenizer,
+                         lambda self, value: setattr(self.prompting, "tokenizer", value))
+    # reasoning models: thinking (Qwen3, Qwen3.5: the template's enable_thinking) and reasoning_effort (gpt-oss)
+    # set for every prompt; None: the template's default
+    thinking = property(lambda self: self.prompting.thinking,
+                        lambda self, value: setattr(self.prompting, "thinking", value))
+    reasoning_effort = property(lambda self: self.prompting.reasoning_effort,
+                                lambda self, value: setattr(self.prompting, "reasoning_effort", value))
+
     def template_variables(self, thinking: bool | None = None, reasoning_effort: str | None = None) -> dict:
-        """The chat template's reasoning variables for a prompt: enable_thinking and reasoning_effort where set
-        (for the prompt, else on the engine)."""
-        thinking = self.thinking if thinking is None else thinking
-        effort = self.reasoning_effort if reasoning_effort is None else reasoning_effort
-        return {**({} if thinking is None else {"enable_thinking": thinking}),
-                **({} if effort is None else {"reasoning_effort": effort})}
+        return self.prompting.template_variables(thinking, reasoning_effort)
 
     def prompt_ids(self, prompt, system: str | None = None, raw: bool = False, thinking: bool | None = None,
                    reasoning_effort: str | None = None) -> list[int]:
         """Token ids of a prompt: a string (through the chat template unless raw) or a message list. thinking,
         reasoning_effort: this prompt's enable_thinking / reasoning_effort (None: the engine's)."""
-        if isinstance(prompt, str):
-            if not prompt.strip():
-                raise PromptError("empty prompt")
-            if raw:
-                return self._encode(prompt)
-            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        else:
-            messages = list(prompt)
-        if self.tokenizer.harmony:  # gpt-oss's template reads an earlier turn's thought as `thinking`
-            messages = [{**m, "thinking": m["reasoning_content"]} if m.get("reasoning_content") else m
-                        for m in messages]
-        variables = self.template_variables(thinking, reasoning_effort)
-        return self._encode(self.tokenizer.render(messages, add_generation_prompt=True, variables=variables))
-
-    def reasoning_open(self, messages: list[dict]) -> bool:
-        """The chat template leaves a reasoning block open for the answer (Qwen3.5 with thinking on ends the prompt
-        with <think>): the answer starts with the model's reasoning."""
-        variables = self.template_variables()
-        try:
-            text = self.tokenizer.render(list(messages), add_generation_prompt=True, variables=variables)
-        except SpecrtError:
-            return False
-        return text.rfind("<think>") > text.rfind("</think>")
-
-    @property
-    def thought_style(self):
-        """The chat template's thought markers (runtime/reasoning.py), or None."""
-        from specrt.runtime.reasoning import style_of
-
-        return style_of(self.tokenizer.template_source)
-
-    def answer_parser(self, messages: list[dict], thinking: bool | None = None, reasoning_effort: str | None = None,
-                      inline: bool = False):
-        """A parser of the answer's thought and text, fed as it streams (pieces whose `reasoning` tells them apart):
-        gpt-oss's channels (harmony_parser), a `<think>` or Gemma 4 thought channel (runtime/reasoning.py
-        ThoughtParser, inside the thought from the start where the prompt leaves one open); None for a template
-        that writes no thought. inline (reasoning_format none): the thought stays in the text (InlineParser)."""
-        from specrt.runtime.reasoning import InlineParser, ThoughtParser, prompt_leaves_open
-
-        if self.tokenizer.harmony:
-            parser = self.harmony_parser(messages, thinking, reasoning_effort)
-            return InlineParser(inner=parser) if inline else parser
-        style = self.thought_style
-        if style is None:
-            return None
-        variables = self.template_variables(thinking, reasoning_effort)
-        prompt = self.tokenizer.render(list(messages), add_generation_prompt=True, variables=variables)
-        open_thought = prompt_leaves_open(style, prompt)
-        if inline:
-            return InlineParser(style.open + "\n" if open_thought else "")
-        return ThoughtParser(style, open_thought)
-
-    def harmony_parser(self, messages: list[dict], thinking: bool | None = None,
-                       reasoning_effort: str | None = None):
-        """For a harmony bundle (gpt-oss), a parser of the answer's channels that starts where the prompt, rendered
-        with these template variables, leaves off (inside the assistant's header); None for other bundles."""
-        if not self.tokenizer.harmony:
-            return None
-        from specrt.runtime.harmony import START, HarmonyParser
-
-        variables = self.template_variables(thinking, reasoning_effort)
-        text = self.tokenizer.render(list(messages), add_generation_prompt=True, variables=variables)
-        if START not in text:  # a template that opens no message: the answer starts with its own header
-            return HarmonyParser(in_header=True)
-        parser = HarmonyParser(in_header=False)
-        parser.feed(text[text.rfind(START):])
-        parser.pending = ""
-        return parser
-
-    def _encode(self, text: str) -> list[int]:
-        """Token ids of text; a text too long to fit the context whatever its tokens (more characters than the
-        context times the longest token's) is refused before the tokenizer spends memory on it."""
-        limit = self.max_context * self.tokenizer.max_token_chars
-        if len(text) > limit:
-            raise ContextOverflowError(f"the prompt has {len(text)} characters, more than the {self.max_context} "
-                                       f"tokens of the bundle's context can hold")
-        return self.tokenizer.encode(text)
-
-    # -- generation ----------------------------------------------------------------------------
-    def generate(self, prompt, params: SamplingParams | None = None, *, system: str | None = None,
-                 raw: bool = False, wait: bool = True, drafter="default", ids: list[int] | None = None,
-                 response_format: dict | None = None, tools: list | None = None, tool_choice=None,
-                 parallel_tool_calls: bool = True, thinking: bool | None = None,
-                 reasoning_effort: str | None = None, reasoning_inline: bool = False) -> Generation:
-        """drafter: "default" (the engine's), None (plain decoding) or a Drafter (runtime/drafter.py). ids: the
-        prompt's token ids where the caller already has them (prompt_ids of the same prompt): not encoded again.
-        response_format: OpenAI's {"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema": S}}:
-        the output is constrained to it (runtime/constraint.py; needs specrt[grammar]). tools, tool_choice,
-        parallel_tool_calls: OpenAI's (runtime/tools.py): the result's tool_calls hold the calls made, its text
-        whatever else was said, its `reasoning` the thought (in text instead with reasoning_inline, as llama.cpp's
-        reasoning_format none). thinking, reasoning_effort: this prompt's template variables (None: the engine's)."""
-        params = params or SamplingParams()
-        plan = None
-        if tools is not None and raw:
-            from specrt.runtime.tools import ToolError
-
-            raise ToolError("tools go through the chat template; a raw prompt takes none")
-        if tools is not None:
-            plan = self._tool_plan(prompt, system, tools, tool_choice, parallel_tool_calls)
-            if ids is None:  # a caller that checked the prompt's length passes the ids it rendered
-                ids = self._tool_prompt_ids(plan, thinking, reasoning_effort)
-            if plan.stops:
-                params = dataclasses.replace(params, stop=tuple(params.stop) + plan.stops)
-        if plan is not None and plan.native_grammar:  # calls in the template's format, built for this vocabulary
-            grammar = self._call_grammar(plan, ids)
-            constraint = self._constraint(grammar) if grammar is not None else None
-        elif plan is not None and plan.grammar is not None:
-            constraint = self._constraint(plan.grammar)
-        else:
-            constraint = self.output_constraint(response_format, params) if response_format is not None else None
-        ids = list(ids) if ids is not None else self.prompt_ids(prompt, system=system, raw=raw, thinking=thinking,
-                                                                reasoning_effort=reasoning_effort)
-        if len(ids) >= self.max_context:
-            raise ContextOverflowError(
-                f"prompt has {len(ids)} tokens; the bundle's context is {self.max_context} (convert with a larger --max-context)"
-            )
-        gen = Generation(iter(()))
-        gen._chunks = self._run(ids, params, gen, wait, self.drafter if drafter == "default" else drafter, constraint,
-                                plan, reasoning_inline)
-        return gen
+        return self.prompting.prompt_ids(prompt, system, raw, thinking, reasoning_effort)
 
     def tool_prompt_ids(self, prompt, tools, tool_choice=None, parallel_tool_calls: bool = True,
                         system: str | None = None, thinking: bool | None = None,
                         reasoning_effort: str | None = None) -> list[int]:
         """Token ids of a prompt as a request with these tools renders it (generate's, for a caller that checks the
         length first and hands generate the ids)."""
-        return self._tool_prompt_ids(self._tool_plan(prompt, system, tools, tool_choice, parallel_tool_calls),
-                                     thinking, reasoning_effort)
+        return self.prompting.tool_prompt_ids(prompt, tools, tool_choice, parallel_tool_calls, system, thinking,
+                                              reasoning_effort)
 
-    def _tool_plan(self, prompt, system, tools, tool_choice, parallel):
-        """A request with tools: its ToolPlan (runtime/tools.py)."""
-        from specrt.runtime import tools as tool_calls
+    def reasoning_open(self, messages: list[dict]) -> bool:
+        return self.prompting.reasoning_open(messages)
 
-        given = tool_calls.parse_tools(tools)
-        mode, only = tool_calls.parse_choice(tool_choice, given)
-        if isinstance(prompt, str):
-            prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        source = self.tokenizer.template_source
-        return tool_calls.plan(list(prompt), given, mode, only, bool(parallel), tool_calls.template_format(source),
-                               source)
+    def answer_parser(self, messages: list[dict], thinking: bool | None = None, reasoning_effort: str | None = None,
+                      inline: bool = False):
+        return self.prompting.answer_parser(messages, thinking, reasoning_effort, inline)
 
-    def _tool_prompt_ids(self, plan, thinking, reasoning_effort) -> list[int]:
-        variables = {**self.template_variables(thinking, reasoning_effort), **plan.variables}
-        return self._encode(self.tokenizer.render(plan.messages, add_generation_prompt=True, variables=variables))
+    def harmony_parser(self, messages: list[dict], thinking: bool | None = None,
+                       reasoning_effort: str | None = None):
+        return self.prompting.harmony_parser(messages, thinking, reasoning_effort)
 
-    def _call_grammar(self, plan, ids: list[int]) -> str | None:
-        """The grammar of an answer with calls (runtime/tools.py call_grammar): the format's markers by this
-        vocabulary's special tokens; reasoning first where the prompt leaves a <think> open."""
-        from specrt.runtime.tools import call_grammar
-
-        return call_grammar(plan, self._grammar_tokenizer_once().special_id, self.thought_open(ids))
-
-    def thought_open(self, ids: list[int]) -> bool:
-        """The prompt (its token ids) ends inside a `<think>` (Qwen3.5 with thinking on): the answer starts with
-        the model's reasoning."""
-        from specrt.runtime.reasoning import THINK, prompt_leaves_open
-
-        return prompt_leaves_open(THINK, self.tokenizer.tok.decode(list(ids[-8:]), skip_special_tokens=False))
-
-    def _grammar_tokenizer_once(self):
-        from specrt.runtime.constraint import GrammarTokenizer
-
-        if self._grammar_tokenizer is None:
-            self._grammar_tokenizer = GrammarTokenizer(self.bundle_dir / "tokenizer.json", self.manifest.vocab_size,
-                                                       self.stop_ids)
-        return self._grammar_tokenizer
-
-    def _constraint(self, grammar: str, bound_digits: bool = False):
-        from specrt.runtime.constraint import OutputConstraint
-
-        return OutputConstraint(self._grammar_tokenizer_once(), grammar, bound_digits)
-
-    def output_constraint(self, response_format: dict, params: SamplingParams):
+    def output_constraint(self, response_format: dict, params: SamplingParams | None = None):
         """A fresh grammar state for one generation's output (ConstraintError for a format it cannot compile)."""
-        from specrt.runtime.constraint import OutputConstraint
+        return self.prompting.output_constraint(response_format)
 
-        return self._constraint(OutputConstraint.grammar_for(response_format), bound_digits=True)
+    # -- generation ----------------------------------------------------------------------------
+    def generate(self, prompt, params: SamplingParams | None = None, *, wait: bool = True, drafter="default",
+                 ids: list[int] | None = None, **options) -> Generation:
+        """prompt: a Request (runtime/prompting.py), or its prompt, with params and the Request's other fields
+        (system, raw, response_format, tools, tool_choice, parallel_tool_calls, thinking, reasoning_effort,
+        reasoning_inline) as keywords. drafter: "default" (the engine's), None (plain decoding) or a Drafter
+        (runtime/drafter.py). ids: the prompt's token ids where the caller already has them (prompt_ids or
+        tool_prompt_ids of the same prompt): not encoded again."""
+        request = prompt if isinstance(prompt, Request) else Request(prompt, params or SamplingParams(), **options)
+        ready = self.prompting.prepare(request, ids)
+        if len(ready.ids) >= self.max_context:
+            raise ContextOverflowError(
+                f"prompt has {len(ready.ids)} tokens; the bundle's context is {self.max_context} (convert with a "
+                "larger --max-context)")
+        gen = Generation(iter(()))
+        gen._chunks = self._run(ready, gen, wait, self.drafter if drafter == "default" else drafter)
+        return gen
 
-    def _run(self, ids: list[int], params: SamplingParams, gen: Generation, wait: bool, drafter, constraint=None,
-             plan=None, reasoning_inline: bool = False):
+    def _run(self, ready: Prepared, gen: Generation, wait: bool, drafter):
         if not self._lock.acquire(blocking=wait):
             raise EngineBusyError("another generation is running on this engine")
         try:
-            # a tool format's markers are special tokens in its model's vocabulary: its answer is read with them
-            keep_special = plan is not None and plan.format != "generic" and plan.mode != "none"
-            # Gemma 4's thought channel is told apart by its markers, which are special tokens
-            keep_special = keep_special or self.thought_style is GEMMA_CHANNEL
-            yield from self._decode(ids, params, gen, drafter, constraint, keep_special)
+            yield from self._decode(ready.ids, ready.params, gen, drafter, ready.constraint, ready.keep_special)
         finally:
             self._lock.release()
-        if plan is not None:  # the calls made, the thought, and whatever else was said
-            from specrt.runtime.tools import read_answer
-
-            said = read_answer(gen.result.text, plan, self.thought_open(ids), inline=reasoning_inline)
+        if ready.plan is not None:  # the calls made, the thought, and whatever else was said
+            said = self.prompting.read(gen.result.text, ready)
             gen.result = dataclasses.replace(gen.result, text=said.content, tool_calls=said.calls or None,
                                              reasoning=said.reasoning or None,
                                              finish_reason="tool_calls" if said.calls else gen.result.finish_reason)
