@@ -5,15 +5,18 @@ Usage: python scripts/bench_convert.py [MODEL] [OUT_ROOT]  -> prints a markdown 
 
 from __future__ import annotations
 
+import argparse
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 
 def main() -> None:
-    model = sys.argv[1] if len(sys.argv) > 1 else "smollm2-135m-instruct"
-    root = Path(sys.argv[2] if len(sys.argv) > 2 else "bench-out")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", nargs="?", default="smollm2-135m-instruct")
+    ap.add_argument("out_root", nargs="?", default="bench-out")
+    args = ap.parse_args()
+    model, root = args.model, Path(args.out_root)
     root.mkdir(parents=True, exist_ok=True)
     subprocess.run(["specrt", "convert", model, "-o", str(root / "warm"), "--force", "--max-context", "64"],
                    check=True, capture_output=True)  # fetch the source once, outside the timing

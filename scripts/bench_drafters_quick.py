@@ -7,20 +7,21 @@ Usage: python scripts/bench_drafters_quick.py BUNDLE   (run from the repository 
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import specrt  # noqa: E402
-from specrt.drafters.ngram import NgramDrafter  # noqa: E402
-from specrt.runtime.sampling import SamplingParams  # noqa: E402
-from tests.oracle_drafters import OracleDrafter  # noqa: E402
-from tests.test_runtime_real import PROMPTS  # noqa: E402
-
 
 def main(bundle: str) -> None:
+    import specrt
+    from specrt.drafters.ngram import NgramDrafter
+    from specrt.runtime.sampling import SamplingParams
+    from tests.oracle_drafters import OracleDrafter
+    from tests.test_runtime_real import PROMPTS
+
     engine = specrt.load(bundle, device="cpu")
     params = SamplingParams(max_new_tokens=128, stop_token_ids=())
     seconds = {"plain": 0.0, "ngram": 0.0, "right": 0.0, "wrong": 0.0}
@@ -51,4 +52,6 @@ def main(bundle: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bundle")
+    main(ap.parse_args().bundle)

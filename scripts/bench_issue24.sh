@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Issue 24: specrt beside the peers as they stand now, each on the same weights, interleaved prompt by prompt.
+# specrt beside the peers, each on the same weights, interleaved prompt by prompt (docs/performance.md: "Plain
+# decoding on the CPU against llama.cpp and others", "Qwen2.5-Coder-1.5B with its 0.5B sibling" and, for int8,
+# "Precision: fp32, int8, int4 and GGUF-exact weights"); results under OUT as issue24-WHICH.*.
 #   default: SmolLM2-135M-Instruct, int4 and fp32, MT-Bench / HumanEval / GSM8K, with OpenVINO GenAI (plain, prompt
 #            lookup, EAGLE-3), onnxruntime-genai (plain, n-gram) and llama.cpp (plain, prompt lookup)
 #   pair:    Qwen2.5-Coder-1.5B + 0.5B draft model, int4, MT-Bench / HumanEval, with each peer's speculative rows
@@ -7,6 +9,7 @@
 #            export, and fp32 strict f32 and at its default hint: bf16 compute on a CPU with bf16)
 # usage: bash scripts/bench_issue24.sh default|pair|int8 [OUT]   (LIMIT, default 8 prompts per dataset)
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac
 WHICH=${1:?default, pair or int8}
 OUT=${2:-docs/bench}
 LIMIT=${LIMIT:-8}

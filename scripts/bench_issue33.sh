@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Issue 33: the default drafter (auto) against plain decoding, paired prompt by prompt in one run, beside the best
-# single drafters, on general sets (MT-Bench, GSM8K) and a copy-heavy one (summaries).
+# The default drafter (auto) against plain decoding, paired prompt by prompt in one run, beside the best single
+# drafters, on general sets (MT-Bench, GSM8K) and a copy-heavy one (summaries) (docs/performance.md, "The adaptive
+# draft length: the default never makes decoding slower"); results under OUT as issue33-WHICH.*.
 #   default: SmolLM2-135M-Instruct, int4 and fp32: auto, ngram, eagle3
 #   int8:    SmolLM2-135M-Instruct, int8: auto, ngram
 #   pair:    Qwen2.5-Coder-1.5B + its 0.5B draft model, int4: auto (= draft-model+ngram), ngram, draft-model
 # usage: bash scripts/bench_issue33.sh default|int8|pair [OUT]   (LIMIT, default 10 prompts per dataset)
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac
 WHICH=${1:?default, int8 or pair}
 OUT=${2:-docs/bench}
 LIMIT=${LIMIT:-10}

@@ -6,8 +6,8 @@ usage: python scripts/bench_taps_cost.py BUNDLE_WITH_HEAD BUNDLE_WITHOUT [N_PROM
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 
 import specrt
 from specrt.datasets import load_prompts
@@ -15,8 +15,12 @@ from specrt.runtime.sampling import SamplingParams
 
 
 def main() -> None:
-    with_head, without = sys.argv[1], sys.argv[2]
-    n = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("with_head", metavar="BUNDLE_WITH_HEAD")
+    ap.add_argument("without", metavar="BUNDLE_WITHOUT")
+    ap.add_argument("n", metavar="N_PROMPTS", nargs="?", type=int, default=10)
+    args = ap.parse_args()
+    with_head, without, n = args.with_head, args.without, args.n
     engines = {"with head": specrt.load(with_head, device="cpu", drafter="none", batch_invariant=False),
                "without": specrt.load(without, device="cpu", drafter="none", batch_invariant=False)}
     params = SamplingParams(max_new_tokens=128, stop_token_ids=())

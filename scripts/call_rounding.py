@@ -6,7 +6,7 @@ Usage: python scripts/call_rounding.py BUNDLE [BUNDLE ...]
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import numpy as np
 
@@ -26,7 +26,9 @@ def logits_of(target, prompt: list[int], tokens: list[int], chunks: list[int]) -
 
 
 def main() -> None:
-    for bundle in sys.argv[1:]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bundles", metavar="BUNDLE", nargs="+")
+    for bundle in ap.parse_args().bundles:
         for exact in (False, True):
             engine = specrt.load(bundle, device="cpu", drafter="none", batch_invariant=exact)
             prompt = engine.prompt_ids("Write a haiku about the sea and the sky and the long summer night.")

@@ -19,7 +19,6 @@ import argparse
 import time
 
 import numpy as np
-import torch
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -53,6 +52,8 @@ def _data(args):
 
 def overfit_eagle3(args: argparse.Namespace, log=print) -> list[tuple[int, list[float]]]:
     """The control: the EAGLE-3 trainer's head on the same sequences; agreement by draft step 1..3."""
+    import torch
+
     from specrt.convert.pipeline import _torch_model
     from specrt.train.eagle3 import make_batch, unrolled_loss
     from specrt.train.recipe import _draft_ids, _eagle3_head
@@ -82,6 +83,8 @@ def overfit_eagle3(args: argparse.Namespace, log=print) -> list[tuple[int, list[
 
 def overfit(args: argparse.Namespace, log=print) -> list[tuple[int, list[float]]]:
     """Train as `args` says; returns (step, top-1 agreement by block position) at every evaluation."""
+    import torch
+
     from specrt.convert.pipeline import _torch_model
     from specrt.models.dflash import DFlashDraft
     from specrt.train import dflash as T

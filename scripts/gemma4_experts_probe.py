@@ -1,9 +1,14 @@
 """Micro-benchmark behind convert/gemma4_graph.py: Gemma 4 26B-A4B-shaped experts (E=128, k=8, H=2816, I=704,
 random int4 weights) as one If per expert holding its two MatMulNBits over outer-scope initializers, run on the
 whole call (`flat`) or inside a Scan over tokens (`scan`). Usage: python scripts/gemma4_experts_probe.py 128 flat|scan"""
-import numpy as np, onnxruntime as ort, time, sys
+import argparse
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("experts", type=int, help="experts in the layer (26B-A4B: 128)")
+ap.add_argument("form", choices=("flat", "scan"))
+args = ap.parse_args()
+import numpy as np, onnxruntime as ort, time
 from onnx import helper, numpy_helper
-E, k, H, I, blk = int(sys.argv[1]), 8, 2816, 704, 32
+E, k, H, I, blk = args.experts, 8, 2816, 704, 32
 rng = np.random.default_rng(0)
 inits, nodes = [], []
 def mnb(x, name, N, K, out):
@@ -34,7 +39,7 @@ inits.append(numpy_helper.from_array(np.array(0, np.float32), "zero")); inits.ap
 body_nodes.append(helper.make_node("Sum", outs, ["by"]))
 body = helper.make_graph(body_nodes, "body", [helper.make_tensor_value_info("bx", 1, ["c", H]), helper.make_tensor_value_info("bw", 1, ["c", E])],
                          [helper.make_tensor_value_info("by", 1, ["c", H])])
-if sys.argv[2] == "scan":
+if args.form == "scan":
     scan = helper.make_node("Scan", ["x", "w"], ["y"], num_scan_inputs=2, body=body)
     g = helper.make_graph([scan], "g", [helper.make_tensor_value_info("x", 1, [None, None, H]),
                                         helper.make_tensor_value_info("w", 1, [None, None, E])],

@@ -9,6 +9,8 @@ tests/test_exact_attention.py checks at these head sizes.
 
     python scripts/gqa_call_invariance_probe.py
 """
+import argparse
+argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
 import numpy as np, onnxruntime as ort
 from onnx import helper, numpy_helper, TensorProto
 rng = np.random.default_rng(0)

@@ -1,11 +1,16 @@
-"""Probe (issue 38): CPU cost of a grammar engine's next-token mask, per token, on a real JSON path.
-Engines: llguidance 1.9.1, xgrammar 0.2.8, outlines-core 0.2.14. Tokenizers: a bundle's tokenizer.json.
-    python grammar_probe.py TOKENIZER_JSON"""
-import json, sys, time
+"""Probe: CPU cost of a grammar engine's next-token mask, per token, on a real JSON path
+(docs/research-grammar-engines.md). Engines: llguidance 1.9.1, xgrammar 0.2.8, outlines-core 0.2.14 (the last two
+are not specrt dependencies: install them to run this). Tokenizers: a bundle's tokenizer.json.
+    python scripts/grammar_engine_probe.py TOKENIZER_JSON"""
+import argparse
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("tokenizer", metavar="TOKENIZER_JSON")
+args = ap.parse_args()
+import json, time
 import numpy as np
 from transformers import PreTrainedTokenizerFast
 
-tok = PreTrainedTokenizerFast(tokenizer_file=sys.argv[1])
+tok = PreTrainedTokenizerFast(tokenizer_file=args.tokenizer)
 V = len(tok)
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0, "maximum": 150},

@@ -3,6 +3,8 @@ Qwen2.5-1.5B lm_head) with random weights: 4 or 8 bits, blocks of 16 or 32, accu
 
     python scripts/matmulnbits_forms_probe.py
 """
+import argparse
+argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
 import numpy as np, onnxruntime as ort, time
 from onnx import helper as oh, TensorProto as T, numpy_helper as nh
 rng = np.random.default_rng(0)

@@ -5,13 +5,16 @@
 
 plain: the batched op (the flag ignored); if: If(flag){Scan with one op call per token}else{batched op} (two op
 nodes); chunk: one op inside a Scan whose chunk is one token (flag) or the whole call (what convert writes)."""
-import sys, time, psutil
+import argparse
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("form", choices=("plain", "if", "chunk"))
+form = ap.parse_args().form
+import time, psutil
 import numpy as np
 import onnxruntime as ort
 from onnx import helper as oh, TensorProto as T, numpy_helper as nh
 rng = np.random.default_rng(0)
 E, K, H, I, B = 128, 8, 2048, 768, 32
-form = sys.argv[1]
 def q4(n, k):
     return (rng.integers(0, 256, (E, n, k // 2), dtype=np.uint8), (rng.random((E, n, k // B)) * 0.02).astype(np.float32),
             rng.integers(0, 256, (E, n, k // B // 2), dtype=np.uint8))

@@ -1,6 +1,8 @@
 """Probe (issue 35): QMoE in one batched call vs one call per token inside a Scan, on random int4 experts of
 Qwen3-30B-A3B's widths (32 of its 128 experts, top-8): is a token's output independent of its call, and what each
 costs for 1, 2, 4, 8 tokens.    python scripts/qmoe_scan_probe.py"""
+import argparse
+argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
 import numpy as np
 import onnxruntime as ort
 from onnx import helper as oh, TensorProto as T, numpy_helper as nh

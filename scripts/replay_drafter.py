@@ -62,3 +62,10 @@ class ReplayDrafter(Drafter):
             truth = truth[:len(real)]
         right = self.rng.random(len(truth)) < self.acceptance
         return Draft.chain([t if ok else (t + 1) % self.vocab for t, ok in zip(truth, right)])
+
+
+if __name__ == "__main__":  # a module for scripts/bench_qwen35.py: run alone, it says what it is
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    print(__doc__)

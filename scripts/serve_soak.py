@@ -3,8 +3,8 @@
 quotes, a web page's cross-origin text/plain POST, a foreign Host, 1,350 tools, ignore_eos with a grammar, a client
 trickling its request head in), the server's memory (RSS) after warm-up and at the end, request latency
 percentiles, and whether every well-formed answer is right: the server runs in batch-invariant mode, so each
-temperature-0 answer must equal the first answer to the same prompt. For people to read (docs/perf.md), not a
-test.
+temperature-0 answer must equal the first answer to the same prompt. For people to read (docs/performance.md,
+"Server (throughput, soak)"; docs/server.md), not a test.
 
     python scripts/serve_soak.py [--requests 2000] [--clients 6] [--model smollm2-135m-instruct]
 """

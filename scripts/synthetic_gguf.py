@@ -244,6 +244,9 @@ def main_preset(preset: str, out: Path, layers: int | None, seed: int) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        raise SystemExit(0 if len(sys.argv) > 1 else 2)
     if sys.argv[1] == "--preset":
         import argparse
 

@@ -7,21 +7,21 @@ run's held-back set).
     python scripts/dflash_recipe/compare_heads.py 48 FOLDER [FOLDER ...] [--stream 960000]
 """
 
-import sys
+import argparse
 from pathlib import Path
-
-import numpy as np
-import torch
-
-from specrt.convert import sources
-from specrt.convert.pipeline import _torch_model
-from specrt.datasets import load_conversations
-from specrt.train.dflash import DFlashTrainee, held_back_agreement
-from specrt.train.recipe import _tokenize
-from specrt.models.dflash import load_dflash_checkpoint, model_from_tensors
 
 
 def main(count: int, folders: list[str], stream: int = 960_000) -> None:
+    import numpy as np
+    import torch
+
+    from specrt.convert import sources
+    from specrt.convert.pipeline import _torch_model
+    from specrt.datasets import load_conversations
+    from specrt.models.dflash import load_dflash_checkpoint, model_from_tensors
+    from specrt.train.dflash import DFlashTrainee, held_back_agreement
+    from specrt.train.recipe import _tokenize
+
     loaded = sources.load(sources.resolve("smollm2-135m-instruct", log=lambda m: None))
     held = _tokenize(loaded, load_conversations(None), stream, 256)[-count:]
     target = _torch_model(loaded.config, loaded.weights)
@@ -33,10 +33,9 @@ def main(count: int, folders: list[str], stream: int = 960_000) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[2:]
-    stream = 960_000
-    if "--stream" in args:
-        at = args.index("--stream")
-        stream = int(args[at + 1])
-        args = args[:at] + args[at + 2:]
-    main(int(sys.argv[1]), args, stream)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("count", metavar="N", type=int, help="held-back sequences to score")
+    ap.add_argument("folders", metavar="FOLDER", nargs="+", help="DFlash checkpoint folders")
+    ap.add_argument("--stream", type=int, default=960_000, help="take the last N sequences of the first T tokens")
+    args = ap.parse_args()
+    main(args.count, args.folders, args.stream)

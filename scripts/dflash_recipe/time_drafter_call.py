@@ -5,9 +5,9 @@ slows every call, so time without it).
     python scripts/dflash_recipe/time_drafter_call.py BUNDLE [--profile]
 """
 
+import argparse
 import collections
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,4 +51,8 @@ def main(bundle: str, profile: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--profile" in sys.argv[2:])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bundle", metavar="BUNDLE")
+    ap.add_argument("--profile", action="store_true", help="list the slowest MatMul nodes (slows every call)")
+    args = ap.parse_args()
+    main(args.bundle, args.profile)

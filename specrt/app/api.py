@@ -187,8 +187,8 @@ def load(model: str = DEFAULT_MODEL, device: str = "auto", drafter: str | None =
     measured speed, or none); "A+B" mixes drafters.
     batch_invariant: every target call feeds >= 2 rows, which makes int4/int8 output independent of how tokens
     are grouped into calls, so that greedy speculation equals plain decoding bit for bit (fp32 needs no such
-    thing); plain steps then cost more (docs/perf.md). None: off (each emitted token is still the target's own
-    verified choice).
+    thing); plain steps then cost more (docs/performance.md, "Losslessness and batch-invariant calls"). None: off
+    (each emitted token is still the target's own verified choice).
     draft_length: draft exactly this many tokens per target call (adaptive length and the confidence cut off), as
     vLLM and SGLang draft a fixed num_speculative_tokens; None: the adaptive controller chooses.
     thinking: reasoning models' thinking on (True) or off (False) through the chat template's enable_thinking

@@ -20,7 +20,7 @@ batch-invariant mode, convert/attention_rows.py.) Queries are rotated here with 
 cos/sin caches. The graph runs this branch only when attention_min_rows > 1 (an If per layer); the default mode keeps
 GroupQueryAttention's own output. Cost in batch-invariant mode: the attention twice, plus copies of the keys and
 values in use, 1.1-1.7x a plain call at gemma3-270m, 1.3-2.4x at the default model's head size 64, where it is not
-needed (docs/perf.md, "exact attention, what it costs").
+needed (docs/performance.md, "Losslessness and batch-invariant calls").
 """
 
 from __future__ import annotations

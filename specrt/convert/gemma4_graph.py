@@ -14,7 +14,8 @@ only when some token of the call chose it, times its column of weights; the expe
 order. A token's sum is then its own whatever the call's other tokens chose (an expert it did not choose adds an
 exact zero), and each projection sees the call's row count as every dense projection does, so the runtime's
 batch-invariant padding makes the experts exact too: no Scan over tokens (an If nested in a Scan body loses ONNX
-Runtime's prepacked weights: 66 ms a layer instead of 1.3 ms at 26B-A4B's shapes, docs/perf.md).
+Runtime's prepacked weights: a one-token call of a layer at 26B-A4B's shapes took 66 ms instead of 1.3-1.5 ms,
+docs/performance.md, "Plain decoding on the CPU against llama.cpp and others").
 
 On a GPU each If is a device-to-host sync (its condition is read on the host), 128 a layer at 26B-A4B. A GPU graph
 gathers instead (_gathered_experts): every token's k chosen experts' weights are looked up by expert id and

@@ -19,12 +19,13 @@ from specrt.bundle import weight_bits
 from specrt.errors import SpecrtError
 
 GIB = 1 << 30
-# Python + torch + onnxruntime + tokenizers (0.5 GiB) and a small drafter's stages (docs/perf.md compares the
-# estimates with the measured peaks)
+# Python + torch + onnxruntime + tokenizers (0.5 GiB) and a small drafter's stages (docs/performance.md,
+# "Conversion time and peak memory", sets the estimates beside the measured peaks)
 BASELINE_BYTES = int(1.0 * GIB)
-# ONNX Runtime's resident size for a graph, per byte of its weights (measured, docs/perf.md): int4's MatMulNBits
-# with int8 activations repacks its weights with per-block sums (6.30 GiB resident for the 4.79 GiB of the
-# Llama-3.1-8B shape's int4 graph); int8's MatMulNBits repacks the same way (taken as int4's, not measured)
+# ONNX Runtime's resident size for a graph, per byte of its weights (measured, docs/performance.md, "Conversion
+# time and peak memory"): int4's MatMulNBits with int8 activations repacks its weights with per-block sums (6.30 GiB
+# resident for the 4.79 GiB of the Llama-3.1-8B shape's int4 graph); int8's MatMulNBits repacks the same way (taken
+# as int4's, not measured)
 SESSION_FACTOR = {"int4": 1.35, "int8": 1.35}
 DEFAULT_SESSION_FACTOR = 1.15
 

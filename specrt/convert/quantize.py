@@ -3,7 +3,8 @@
 Asymmetric round-to-nearest per block of `block_size` input features, with a small search over
 the clipping range per block: w ~= (q - zero_point) * scale, q and zero_point in [0, 2^bits - 1].
 (Float zero points would represent GGUF Q4_1 blocks exactly, but ONNX Runtime's CPU kernel for them
-is ~25x slower than for uint8 zero points, measured in docs/perf.md, so uint8 it is.)
+took 43 ms where uint8 zero points took 0.74 ms, measured in docs/performance.md, "Precision: fp32,
+int8, int4 and GGUF-exact weights", so uint8 it is.)
 Layout (MatMulNBits), bits=4: B uint8 [N, n_blocks, block_size / 2] with element 2j in the low
 nibble; scales [N * n_blocks]; zero points uint8 [N * ceil(n_blocks / 2)], packed the same way.
 bits=8: B uint8 [N, n_blocks, block_size], one weight a byte; zero points uint8 [N * n_blocks].

@@ -11,8 +11,8 @@ the state after any prefix of the call is rebuilt from the state before it witho
 which is ONNX Runtime's GatedDeltaNetStateReplay recurrence, stepped as the op steps, so the replayed state equals
 the op's own state after those tokens bit for bit (a closed form, prod(decay) S_0 + sum of scaled updates, costs
 one pass instead of two per token but rounds differently, and on a random-weight 9B model that changed greedy
-tokens: docs/perf.md, issue 34). A snapshot (a copy of the state at one length, taken at the end of each prompt)
-lets the next chat turn reuse the prompt's prefix.
+tokens: docs/performance.md, "Losslessness and batch-invariant calls"). A snapshot (a copy of the state at one
+length, taken at the end of each prompt) lets the next chat turn reuse the prompt's prefix.
 """
 
 from __future__ import annotations

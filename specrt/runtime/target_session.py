@@ -59,7 +59,8 @@ def make_session_options(threads: int = 0) -> ort.SessionOptions:
         opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
     # Threads spin while a run lasts but stop when it returns: otherwise a session's idle pool spins on
-    # the cores the next session (draft model <-> target) needs; measured in docs/perf.md.
+    # the cores the next session (draft model <-> target) needs; measured in docs/performance.md, "What a target
+    # call costs by its width".
     opts.add_session_config_entry("session.force_spinning_stop", "1")
     if os.environ.get("SPECRT_NO_CPU_FALLBACK") == "1":  # bench/gpu.sh: a node left to the CPU fails the session
         opts.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
@@ -146,12 +147,14 @@ class TargetSession:
         self.keys = [self._kv_buffer(shape) for shape in shapes]
         self.values = [self._kv_buffer(shape) for shape in shapes]
         self.length = 0  # tokens committed to the cache; slot j holds position j (trees are compacted)
-        # 2 = batch-invariant numerics: int4 MatMulNBits rounds a one-row call differently from a call of
-        # several rows (whose results agree with each other bit for bit, docs/perf.md), so a one-token call
+        # 2 = batch-invariant numerics: a one-row call rounds differently from a call of several rows (whose
+        # results agree with each other bit for bit: GroupQueryAttention's weights x V GEMM sends one row to MLAS's
+        # separate M = 1 kernel; docs/performance.md, "Losslessness and batch-invariant calls"), so a one-token call
         # is padded with a copy of its token in the next slot, then that slot is dropped.
         self.min_rows = 1
         # with min_rows 2, also pad odd row counts to even: at int4 blocks of 64 or 128 weights MatMulNBits
-        # handles the last row of an odd count alone, so only even counts agree with each other (docs/perf.md)
+        # handles the last row of an odd count alone, so only even counts agree with each other
+        # (docs/performance.md, "Losslessness and batch-invariant calls")
         self.even_rows = False
         self.kernel_compaction = False  # True: compact with the Triton kernel even on a host cache (tests)
         # graphs with an attention_min_rows input: the fewest rows each attention runs (2: a one-token call rounds as

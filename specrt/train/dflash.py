@@ -8,7 +8,9 @@ blocks of a sequence go through the drafter in one pass under an attention mask 
 context prefix and itself only). Block position j (1..B-1) is trained towards the target's distribution of
 x_{a+j} given the true prefix (KL, soft labels, through the target's frozen lm_head).
 
-Choices from the experiments on a CPU budget (docs/perf.md, issue 7, "Why the first DFlash drafter was weak"):
+Choices from recipe experiments on a CPU budget (the first drafter, trained without them, stayed at unigram
+level: no better at block position 1 than at 7; what the shipped drafter reaches: docs/performance.md, "The
+default model (SmolLM2-135M-Instruct)"):
 - Position weights follow the drafter's own confidence: position j weighs prod_{i<j} (1 + q_i) / 2, with q_i the
   drafter's probability of the target's token at position i (detached). Early in training only the first
   positions count, as an early miss voids every later one; later positions gain weight as the earlier ones
@@ -182,8 +184,8 @@ def train(target, trainee: DFlashTrainee, sequences: list[np.ndarray], steps: in
           batch_size: int = 4, anchors: int = 8, log=print, save_every: int = 50, device: str = "cpu",
           on_checkpoint=None, warmup: int = 20, clip: float | None = 1.0, bf16: bool = False) -> list[float]:
     """`steps` optimizer steps in total, resuming from folder's checkpoint (the loop EAGLE-3's trainer uses,
-    with a warm-up and clipped gradients: without them the drafter stayed at a constant prediction in the
-    experiments of docs/perf.md); returns the losses of this run. bf16: autocast (module docstring)."""
+    with a warm-up and clipped gradients: without them the drafter stayed at one constant prediction for 150
+    steps in the recipe experiments); returns the losses of this run. bf16: autocast (module docstring)."""
     from specrt.train.eagle3 import train_loop
 
     return train_loop(target, trainee, sequences, steps, folder,

@@ -20,7 +20,9 @@ from specrt.runtime.drafter import Draft, Drafter
 @dataclass
 class NgramDrafter(Drafter):
     max_n: int = 3
-    min_n: int = 2  # a one-token match drafts too often on chat text (measured: docs/perf.md, issue 33)
+    # a one-token match drafts too often on chat text (measured: docs/performance.md, "The adaptive draft length:
+    # the default never makes decoding slower")
+    min_n: int = 2
     name: str = "ngram"
     remember: int = 0  # tokens of earlier generations kept as a datastore (0: prompt lookup only)
     history_min_n: int = 2
