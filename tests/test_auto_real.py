@@ -1,4 +1,4 @@
-"""`auto` on the real default model, in both definitions of lossless (README: "Lossless"):
+"""`auto` on the real default model, in both definitions of lossless (docs/drafters.md, "Lossless"):
 
 - default mode: every emitted token is the target's own greedy choice in the call that verified it (the engine's
   target calls are recorded and the output is derived from their logits alone, independently of the verifier);

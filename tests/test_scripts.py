@@ -1,6 +1,6 @@
 """Every script in scripts/ still runs: each answers --help (exit 0, some output) without doing its work. The list
 is the folder itself (Python scripts with this interpreter, shell scripts with bash), so a new script is checked
-as soon as it is added; scripts/ keeps only the tools the docs and tests use (README: Layout)."""
+as soon as it is added; scripts/ keeps only the tools the docs and tests use (docs/adding-an-architecture.md, "The source tree")."""
 
 from __future__ import annotations
 

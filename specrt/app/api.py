@@ -174,7 +174,7 @@ def auto_drafter(manifest: Manifest) -> str:
 
 # Off: a verification call's logits are the target's own (lossless in distribution, as vLLM's and llama.cpp's
 # speculation is), and a plain step stays a one-row call. On request (--batch-invariant) every call feeds >= 2 rows
-# so that int4/int8 greedy output equals plain decoding bit for bit (README: "Lossless").
+# so that int4/int8 greedy output equals plain decoding bit for bit (docs/drafters.md, "Lossless").
 DEFAULT_BATCH_INVARIANT = False
 
 
