@@ -45,3 +45,26 @@ def serve(bundle, *args: str, key: str | None = None):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def script_answers(engine, monkeypatch, answer: str, chunk: int):
+    """Make engine.generate answer `answer` (in pieces of `chunk` characters) with the statistics of a real call:
+    the server's path is real, the model's text that of a trained model."""
+    import dataclasses
+
+    from specrt.runtime.generation import Generation
+
+    real_generate = engine.generate
+
+    def scripted(prompt, params=None, **kw):
+        result = dataclasses.replace(real_generate(prompt, params, **kw).wait(), text=answer)
+        gen = Generation(iter(()))
+
+        def chunks():
+            yield from (answer[i:i + chunk] for i in range(0, len(answer), chunk))
+            gen.result = result
+
+        gen._chunks = chunks()
+        return gen
+
+    monkeypatch.setattr(engine, "generate", scripted)

@@ -163,29 +163,14 @@ def test_the_engine_keeps_harmony_markers_where_the_vocabulary_has_them(harmony_
 def test_the_server_sends_reasoning_apart_from_the_answer(harmony_bundle, monkeypatch):
     """OpenAI chat completions on a harmony bundle, as vLLM's gpt-oss reasoning parser answers: message.content is
     the final channel, message.reasoning_content the analysis; streamed deltas carry the same split."""
-    import dataclasses
-
     from starlette.testclient import TestClient
 
     import specrt
     from specrt.app.serve.app import build_app
-    from specrt.runtime.generation import Generation
+    from tests.server_process import script_answers
 
     engine = specrt.load(str(harmony_bundle), device="cpu")
-    real_generate = engine.generate
-
-    def scripted(prompt, params=None, **kw):  # the real call's statistics, the answer of a trained gpt-oss
-        result = dataclasses.replace(real_generate(prompt, params, **kw).wait(), text=ANSWER)
-        gen = Generation(iter(()))
-
-        def chunks():
-            yield from (ANSWER[i:i + 9] for i in range(0, len(ANSWER), 9))
-            gen.result = result
-
-        gen._chunks = chunks()
-        return gen
-
-    monkeypatch.setattr(engine, "generate", scripted)
+    script_answers(engine, monkeypatch, ANSWER, 9)  # the real call's statistics, the answer of a trained gpt-oss
     body = {"model": "m", "messages": [{"role": "user", "content": "the dog"}], "max_tokens": 4}
     with TestClient(build_app(engine, "m"), base_url="http://localhost") as client:
         message = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]

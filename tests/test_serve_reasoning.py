@@ -6,7 +6,6 @@ answer is scripted, the rest (prompt, parser, server) is the real path."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -54,24 +53,11 @@ def test_the_server_sends_the_thought_apart_from_the_answer(tiny_source, tmp_pat
 
     import specrt
     from specrt.app.serve.app import build_app
-    from specrt.runtime.generation import Generation
+    from tests.server_process import script_answers
 
     answer, content, thought, inline = CASES[template]
     engine = specrt.load(str(_bundle(tiny_source, tmp_path, template)), device="cpu")
-    real_generate = engine.generate
-
-    def scripted(prompt, params=None, **kw):  # the real call's statistics, a trained model's answer
-        result = dataclasses.replace(real_generate(prompt, params, **kw).wait(), text=answer)
-        gen = Generation(iter(()))
-
-        def chunks():
-            yield from (answer[i:i + 3] for i in range(0, len(answer), 3))  # markers split across chunks
-            gen.result = result
-
-        gen._chunks = chunks()
-        return gen
-
-    monkeypatch.setattr(engine, "generate", scripted)
+    script_answers(engine, monkeypatch, answer, 3)  # a trained model's answer, markers split across chunks
     body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
     with TestClient(build_app(engine, "m"), base_url="http://localhost") as client:
         message = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
