@@ -107,3 +107,51 @@ def test_each_published_template_maps_to_a_format_that_reads_it_back_or_to_gener
     # templates that share a marker with a format but write calls their own way are not read in it
     for name in ("GLM-4.6.jinja", "MiniMax-M3.jinja", "ByteDance-Seed-OSS.jinja", "unsloth-Apriel-1.5.jinja"):
         assert mapped[name] == "generic", name
+
+
+PLAIN = [{"role": "system", "content": "Tu es utile."}, {"role": "user", "content": "Bonjour, ça va?"},
+         {"role": "assistant", "content": "Très bien."}, {"role": "user", "content": "Et toi?"}]
+
+
+def _or_refused(render, *args, **kwargs) -> str:
+    """The prompt, or "refused" where the template raises (a template that takes no system turn raises in both)."""
+    try:
+        return render(*args, **kwargs)
+    except Exception:  # transformers raises jinja's own errors, specrt its TemplateError: both refuse
+        return "refused"
+
+
+def test_every_published_template_renders_a_plain_chat_as_transformers_does():
+    """All of llama.cpp's templates (Mistral, DeepSeek, GLM, SmolLM3, Phi, Granite, Kimi ... not only those with a
+    tool format specrt speaks): a conversation with a system turn and an earlier answer, no tools."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    differ = []
+    for name, source in published_templates().items():
+        want = _or_refused(lambda: _compile_jinja_template(source).render(messages=PLAIN, add_generation_prompt=True,
+                                                                           **SPECIAL))
+        got = _or_refused(lambda: render_template(compile_template(source), PLAIN, render_cap(PLAIN),
+                                                  add_generation_prompt=True, **SPECIAL))
+        if got != want:
+            differ.append(name)
+    assert differ == []
+
+
+# Gemma 4's first ("interleaved") template takes results inside the calling turn (`tool_responses`), not as tool
+# messages: transformers renders OpenAI's tool messages there as turns of a role the model never saw, specrt moves
+# them where that template wants them (runtime/tool_formats.py Gemma4.history)
+OWN_RESULTS = {"google-gemma-4-31B-it-interleaved.jinja"}
+
+
+def test_every_template_with_a_tool_format_renders_tools_as_transformers_does():
+    """Every template of the folder that maps to a tool format (not only the named ones): the three conversations."""
+    differ = []
+    for name, source in published_templates().items():
+        fmt = format_of(source)
+        if fmt == "generic" or name in OWN_RESULTS:
+            continue
+        for conversation, messages in CONVERSATIONS.items():
+            want = _transformers(source, _as_transformers_users_pass_it(messages, fmt == "harmony"))
+            if _specrt(source, messages) != want:
+                differ.append((name, conversation))
+    assert differ == []
