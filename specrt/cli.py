@@ -437,6 +437,7 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
         import uvicorn
 
         from specrt.app.serve.app import build_app
+        from specrt.app.serve.guard import is_loopback
         from specrt.app.serve.protocol import head_deadline_protocol
     except ImportError:
         raise SpecrtError("specrt serve needs starlette and uvicorn: pip install 'specrt[serve]'") from None
@@ -444,7 +445,7 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
         raise SpecrtError("--queue-size must be at least 1")
     if not read_timeout > 0 or max_connections < 1:
         raise SpecrtError("--read-timeout must be positive and --max-connections at least 1")
-    if not api_key and not _is_loopback(host):
+    if not api_key and not is_loopback(host):
         click.echo(f"warning: {host} is reachable from other machines and no API key is set: anyone who can reach "
                    "it can use the model (set SPECRT_API_KEY)", err=True)
     engine = _load_engine(model, device, drafter, precision, batch_invariant)
@@ -457,17 +458,6 @@ def serve(model, host, port, drafter, device, precision, api_key, queue_size, mo
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                   http=head_deadline_protocol(read_timeout), limit_concurrency=max_connections,
                                   timeout_keep_alive=5)).run()
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 @cli.command("export-drafter")

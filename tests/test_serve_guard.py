@@ -199,14 +199,14 @@ def test_ignore_eos_with_a_grammar_is_refused_up_front():
 
 
 def test_the_api_key_and_the_host_checks():
-    from specrt.app.serve.guard import authorized, host_name
-    from specrt.cli import _is_loopback
+    from specrt.app.serve.guard import authorized, host_name, is_loopback
 
     assert authorized(None, None) and authorized("Bearer k1", "k1")
     assert not authorized("Bearer k2", "k1") and not authorized(None, "k1") and not authorized("Bearer k1é", "k1")
     assert [host_name(h) for h in ("[::1]:8000", "Localhost:80", "a.b", "::1")] == ["::1", "localhost", "a.b", "::1"]
-    assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("localhost")
-    assert not _is_loopback("0.0.0.0") and not _is_loopback("192.168.1.5")
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert is_loopback("[::1]") and is_loopback("localhost.localdomain")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
 
 
 HOSTILE_TEMPLATES = {  # a bundle's chat template is its maker's code: each once hung the server or bloated it

@@ -49,6 +49,16 @@ def is_ip_literal(host: str) -> bool:
     return True
 
 
+def is_loopback(host: str) -> bool:
+    """The address to listen on (`--host`) is reachable from this machine only: a loopback name or IP."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class ServeGuard:
     """ASGI middleware around the server's app: Host, Origin and Content-Type checks, CORS for allowed origins."""
 
