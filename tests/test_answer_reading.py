@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from specrt.runtime.tool_formats import format_of
+from specrt.runtime.tool_detection import format_of
 from specrt.runtime.tools import call_grammar, parse_tools, plan, read_answer
 from tests.llamacpp_source import published_template
 from tests.test_tool_formats import _accepts, _matcher, _vocabulary

@@ -20,7 +20,7 @@ import pytest
 
 from specrt.runtime.reasoning import THINK, prompt_leaves_open
 from specrt.runtime.template_sandbox import compile_template, render_cap, render_template
-from specrt.runtime.tool_formats import format_of
+from specrt.runtime.tool_detection import format_of
 from specrt.runtime.tools import parse_tools, plan, read_answer
 from tests.llamacpp_chat_cases import read_cases
 from tests.llamacpp_source import llamacpp_source, published_template

@@ -15,7 +15,8 @@ import json
 import pytest
 
 from specrt.runtime.template_sandbox import compile_template, render_cap, render_template
-from specrt.runtime.tool_formats import FORMATS, format_of, round_trips
+from specrt.runtime.tool_detection import format_of, round_trips
+from specrt.runtime.tool_formats import FORMATS
 from specrt.runtime.tools import parse_tools, plan
 from tests.llamacpp_source import published_template, published_templates
 

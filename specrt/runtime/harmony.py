@@ -86,7 +86,7 @@ class HarmonyParser:
             at = cut + len(marker)
             self._marker(marker)
         rest = text[at:]
-        keep = _partial_marker(rest)
+        keep = partial_marker(rest)
         self._take(rest[:len(rest) - keep], out)
         self.pending = rest[len(rest) - keep:]
         return out
@@ -121,10 +121,12 @@ class HarmonyParser:
             self.state, self.header = "between", ""
 
 
-def _partial_marker(text: str) -> int:
-    """Characters at the end of text that could begin a marker."""
-    return max((k for k in range(1, min(len(text), max(map(len, MARKERS))) + 1)
-                if any(m.startswith(text[-k:]) for m in MARKERS)), default=0)
+def partial_marker(text: str, markers=MARKERS, within: int | None = None) -> int:
+    """Characters at the end of text (of its last `within` at most) that could begin one of the markers: what a
+    streaming reader holds back until the next chunk says (also runtime/reasoning.py's and the tool calls'
+    CallContent's)."""
+    most = min(len(text) if within is None else within, max(map(len, markers)))
+    return max((k for k in range(1, most + 1) if any(m.startswith(text[-k:]) for m in markers)), default=0)
 
 
 def split(text: str, in_header: bool = True) -> tuple[str, str]:

@@ -50,6 +50,7 @@ class Prepared:
     plan: object | None  # runtime/tools.ToolPlan of a request with tools
     keep_special: bool  # decode with special tokens kept (a format's markers, Gemma 4's thought channel)
     inline: bool = False  # reasoning_inline
+    open_thought: bool = False  # the prompt ends inside a thought (read where the plan needs it: tool requests)
 
 
 class Prompting:
@@ -116,7 +117,9 @@ class Prompting:
                                          variables=self.template_variables())
         except SpecrtError:
             return False
-        return text.rfind("<think>") > text.rfind("</think>")
+        from specrt.runtime.reasoning import THINK, prompt_leaves_open
+
+        return prompt_leaves_open(THINK, text)
 
     def thought_open(self, ids: list[int]) -> bool:
         """The prompt (its token ids) ends inside a `<think>` (Qwen3.5 with thinking on): the answer starts with
@@ -223,10 +226,11 @@ class Prompting:
                 ids = self.plan_ids(plan, request.thinking, request.reasoning_effort)
             if plan.stops:
                 params = dataclasses.replace(params, stop=tuple(params.stop) + plan.stops)
+        open_thought = plan is not None and self.thought_open(ids)
         if plan is not None and plan.native_grammar:  # calls in the template's format, built for this vocabulary
             from specrt.runtime.tools import call_grammar
 
-            grammar = call_grammar(plan, self.grammar_tokenizer().special_id, self.thought_open(ids))
+            grammar = call_grammar(plan, self.grammar_tokenizer().special_id, open_thought)
             constraint = self.constraint(grammar) if grammar is not None else None
         elif plan is not None and plan.grammar is not None:
             constraint = self.constraint(plan.grammar)
@@ -241,13 +245,13 @@ class Prompting:
         # 4's thought channel is told apart by its markers, special tokens too
         keep_special = (plan is not None and plan.format != "generic" and plan.mode != "none") \
             or self.thought_style is GEMMA_CHANNEL
-        return Prepared(list(ids), params, constraint, plan, keep_special, request.reasoning_inline)
+        return Prepared(list(ids), params, constraint, plan, keep_special, request.reasoning_inline, open_thought)
 
     def read(self, text: str, ready: Prepared):
         """A finished answer with tools -> runtime/tool_formats.Answer (content, thought, calls in OpenAI's form)."""
         from specrt.runtime.tools import read_answer
 
-        return read_answer(text, ready.plan, self.thought_open(ready.ids), inline=ready.inline)
+        return read_answer(text, ready.plan, ready.open_thought, inline=ready.inline)
 
 
 def _messages(prompt: str, system: str | None) -> list[dict]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specrt.runtime.harmony import Piece, REASONING
+from specrt.runtime.harmony import Piece, REASONING, partial_marker
 
 FINAL = "final"  # the channel of answer text (as harmony names it)
 
@@ -110,7 +110,7 @@ class ThoughtParser:
                 text = text[stray + len(self.style.close):]
                 continue
             if at < 0:
-                keep = _partial(text, (marker,) if self.inside else (self.style.open, self.style.close))
+                keep = partial_marker(text, (marker,) if self.inside else (self.style.open, self.style.close))
                 head = _past(text, self.style.open) if self.inside and not self.label_seen else None
                 if head is not None and (len(head) < len(self.style.label) + 1 or self.style.open.startswith(head)):
                     keep = len(text)  # the label (after the opener, written again or not) may still be arriving
@@ -155,12 +155,6 @@ def _past(text: str, opener: str) -> str:
     while text.startswith(opener):
         text = text[len(opener):]
     return text
-
-
-def _partial(text: str, markers: tuple[str, ...]) -> int:
-    """Characters at the end of text that could begin one of the markers."""
-    return max((k for k in range(1, min(len(text), max(map(len, markers))) + 1)
-                if any(m.startswith(text[-k:]) for m in markers)), default=0)
 
 
 class InlineParser:

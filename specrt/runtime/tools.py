@@ -26,6 +26,7 @@ import uuid
 from dataclasses import dataclass
 
 from specrt.errors import SpecrtError
+from specrt.runtime.harmony import partial_marker
 from specrt.runtime.reasoning import THINK, ThoughtStyle, split as split_thought, style_of
 from specrt.runtime.tool_formats import Answer, call_object, loads_or, object_arguments
 
@@ -99,7 +100,7 @@ def parse_choice(choice, tools: list[Tool]) -> tuple[str, str | None]:
 
 def template_format(template_source: str | None) -> str:
     """The chat template's own tool format (runtime/tool_formats.py), or generic where it has none."""
-    from specrt.runtime.tool_formats import format_of
+    from specrt.runtime.tool_detection import format_of
 
     return format_of(template_source)
 
@@ -294,10 +295,7 @@ class CallContent:
             self.calling = True
             end = at
         else:  # hold back a tail that may be the start of an opener
-            longest = max(map(len, self.openers))
-            keep = next((n for n in range(min(longest - 1, len(self.text) - self.sent), 0, -1)
-                         if any(o.startswith(self.text[-n:]) for o in self.openers)), 0)
-            end = len(self.text) - keep
+            end = len(self.text) - partial_marker(self.text, self.openers, within=len(self.text) - self.sent)
         out, self.sent = self.text[self.sent:end], end
         return out
 
