@@ -1,7 +1,7 @@
 """Write an HF llama-family, Qwen3-MoE, Qwen3.5 or Gemma 4 folder (e.g. scripts/synthetic_model.py's target) as a pure
 Q4_0 GGUF for llama.cpp, streaming: one tensor is read, quantized and written at a time. A Qwen3.5 folder becomes
-llama.cpp's qwen35 layout (models/gguf_qwen35.py; its MTP module and vision tower left out: plain decoding is
-compared); a Gemma 4 folder its gemma4 layout (models/gguf_gemma4.py: rope_freqs added, experts stacked, the shared
+llama.cpp's qwen35 layout (archs/qwen3_5_gguf.py; its MTP module and vision tower left out: plain decoding is
+compared); a Gemma 4 folder its gemma4 layout (archs/gemma4_gguf.py: rope_freqs added, experts stacked, the shared
 layers' unread k/v left out).
 
     python scripts/synthetic_gguf.py FOLDER OUT.gguf
@@ -41,7 +41,7 @@ def main(folder: str, out: str, loaded=None) -> None:
     hf, cfg = loaded.hf_config, loaded.config
     hybrid = cfg.family == "qwen3_5"
     if hybrid:
-        from specrt.models import gguf_qwen35
+        from specrt.archs import qwen3_5_gguf as gguf_qwen35
 
         text = hf.get("text_config", hf)
         writer = gguf.GGUFWriter(out, gguf_qwen35.ARCH)
@@ -53,7 +53,7 @@ def main(folder: str, out: str, loaded=None) -> None:
         print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
         return
     if cfg.family == "gemma4":
-        from specrt.models import gguf_gemma4
+        from specrt.archs import gemma4_gguf as gguf_gemma4
 
         writer = gguf.GGUFWriter(out, gguf_gemma4.ARCH)
         gguf_gemma4.write_metadata(writer, hf, cfg)

@@ -15,7 +15,7 @@ from pathlib import Path
 # top-level modules of specrt/ that form the shared layer: the bundle schema, the drafter registry, errors, the
 # catalog of models and the benchmark datasets (standard library and numpy only)
 SHARED = {"specrt.bundle", "specrt.errors", "specrt.tensor_file", "specrt.drafter_entry", "specrt.drafter_kinds",
-          "specrt.catalog", "specrt.datasets", "specrt.dflash_io"}
+          "specrt.catalog", "specrt.datasets", "specrt.dflash_io", "specrt.archs"}
 ENTRY = {"specrt", "specrt.cli"}  # the package facade (specrt.load) and the command line: may import every part
 
 # part -> the parts of specrt it may import (itself included)
@@ -26,6 +26,9 @@ ALLOWED = {
     "drafters": {"shared", "drafters", "runtime"},
     "models": {"shared", "models"},
     "convert": {"shared", "models", "kernels", "runtime", "convert"},
+    # one module per architecture (specrt/archs/): its config, layouts, torch block and graph hooks over the
+    # building blocks of models/ and convert/ (those it imports inside its hooks)
+    "archs": {"shared", "models", "convert", "archs"},
     "train": {"shared", "models", "kernels", "runtime", "convert", "train"},
     "app": {"shared", "kernels", "runtime", "drafters", "models", "convert", "train", "app"},
     "entry": {"shared", "kernels", "runtime", "drafters", "models", "convert", "train", "app", "entry"},

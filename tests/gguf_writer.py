@@ -78,14 +78,14 @@ def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], en
 def write_qwen35_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int,
                       mtp_layers: int = 0, encode=None, names_from: dict | None = None,
                       fused_experts: bool = False) -> None:
-    """A Qwen3.5 model (HF names, mtp.* included) as llama.cpp's converter writes it (models/gguf_qwen35.py: its
+    """A Qwen3.5 model (HF names, mtp.* included) as llama.cpp's converter writes it (archs/qwen3_5_gguf.py: its
     names, value transforms and qwen35 metadata; a Qwen3.5-MoE config: qwen35moe, experts stacked); F32 tensors unless encode(gguf_name, array) -> (data, raw_dtype)
     picks another storage; a gpt2-style token list (its last two tokens become "Ġ" and "ĠĠ", for the one merge
     a BPE tokenizer needs). names_from: the config the tensors are laid out by, where `hf` (the metadata) is made
     to disagree with them."""
     import gguf
 
-    from specrt.models import gguf_qwen35
+    from specrt.archs import qwen3_5_gguf as gguf_qwen35
 
     moe = bool(hf.get("num_experts"))  # Qwen3.5-MoE: qwen35moe, its experts stacked per projection
     writer = gguf.GGUFWriter(str(path), gguf_qwen35.MOE_ARCH if moe else gguf_qwen35.ARCH)
@@ -196,11 +196,11 @@ def write_gpt_oss_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tok
 def write_gemma4_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int,
                       encode=None) -> None:
     """A Gemma 4 text model (HF names, experts per expert) as llama.cpp's converter writes it
-    (models/gguf_gemma4.py): gemma4 metadata, rope_freqs, the MoE experts stacked, shared layers' unread k/v left
+    (archs/gemma4_gguf.py): gemma4 metadata, rope_freqs, the MoE experts stacked, shared layers' unread k/v left
     out; F32 unless encode(gguf_name, array) -> (data, raw_dtype) picks another storage."""
     import gguf
 
-    from specrt.models import gguf_gemma4
+    from specrt.archs import gemma4_gguf as gguf_gemma4
     from specrt.models.config import config_from_hf
 
     cfg = config_from_hf(hf)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specrt import drafter_kinds
+from specrt import archs, drafter_kinds
 from specrt.drafter_entry import FIELDS
 from specrt.runtime.drafter import Drafter
 from tests.architecture_rules import Import, imports, modules, violation, violations
@@ -107,3 +107,63 @@ def test_only_the_registry_branches_on_a_drafter_name():
         if names:
             branching[module] = names
     assert branching == {}
+
+
+# tool-call formats named like the architecture whose templates write them (runtime/tool_formats.py's "gemma4"):
+# a chat format's name, not an architecture's
+TOOL_FORMAT_MODULES = {"specrt.runtime.tool_formats", "specrt.runtime.tool_detection", "specrt.runtime.gemma_values"}
+
+
+def _arch_literals(node, module: str = "") -> list[str]:
+    """Architecture names (archs.names()) in a comparison (`cfg.family == "gemma4"`, `t in ("qwen2", "mimo")`) or
+    as every key of a dispatch table (`{"gemma3": ..., "gpt-oss": ...}`)."""
+    known, found = archs.names(), []
+    if module in TOOL_FORMAT_MODULES:
+        return []
+    for n in ast.walk(node):
+        sides = [n.left, *n.comparators] if isinstance(n, ast.Compare) else []
+        for side in sides:
+            values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+            found += [v.value for v in values if isinstance(v, ast.Constant) and v.value in known]
+        if isinstance(n, ast.Dict) and len(n.keys) > 1 and all(
+                isinstance(k, ast.Constant) and k.value in known for k in n.keys):
+            found += [k.value for k in n.keys]
+    return found
+
+
+def test_only_archs_branch_on_an_architecture_name():
+    """Everything peculiar to an architecture lives in its module under specrt/archs/: elsewhere nothing compares
+    against an architecture, model_type or GGUF architecture name. (The package only: scripts/ and tests/ write
+    synthetic checkpoints of named architectures.)"""
+    branching = {}
+    for module, path in modules(ROOT).items():
+        if module.startswith("specrt.archs"):
+            continue
+        names = _arch_literals(ast.parse(path.read_text()), module)
+        if names:
+            branching[module] = names
+    assert branching == {}
+
+
+@pytest.mark.parametrize("source, names", [
+    ('if cfg.family == "gemma4": pass', ["gemma4"]),
+    ('x = model_type in ("qwen2", "mimo")', ["qwen2", "mimo"]),
+    ('t = {"gemma3": 1, "gpt-oss": 2}', ["gemma3", "gpt-oss"]),
+    ('t = {"gemma3": 1, "other": 2}', []),  # not a dispatch over architectures
+    ('hf = {**hf, "model_type": "llama"}', []),  # naming a config's type is not branching on one
+])
+def test_the_architecture_name_rule_sees_comparisons_and_tables(source, names):
+    assert _arch_literals(ast.parse(source)) == names
+
+
+@pytest.mark.parametrize("arch", list(archs.ARCHS.values()), ids=lambda a: a.name)
+def test_every_registered_architecture_is_complete(arch):
+    module = arch.module()
+    assert callable(module.config_from_hf) and callable(module.torch_block)
+    assert set(arch.gguf.values()) <= set(arch.hf_classes), "a GGUF architecture reads as a model_type it has"
+    assert all(t in arch.hf_classes for t in arch.multimodal.values())
+    for hook, params in (("gguf_config", 2), ("gguf_fixups", 4), ("gguf_undo", 4), ("gguf_refs", 3),
+                         ("hf_refs", 1), ("graph_qkv", 3), ("graph_layer_rest", 5), ("layer_shapes", 2),
+                         ("check_weights", 3)):
+        if hasattr(module, hook):
+            assert len(inspect.signature(getattr(module, hook)).parameters) == params, (arch.name, hook)

@@ -167,7 +167,7 @@ def _assert_same_logits(model, ours) -> None:
 
 
 def write_gguf(arch: str, path) -> None:
-    """The tiny model as llama.cpp's converter writes it (models/gguf_gemma4.py; checked against llama.cpp itself
+    """The tiny model as llama.cpp's converter writes it (archs/gemma4_gguf.py; checked against llama.cpp itself
     by test_llama_cpp_decodes_the_written_gguf_as_transformers)."""
     from specrt.models.gemma4 import expert_view
     from tests.gguf_writer import write_gemma4_gguf

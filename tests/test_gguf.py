@@ -82,7 +82,7 @@ def test_quantized_types_load_to_their_dequantized_values(tmp_path):
     write_gguf(path, "llama", config, weights, encode)
     _, loaded, reader = load_gguf(path)
     assert {t.tensor_type.name for t in reader.tensors} >= set(types.values())
-    from specrt.models.gguf_loader import _unpermute
+    from specrt.models.gguf_loader import unpermute as _unpermute
 
     for name, want in expected.items():
         if name.endswith(("q_proj.weight", "k_proj.weight")):

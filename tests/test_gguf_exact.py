@@ -102,7 +102,7 @@ def mixed_gguf(tmp_path_factory):
     import gguf
     import transformers as tf
 
-    from specrt.models.gguf_loader import _unpermute
+    from specrt.models.gguf_loader import unpermute as _unpermute
 
     config = tf.LlamaConfig(vocab_size=97, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=False,

@@ -1,6 +1,6 @@
 """The GGUF layouts specrt reads, held to llama.cpp itself (full tier: llama-cpp-python is installed into its own
 environment on first use): tiny random models from transformers' own classes, written as F32 GGUFs by the same
-code that writes the files the reading tests convert (tests/gguf_writer.py, models/gguf_qwen35.py), decode in
+code that writes the files the reading tests convert (tests/gguf_writer.py, archs/qwen3_5_gguf.py), decode in
 llama.cpp exactly as transformers decodes them. A layout we read differently from llama.cpp would part here."""
 
 from __future__ import annotations

@@ -278,7 +278,7 @@ def test_server_takes_enable_thinking_and_refuses_other_template_variables():
 
 
 def _write_gguf(path, edit_metadata=None, mtp: bool = True):
-    """The tiny text model (+ MTP) as a qwen35 GGUF in llama.cpp's layout (models/gguf_qwen35.py, checked against
+    """The tiny text model (+ MTP) as a qwen35 GGUF in llama.cpp's layout (archs/qwen3_5_gguf.py, checked against
     llama.cpp's own converter's output); edit_metadata(hf) changes the config the metadata is written from."""
     from tests.gguf_writer import write_qwen35_gguf
     from tests.tiny_models import WORDS

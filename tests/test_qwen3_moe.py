@@ -255,7 +255,7 @@ def test_gguf_in_llama_cpps_qwen35moe_layout_converts_and_drafts_with_its_moe_mt
     got, loaded, _ = load_gguf(tmp_path / "m.gguf")
     assert got["model_type"] == "qwen3_5_moe_text" and got["num_experts"] == hf["num_experts"]
     # expert_shared_feed_forward_length is optional: without it the shared expert's own rows give its width
-    from specrt.models import gguf_qwen35
+    from specrt.archs import qwen3_5_gguf as gguf_qwen35
     from specrt.models.gguf_loader import field_value, open_gguf
 
     reader = open_gguf(tmp_path / "m.gguf")

@@ -191,10 +191,11 @@ def _save(dest: Path, config: dict, tensors: dict[str, np.ndarray]) -> None:
 
 
 def _verifier(target: _Target, verifier: str | None) -> dict:
-    from specrt.models.config import HF_CLASS, ModelConfig
+    from specrt import archs
+    from specrt.models.config import ModelConfig
 
     cfg: ModelConfig = target.config
-    arch = HF_CLASS.get(cfg.model_type, "")
+    arch = archs.hf_class(cfg.model_type)
     return {"name_or_path": verifier or target.spec, "architectures": [arch] if arch else []}
 
 

@@ -4,7 +4,7 @@ per_layer_inputs: E2B/E4B's per-layer input embeddings, every layer's [B, S, L, 
 embeddings; gemma4_layer_rest: a layer after its attention (sandwich norms, the dense MLP and, in MoE models, the
 experts beside it, the per-layer input, the layer scalar). The attention itself (own head sizes per layer kind,
 weightless value norms, keys as values, layers that read another's cache) is the target builder's
-(gemma4_qkv, then the `attention` every family shares).
+(gemma4_qkv, then the target builder's `attention`).
 
 Experts. Gemma 4's experts are gated GELU (down(gelu_tanh(gate) * up)); ONNX Runtime's CPU MoE / QMoE take SwiGLU
 only ("FC3 is not implemented for CPU MoE"), so gemma4_experts builds them from plain ops: the router (softmax over
@@ -50,6 +50,25 @@ def per_layer_inputs(b, embedded: str) -> str:
     context = g.op("Mul", [context, g.const(cfg.hidden_size ** -0.5, dtype=b.dtype)])
     context = b.norm(g.op("Reshape", [context, shape]), "model.per_layer_projection_norm.weight")
     return g.op("Mul", [g.op("Add", [context, tokens]), g.const(2 ** -0.5, dtype=b.dtype)])
+
+
+def gemma4_qkv(b, i: int, h: str) -> tuple[str, str, str]:
+    """Gemma 4 (per-layer head sizes, keys that may be the values, weightless value norms): q, k, v [B, S, . * D]
+    before rotary; k and v are "" where the layer reads another layer's cache."""
+    cfg, p = b.cfg, f"model.layers.{i}.self_attn."
+    d, kv, n = cfg.head_dim_of(i), cfg.kv_heads_of(i), cfg.num_heads
+    if cfg.kv_source(i) != i:  # reads another layer's cache: only the query is its own
+        q = b.head_norm(b.linear(h, [p + "q_proj"], f"layers.{i}.q"), n, p + "q_norm.weight", d)
+        return q, "", ""
+    shared_v = cfg.k_eq_v(i)  # the values are the key projection, normed without a weight
+    names = [p + "q_proj", p + "k_proj"] + ([] if shared_v else [p + "v_proj"])
+    qkv = b.linear(h, names, f"layers.{i}.qkv")
+    sizes = [n * d, kv * d] + ([] if shared_v else [kv * d])
+    parts = b.g.op("Split", [qkv, b.g.const(sizes)], outputs=len(sizes), axis=-1)
+    q, k, v = parts[0], parts[1], parts[1] if shared_v else parts[2]
+    q = b.head_norm(q, n, p + "q_norm.weight", d)
+    v = b.head_norm(v, kv, None, d) if cfg.v_norm else v
+    return q, b.head_norm(k, kv, p + "k_norm.weight", d), v
 
 
 def gemma4_layer_rest(b, i: int, x: str, attn: str, ple: str | None) -> str:

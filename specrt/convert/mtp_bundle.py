@@ -14,6 +14,7 @@ from collections import ChainMap
 from collections.abc import Mapping
 from pathlib import Path
 
+from specrt import archs
 from specrt.bundle import KVLayout, TargetGraph
 from specrt.errors import SourceError
 
@@ -44,8 +45,8 @@ def _weights(loaded, folder: str) -> Mapping:
     from specrt.models.tensor_source import Subset
 
     if not folder:
-        # a qwen35 GGUF carries its MTP module as its last block (nextn), read as model.mtp.*
-        if loaded.source.kind != "hf" and loaded.config.family != "qwen3_5":
+        # a qwen35 GGUF carries its MTP module as its last block (nextn), read as model.mtp.* (archs/qwen3_5.py)
+        if loaded.source.kind not in archs.of(loaded.config).mtp_sources:
             raise SourceError(f"--drafter mtp reads the MTP module from an HF safetensors folder; "
                               f"{loaded.source.path} is a {loaded.source.kind} source (or give mtp:FOLDER)")
         return loaded.weights

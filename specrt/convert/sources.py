@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-
+from specrt import archs, catalog
 from specrt.bundle import sha256_file
-from specrt import catalog
 from specrt.errors import SourceError
 from specrt.models.config import ModelConfig, config_from_hf
 from specrt.models.tensor_source import LazyWeights
@@ -120,52 +119,15 @@ def moe_shapes(cfg: ModelConfig, layer: int, weights, resolved: ResolvedSource) 
     return need
 
 
-def gemma4_layer_shapes(cfg: ModelConfig, i: int) -> dict[str, tuple[int, ...]]:
-    """A Gemma 4 layer's tensors and their shapes (models/gemma4.py): q, k, v per the layer's head size and KV heads
-    (no k or v where it reads another layer's cache, no v where its keys are its values), the MLP of its width,
-    the per-layer input's projections, the router and fused experts of MoE layers."""
-    p, h, d, kv = f"model.layers.{i}.", cfg.hidden_size, cfg.head_dim_of(i), cfg.kv_heads_of(i)
-    width = cfg.intermediate_of(i)
-    need = {p + "self_attn.q_proj.weight": (cfg.num_heads * d, h), p + "self_attn.o_proj.weight": (h, cfg.num_heads * d),
-            p + "self_attn.q_norm.weight": (d,), p + "mlp.gate_proj.weight": (width, h),
-            p + "mlp.up_proj.weight": (width, h), p + "mlp.down_proj.weight": (h, width)}
-    if cfg.kv_source(i) == i:
-        need.update({p + "self_attn.k_proj.weight": (kv * d, h), p + "self_attn.k_norm.weight": (d,)})
-        if not cfg.k_eq_v(i):
-            need[p + "self_attn.v_proj.weight"] = (kv * d, h)
-    if cfg.ple_size:
-        need.update({p + "per_layer_input_gate.weight": (cfg.ple_size, h),
-                     p + "per_layer_projection.weight": (h, cfg.ple_size)})
-        if i == 0:
-            width_ple = cfg.num_layers * cfg.ple_size
-            need.update({"model.embed_tokens_per_layer.weight": (cfg.ple_vocab, width_ple),
-                         "model.per_layer_model_projection.weight": (width_ple, h),
-                         "model.per_layer_projection_norm.weight": (cfg.ple_size,)})
-    if cfg.moe_with_dense:
-        e, w = cfg.num_experts, cfg.moe_intermediate_size
-        need.update({p + "router.proj.weight": (e, h), p + "router.scale": (h,), p + "router.per_expert_scale": (e,),
-                     **{f"{p}experts.{j}.gate_up_proj.weight": (2 * w, h) for j in range(e)},
-                     **{f"{p}experts.{j}.down_proj.weight": (h, w) for j in range(e)}})
-    return need
-
-
-def _check_layer_types(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSource) -> None:
-    """A layer whose tensors are of the other kind than config's layer_types says: named in one line."""
-    for i in range(cfg.num_layers):
-        other = "self_attn.q_proj.weight" if cfg.is_linear(i) else "linear_attn.in_proj_qkv.weight"
-        if f"model.layers.{i}.{other}" in weights:
-            said = cfg.layer_types[i] if cfg.layer_types else "full_attention"
-            where = "config.json's layer_types" if resolved.kind == "hf" else "its qwen35.attention.recurrent_layers"
-            raise SourceError(f"{resolved.path}: layer {i} has tensor model.layers.{i}.{other}, but {where} says {said}")
-
-
 def _check_weights(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSource) -> None:
     """Name the first missing or misshaped tensor instead of failing deep inside the builder."""
     need = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size), "model.norm.weight": (cfg.hidden_size,)}
+    arch = archs.of(cfg)
+    own_shapes = arch.hook("layer_shapes")
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
-        if cfg.family == "gemma4":
-            need.update(gemma4_layer_shapes(cfg, i))
+        if own_shapes is not None:  # an architecture that lists its layers' tensors itself (Gemma 4)
+            need.update(own_shapes(cfg, i))
             continue
         if cfg.is_moe(i):
             need.update(moe_shapes(cfg, i, weights, resolved))
@@ -182,8 +144,9 @@ def _check_weights(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSou
         need[p + "self_attn.o_proj.weight"] = (cfg.hidden_size, cfg.num_heads * cfg.head_dim)
         if cfg.attention_sinks:
             need[p + "self_attn.sinks"] = (cfg.num_heads,)
-    if cfg.family == "qwen3_5":
-        _check_layer_types(cfg, weights, resolved)
+    check = arch.hook("check_weights")
+    if check is not None:
+        check(cfg, weights, resolved)
     if cfg.rotary_dim < cfg.head_dim and (cfg.rotary_dim // 2) % 8:
         raise SourceError(f"config: a partial rotary size of {cfg.rotary_dim} (head_dim x partial_rotary_factor) is "
                           "not a multiple of 16, which ONNX Runtime's GroupQueryAttention needs")

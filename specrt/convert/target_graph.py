@@ -34,10 +34,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from specrt import archs
 from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, SEQLENS_INPUT, TOTAL_LENGTH_INPUT, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
 from specrt.convert.exact_attention import exact_attention_switch
-from specrt.convert.gemma4_graph import gemma4_layer_rest, per_layer_inputs
+from specrt.convert.gemma4_graph import per_layer_inputs
 from specrt.convert.gguf_exact import exact_from_ref
 from specrt.convert.gpu_profile import activation_dtype
 from specrt.convert.linear_attention_graph import add_state_io, add_state_outputs, linear_attention, state_layout
@@ -322,24 +323,6 @@ class _TargetBuilder:
             )
         return self.rope_caches[(rope, dim)]
 
-    def gemma4_qkv(self, i: int, h: str) -> tuple[str, str, str]:
-        """Gemma 4 (per-layer head sizes, keys that may be the values, weightless value norms): q, k, v [B, S, . * D]
-        before rotary; k and v are "" where the layer reads another layer's cache."""
-        cfg, p = self.cfg, f"model.layers.{i}.self_attn."
-        d, kv, n = cfg.head_dim_of(i), cfg.kv_heads_of(i), cfg.num_heads
-        if cfg.kv_source(i) != i:  # reads another layer's cache: only the query is its own
-            q = self.head_norm(self.linear(h, [p + "q_proj"], f"layers.{i}.q"), n, p + "q_norm.weight", d)
-            return q, "", ""
-        shared_v = cfg.k_eq_v(i)  # the values are the key projection, normed without a weight
-        names = [p + "q_proj", p + "k_proj"] + ([] if shared_v else [p + "v_proj"])
-        qkv = self.linear(h, names, f"layers.{i}.qkv")
-        sizes = [n * d, kv * d] + ([] if shared_v else [kv * d])
-        parts = self.g.op("Split", [qkv, self.g.const(sizes)], outputs=len(sizes), axis=-1)
-        q, k, v = parts[0], parts[1], parts[1] if shared_v else parts[2]
-        q = self.head_norm(q, n, p + "q_norm.weight", d)
-        v = self.head_norm(v, kv, None, d) if cfg.v_norm else v
-        return q, self.head_norm(k, kv, p + "k_norm.weight", d), v
-
     def fused_qkv(self, i: int, h: str) -> tuple[str, str, str, str | None]:
         """q, k, v (k = v = "": the packed QKV form of GroupQueryAttention) and the output gate (Qwen3.5), or None."""
         cfg, p = self.cfg, f"model.layers.{i}.self_attn."
@@ -366,10 +349,8 @@ class _TargetBuilder:
         over that layer's past with that layer's new keys and values (it writes what the source wrote: the same
         values to the same slots), into a present of its own that nothing reads."""
         cfg, p = self.cfg, f"model.layers.{i}.self_attn."
-        if cfg.family == "gemma4":
-            (q, k, v), gate = self.gemma4_qkv(i, h), None
-        else:
-            q, k, v, gate = self.fused_qkv(i, h)
+        own_qkv = archs.of(cfg).hook("graph_qkv")  # an architecture with a q, k, v of its own (Gemma 4)
+        q, k, v, gate = own_qkv(self, i, h) if own_qkv else self.fused_qkv(i, h)
         source = cfg.kv_source(i)
         cos, sin = self.rope_cache(i)
         bias = "sliding_attention_bias" if cfg.is_sliding(i) else "attention_bias"
@@ -501,6 +482,7 @@ class _TargetBuilder:
         if cfg.embed_scale != 1.0:
             x = g.op("Mul", [x, g.const(cfg.embed_scale, dtype=self.dtype)])
         ple = per_layer_inputs(self, x) if cfg.ple_size else None
+        layer_rest = archs.of(cfg).hook("graph_layer_rest")
 
         pending, taps, tap_next = None, [], False
         for i in range(cfg.num_layers):
@@ -512,12 +494,8 @@ class _TargetBuilder:
                 attn = linear_attention(self, i, h)
             else:
                 attn = self.attention(i, h, io, seqlens_k, total_len)
-            if cfg.family == "gemma4":
-                x, pending = gemma4_layer_rest(self, i, x, attn, ple), None
-            elif cfg.family == "gemma3":
-                attn = self.norm(attn, p + "post_attention_layernorm.weight")
-                h, x = self.norm_with_skip(attn, x, p + "pre_feedforward_layernorm.weight")
-                pending = self.norm(self.mlp(i, h), p + "post_feedforward_layernorm.weight")
+            if layer_rest is not None:  # an architecture's own layer after attention (Gemma 3, Gemma 4)
+                x, pending = layer_rest(self, i, x, attn, ple)
             else:
                 h, x = self.norm_with_skip(attn, x, p + "post_attention_layernorm.weight")
                 pending = self.mlp(i, h)

@@ -1,9 +1,10 @@
 """ModelConfig: the architecture facts the torch definition and the ONNX builder need.
 
-Built from an HF `config.json` dict (both the older `rope_theta`/`rope_scaling` keys and the
-newer `rope_parameters` form) or from GGUF metadata (models/gguf_loader.py). One frozen dataclass
-covers the Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, gpt-oss), Gemma 3, Gemma 4 and
-the Qwen3.5 hybrids; the per-family differences are explicit fields, never branches on the architecture's name.
+One frozen dataclass covers every architecture specrt reads; the differences are explicit fields, never branches on
+an architecture's name. Each architecture's module (specrt/archs/) reads its config.json (or the HF-style dict a
+GGUF's metadata becomes, models/gguf_loader.py) over the shared readers here: dense_config (the fields most configs
+share), rope_from_hf (the older `rope_theta`/`rope_scaling` keys and the newer `rope_parameters`), moe_fields,
+text_config (a multimodal layout's language model); check_ranges bounds every count.
 """
 
 from __future__ import annotations
@@ -13,30 +14,6 @@ import math
 from dataclasses import dataclass
 
 from specrt.errors import SourceError
-
-# HF model_type -> the block family our torch definition and ONNX builder implement.
-ARCHITECTURES = {
-    "llama": "llama",
-    "mistral": "llama",
-    "qwen2": "llama",
-    "mimo": "llama",  # Qwen2 blocks (+ MTP layers, models/mtp.py)
-    "qwen3": "llama",
-    "qwen3_moe": "llama",  # Qwen3 blocks whose MLPs are sparse mixtures of experts (models/moe.py)
-    "gpt_oss": "llama",  # + attention sinks, sliding/full layers, yarn rope, biased experts with a clamped SwiGLU
-    "gemma3": "gemma3",
-    "gemma3_text": "gemma3",
-    "qwen3_5": "qwen3_5",  # Gated DeltaNet + gated attention hybrid (models/gated_deltanet.py)
-    "qwen3_5_text": "qwen3_5",
-    "qwen3_5_moe": "qwen3_5",  # the same hybrid, every MLP a mixture of experts with a shared expert
-    "qwen3_5_moe_text": "qwen3_5",
-    "gemma4": "gemma4",  # sliding/full layers of their own head sizes, per-layer embeddings, shared KV (models/gemma4.py)
-    "gemma4_text": "gemma4",
-}
-
-# HF model_type -> the transformers class of a causal LM of that type (what an HF folder's config.json names)
-HF_CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-            "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM",
-            "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM", "gemma4_text": "Gemma4ForCausalLM"}
 
 LINEAR_ATTENTION, FULL_ATTENTION = "linear_attention", "full_attention"
 
@@ -285,7 +262,7 @@ class ModelConfig:
         return ModelConfig(**d)
 
 
-def _rope_from_hf(hf: dict, params: dict | None) -> RopeConfig:
+def rope_from_hf(hf: dict, params: dict | None) -> RopeConfig:
     """Read rope settings from a rope_parameters dict, or the older rope_theta + rope_scaling."""
     if params is None:
         params = dict(hf.get("rope_scaling") or {})
@@ -323,7 +300,7 @@ def _rope_from_hf(hf: dict, params: dict | None) -> RopeConfig:
     )
 
 
-def _eos_ids(value) -> tuple[int, ...]:
+def eos_ids(value) -> tuple[int, ...]:
     if value is None:
         return ()
     return tuple(value) if isinstance(value, (list, tuple)) else (int(value),)
@@ -357,142 +334,12 @@ def check_ranges(cfg: ModelConfig) -> ModelConfig:
     return cfg
 
 
-def _qwen3_5_config(hf: dict, model_type: str, hidden: int, heads: int, layers: int, head_dim: int) -> ModelConfig:
-    """Qwen3.5 / 3.6 dense (text part): 3 Gated DeltaNet layers per gated full-attention layer, (1 + w) norms,
-    partial rotary (multimodal rope sections, which are equal for text)."""
-    params = hf.get("rope_parameters") or {}
-    rope = _rope_from_hf(hf, params if "rope_theta" in params else None)
-    interval = int(hf.get("full_attention_interval", 4))
-    layer_types = hf.get("layer_types") or [
-        LINEAR_ATTENTION if (i + 1) % interval else FULL_ATTENTION for i in range(layers)]
-    if not isinstance(layer_types, list) or len(layer_types) != layers:
-        raise SourceError(f"config: layer_types must list {layers} layers (num_hidden_layers)")
-    bad = [t for t in layer_types if t not in (LINEAR_ATTENTION, FULL_ATTENTION)]
-    if bad:
-        raise SourceError(f"config: layer_types has {bad[0]!r} (expected linear_attention or full_attention)")
-    act = hf.get("hidden_act") or "silu"
-    if act != "silu":
-        raise SourceError(f"unsupported activation {act!r} for qwen3_5 (supported: silu)")
-    partial = float(params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 0.25)))
-    if not 0 < partial <= 1:
-        raise SourceError(f"config: partial_rotary_factor = {partial} must be in (0, 1]")
-    moe = {}
-    if model_type == "qwen3_5_moe_text":  # every layer sparse, the top-k always divided by their sum
-        moe = dict(_moe_fields({**hf, "norm_topk_prob": True, "mlp_only_layers": [], "decoder_sparse_step": 1},
-                               layers), shared_expert_size=int(hf.get("shared_expert_intermediate_size") or 0))
-        if not moe:
-            raise SourceError("config: a qwen3_5_moe config needs num_experts")
-        if not 0 <= moe["shared_expert_size"] <= LIMITS["intermediate_size"]:
-            raise SourceError(f"config: shared_expert_intermediate_size = {moe['shared_expert_size']} is out of range")
-    width = hf.get("intermediate_size") or moe.get("shared_expert_size") or moe.get("moe_intermediate_size")
-    cfg = ModelConfig(
-        model_type=model_type, family="qwen3_5", vocab_size=int(hf["vocab_size"]), hidden_size=hidden,
-        intermediate_size=int(width), num_layers=layers, num_heads=heads,
-        num_kv_heads=heads if hf.get("num_key_value_heads") is None else int(hf["num_key_value_heads"]),
-        head_dim=head_dim, rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        max_position=int(hf.get("max_position_embeddings", 32768)), rope=rope,
-        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        qkv_bias=bool(hf.get("attention_bias", False)), qk_norm=True, norm_offset=1.0, hidden_act="silu",
-        bos_token_id=hf.get("bos_token_id"), eos_token_ids=_eos_ids(hf.get("eos_token_id")),
-        layer_types=tuple(layer_types), attn_output_gate=True, partial_rotary=partial,
-        linear_key_heads=int(hf.get("linear_num_key_heads", 16)), linear_value_heads=int(hf.get("linear_num_value_heads", 32)),
-        linear_key_dim=int(hf.get("linear_key_head_dim", 128)), linear_value_dim=int(hf.get("linear_value_head_dim", 128)),
-        linear_conv_kernel=int(hf.get("linear_conv_kernel_dim", 4)), **moe)
-    for name in ("linear_key_heads", "linear_value_heads", "linear_key_dim", "linear_value_dim", "linear_conv_kernel"):
-        if not 1 <= getattr(cfg, name) <= 1 << 16:
-            raise SourceError(f"config: {name} = {getattr(cfg, name)} is out of range (1..65536)")
-    if cfg.linear_value_heads % cfg.linear_key_heads:
-        raise SourceError(f"config: linear_num_value_heads {cfg.linear_value_heads} is not a multiple of "
-                          f"linear_num_key_heads {cfg.linear_key_heads}")
-    if cfg.rotary_dim % 2 or cfg.rotary_dim < 2:
-        raise SourceError(f"config: head_dim {head_dim} x partial_rotary_factor {partial} gives an odd rotary size")
-    return cfg
-
-
-def _gemma4_config(hf: dict, model_type: str, hidden: int, heads: int, layers: int, head_dim: int) -> ModelConfig:
-    """Gemma 4 (text part): sliding and full layers (full ones with their own head size, KV heads and proportional
-    rope), w (not 1 + w) norms, weightless value norms, attention scale 1, a learned scalar after each layer,
-    soft-capped logits, per-layer input embeddings, KV shared by the last layers; the MoE variant keeps each layer's
-    dense MLP beside its experts. Full layers' sizes come from global_head_dim / num_global_key_value_heads, or from
-    the per_layer_config that transformers 5.25 saves."""
-    layer_types = list(hf.get("layer_types") or [
-        "sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(layers)])
-    if len(layer_types) != layers or any(t not in ("sliding_attention", "full_attention") for t in layer_types):
-        raise SourceError(f"config: layer_types must list {layers} layers of sliding_attention or full_attention")
-    layer_types[-1] = "full_attention"  # as transformers forces it
-    params = hf.get("rope_parameters") or {}
-    if params and not all(isinstance(params.get(t), dict) for t in ("sliding_attention", "full_attention")):
-        raise SourceError("config: rope_parameters must give sliding_attention and full_attention settings")
-    full_rope = _rope_from_hf(hf, params.get("full_attention") or {
-        "rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6})
-    local_rope = _rope_from_hf(hf, params.get("sliding_attention") or {"rope_type": "default", "rope_theta": 1e4})
-    k_eq_v = bool(hf.get("attention_k_eq_v", False))
-    full_dim, full_kv = int(hf.get("global_head_dim") or 512), hf.get("num_global_key_value_heads") if k_eq_v else None
-    per_layer = hf.get("per_layer_config")
-    if per_layer is not None:
-        if not isinstance(per_layer, dict):
-            raise SourceError("config: per_layer_config must be an object")
-        full_dim, full_kv = head_dim, None
-        for key, over in per_layer.items():
-            if not isinstance(over, dict) or not str(key).isdigit() or not 0 <= int(key) < layers:
-                raise SourceError(f"config: per_layer_config has an entry {key!r} that is not a layer's settings")
-            if layer_types[int(key)] == "full_attention":
-                full_dim = int(over.get("head_dim", full_dim))
-                full_kv = over.get("num_key_value_heads", full_kv)
-    kv_heads = int(hf.get("num_key_value_heads") or heads)
-    shared = int(hf.get("num_kv_shared_layers") or 0)
-    if not 0 <= shared < layers:
-        raise SourceError(f"config: num_kv_shared_layers = {shared} must be below num_hidden_layers ({layers})")
-    if shared and {*layer_types[layers - shared:]} - {*layer_types[:layers - shared]}:
-        raise SourceError("config: a layer kind that shares KV has no earlier layer of its kind that keeps its own")
-    act = hf.get("hidden_activation") or "gelu_pytorch_tanh"
-    if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
-        raise SourceError(f"unsupported activation {act!r} for gemma4 (supported: gelu_pytorch_tanh)")
-    moe = {}
-    if hf.get("enable_moe_block"):
-        experts, top_k = int(hf.get("num_experts") or 0), int(hf.get("top_k_experts") or 0)
-        width = int(hf.get("moe_intermediate_size") or 0)
-        if not 1 <= experts <= 1 << 16 or not 1 <= top_k <= experts:
-            raise SourceError(f"config: num_experts = {experts} / top_k_experts = {top_k} are out of range")
-        if not 1 <= width <= LIMITS["intermediate_size"]:
-            raise SourceError(f"config: moe_intermediate_size = {width} is out of range")
-        moe = dict(num_experts=experts, experts_per_token=top_k, moe_intermediate_size=width, norm_topk_prob=True,
-                   moe_with_dense=True)
-    softcap = float(hf.get("final_logit_softcapping") or 0.0)
-    if not (math.isfinite(softcap) and softcap >= 0):
-        raise SourceError(f"config: final_logit_softcapping = {softcap} must be finite and >= 0")
-    ple = int(hf.get("hidden_size_per_layer_input", 256) or 0)
-    cfg = ModelConfig(
-        model_type=model_type, family="gemma4", vocab_size=int(hf["vocab_size"]), hidden_size=hidden,
-        intermediate_size=int(hf["intermediate_size"]), num_layers=layers, num_heads=heads, num_kv_heads=kv_heads,
-        head_dim=head_dim, rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        max_position=int(hf.get("max_position_embeddings", 131072)), rope=full_rope,
-        tie_word_embeddings=bool(hf.get("tie_word_embeddings", True)), qkv_bias=bool(hf.get("attention_bias", False)),
-        qk_norm=True, norm_offset=0.0, hidden_act="gelu_tanh", embed_scale=math.sqrt(hidden), attn_scale=1.0,
-        sliding_window=int(hf.get("sliding_window") or 512),
-        sliding_layers=tuple(t == "sliding_attention" for t in layer_types), local_rope=local_rope,
-        bos_token_id=hf.get("bos_token_id"), eos_token_ids=_eos_ids(hf.get("eos_token_id")),
-        full_head_dim=full_dim, full_kv_heads=int(full_kv) if full_kv else kv_heads, full_k_eq_v=k_eq_v,
-        v_norm=True, final_softcap=softcap, ple_size=ple,
-        ple_vocab=int(hf.get("vocab_size_per_layer_input") or hf["vocab_size"]) if ple else 0,
-        kv_shared_layers=shared, double_wide_mlp=bool(hf.get("use_double_wide_mlp", False)), **moe)
-    for name in ("full_head_dim", "full_kv_heads", "ple_size", "ple_vocab", "sliding_window"):
-        if not 0 <= getattr(cfg, name) <= 1 << 24:
-            raise SourceError(f"config: {name} = {getattr(cfg, name)} is out of range")
-    if cfg.full_head_dim % 2 or heads % cfg.full_kv_heads:
-        raise SourceError(f"config: full layers' head_dim {cfg.full_head_dim} must be even and their KV heads "
-                          f"{cfg.full_kv_heads} divide the {heads} heads")
-    return cfg
-
-
-def _moe_fields(hf: dict, layers: int) -> dict:
-    """The mixture-of-experts fields of a Qwen3-MoE or gpt-oss config (none for a dense model); a top-k larger than
+def moe_fields(hf: dict, layers: int) -> dict:
+    """The mixture-of-experts fields of a config with routed experts (none for a dense model); a top-k larger than
     the expert count, or a count out of range, is a SourceError naming the field."""
     experts = int(hf.get("num_experts") or hf.get("num_local_experts") or 0)
     if not experts:
         return {}
-    if hf.get("model_type") == "gpt_oss":  # softmax over the top-k logits: the top-k of the softmax, renormalized
-        hf = {**hf, "moe_intermediate_size": hf.get("intermediate_size"), "norm_topk_prob": True}
     top_k = int(hf.get("num_experts_per_tok") or 0)
     if not 1 <= experts <= 1 << 16:
         raise SourceError(f"config: num_experts = {experts} is out of range (1..65536)")
@@ -507,122 +354,81 @@ def _moe_fields(hf: dict, layers: int) -> dict:
     dense = hf.get("mlp_only_layers") or []
     if not isinstance(dense, list) or any(not isinstance(i, int) or not 0 <= i < layers for i in dense):
         raise SourceError(f"config: mlp_only_layers must list layer numbers below {layers}")
-    out = {"num_experts": experts, "experts_per_token": top_k, "moe_intermediate_size": width,
-           "norm_topk_prob": bool(hf.get("norm_topk_prob", False)), "decoder_sparse_step": step,
-           "mlp_only_layers": tuple(sorted(set(dense)))}
-    if hf.get("model_type") == "gpt_oss":
-        limit = float(hf.get("swiglu_limit", 7.0))
-        if not (math.isfinite(limit) and limit > 0):
-            raise SourceError(f"config: swiglu_limit = {limit} must be finite and > 0")
-        out.update(moe_bias=True, swiglu_alpha=float(hf.get("swiglu_alpha", 1.702)), swiglu_limit=limit,
-                   swiglu_beta=1.0)
-    return out
+    return {"num_experts": experts, "experts_per_token": top_k, "moe_intermediate_size": width,
+            "norm_topk_prob": bool(hf.get("norm_topk_prob", False)), "decoder_sparse_step": step,
+            "mlp_only_layers": tuple(sorted(set(dense)))}
+
+
+def activation(hf: dict) -> str:
+    """hidden_activation / hidden_act as the builders name it (silu | gelu_tanh); a SourceError for another."""
+    act = hf.get("hidden_activation") or hf.get("hidden_act") or "silu"
+    known = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}.get(act)
+    if known is None:
+        raise SourceError(f"unsupported activation {act!r} (supported: silu, gelu_pytorch_tanh)")
+    return known
+
+
+def sizes(hf: dict) -> tuple[int, int, int, int]:
+    """(hidden size, attention heads, layers, head size) of a config; the layer count is checked before any
+    per-layer list is built from it."""
+    hidden, heads, layers = int(hf["hidden_size"]), int(hf["num_attention_heads"]), int(hf["num_hidden_layers"])
+    if not 1 <= layers <= LIMITS["num_layers"]:
+        raise SourceError(f"config: num_layers = {layers} is out of range (1..{LIMITS['num_layers']})")
+    return hidden, heads, layers, int(hf.get("head_dim") or hidden // heads)
+
+
+def dense_config(hf: dict, family: str = "llama", sliding_default: bool = False, window_everywhere: bool = False,
+                 **fields) -> ModelConfig:
+    """The config of a pre-norm decoder read from the fields most HF configs share (sizes, rope, sliding layers,
+    activation, tied head, special ids); `fields` set what an architecture fixes or reads its own way.
+    Sliding windows: layers that layer_types marks sliding_attention when use_sliding_window (default
+    sliding_default) says so; window_everywhere: a window without layer_types slides on every layer (Mistral)."""
+    hidden, heads, layers, head_dim = sizes(hf)
+    params = hf.get("rope_parameters")
+    layer_types = hf.get("layer_types")
+    sliding_layers = tuple(t == "sliding_attention" for t in layer_types) if layer_types else ()
+    sliding_window = int(hf.get("sliding_window") or 0)
+    if not hf.get("use_sliding_window", sliding_default) or not sliding_layers:
+        if window_everywhere and sliding_window:
+            sliding_layers = (True,) * layers
+        else:
+            sliding_window, sliding_layers = 0, ()
+    base = dict(
+        model_type=hf["model_type"], family=family, vocab_size=int(hf["vocab_size"]), hidden_size=hidden,
+        intermediate_size=int(hf["intermediate_size"]), num_layers=layers, num_heads=heads,
+        num_kv_heads=heads if hf.get("num_key_value_heads") is None else int(hf["num_key_value_heads"]),
+        head_dim=head_dim, rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        max_position=int(hf.get("max_position_embeddings", 4096)),
+        rope=rope_from_hf(hf, params if params and "rope_theta" in params else None),
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)), qkv_bias=bool(hf.get("attention_bias", False)),
+        hidden_act=activation(hf), sliding_window=sliding_window, sliding_layers=sliding_layers,
+        bos_token_id=hf.get("bos_token_id"), eos_token_ids=eos_ids(hf.get("eos_token_id")))
+    return ModelConfig(**{**base, **fields})
+
+
+def text_config(hf: dict, text_type: str, tie_default: bool) -> dict:
+    """The language model's config of a published multimodal layout (its text_config), as a config of its own of
+    model_type text_type; its tie_word_embeddings is the outer config's where the text config has none."""
+    text = hf.get("text_config")
+    if not isinstance(text, dict):
+        raise SourceError(f"config: a {hf.get('model_type')} config needs a text_config object")
+    tie = text.get("tie_word_embeddings", hf.get("tie_word_embeddings", tie_default))
+    return {**text, "model_type": text_type, "tie_word_embeddings": tie}
 
 
 def config_from_hf(hf: dict) -> ModelConfig:
-    """ModelConfig from an HF config.json dict; SourceError for unsupported architectures, missing or
-    malformed fields and values out of range (check_ranges)."""
+    """ModelConfig from an HF config.json dict, read by its architecture's module (specrt/archs/); SourceError for
+    unsupported architectures, missing or malformed fields and values out of range (check_ranges)."""
+    from specrt import archs
+
     if not isinstance(hf, dict):
         raise SourceError(f"config: expected a JSON object, got {type(hf).__name__}")
     model_type = hf.get("model_type", "")
     if not isinstance(model_type, str):
         raise SourceError(f"config: model_type must be a string, not {model_type!r:.40}")
-    if model_type == "gemma3" and "text_config" in hf and not isinstance(hf["text_config"], dict):
-        raise SourceError("config: text_config must be an object")
-    if model_type == "gemma3" and "text_config" in hf:
-        hf = {**hf["text_config"], "model_type": "gemma3_text"}
-        model_type = "gemma3_text"
-    if model_type == "gemma4":  # the published multimodal layout: the language model's config is text_config
-        text = hf.get("text_config")
-        if not isinstance(text, dict):
-            raise SourceError("config: a gemma4 config needs a text_config object")
-        tie = text.get("tie_word_embeddings", hf.get("tie_word_embeddings", True))
-        hf = {**text, "model_type": "gemma4_text", "tie_word_embeddings": tie}
-        model_type = "gemma4_text"
-    if model_type in ("qwen3_5", "qwen3_5_moe"):  # the published multimodal layout: the language model's config
-        text = hf.get("text_config")                # is text_config
-        if not isinstance(text, dict):
-            raise SourceError(f"config: a {model_type} config needs a text_config object")
-        tie = text.get("tie_word_embeddings", hf.get("tie_word_embeddings", False))
-        model_type += "_text"
-        hf = {**text, "model_type": model_type, "tie_word_embeddings": tie}
-    family = ARCHITECTURES.get(model_type)
-    if family is None:
-        raise SourceError(
-            f"unsupported architecture {model_type!r} (supported: {', '.join(sorted(ARCHITECTURES))})"
-        )
+    arch = archs.for_model_type(model_type)
     try:
-        hidden = int(hf["hidden_size"])
-        heads = int(hf["num_attention_heads"])
-        layers = int(hf["num_hidden_layers"])
-        if not 1 <= layers <= LIMITS["num_layers"]:  # before any per-layer list is built
-            raise SourceError(f"config: num_layers = {layers} is out of range (1..{LIMITS['num_layers']})")
-        head_dim = int(hf.get("head_dim") or hidden // heads)
-        rope_params = hf.get("rope_parameters")
-        is_gemma = family == "gemma3"
-        is_hybrid = family == "qwen3_5"
-        if is_hybrid:
-            return check_ranges(_qwen3_5_config(hf, model_type, hidden, heads, layers, head_dim))
-        if family == "gemma4":
-            return check_ranges(_gemma4_config(hf, model_type, hidden, heads, layers, head_dim))
-        if is_gemma:
-            per_type = rope_params if rope_params and "full_attention" in rope_params else None
-            rope = _rope_from_hf(hf, per_type["full_attention"] if per_type else None)
-            local = (
-                _rope_from_hf(hf, per_type["sliding_attention"])
-                if per_type
-                else RopeConfig(theta=float(hf.get("rope_local_base_freq", 10000.0)))
-            )
-            layer_types = hf.get("layer_types") or [
-                "full_attention" if (i + 1) % int(hf.get("sliding_window_pattern", 6)) == 0 else "sliding_attention"
-                for i in range(layers)
-            ]
-            sliding_layers = tuple(t == "sliding_attention" for t in layer_types)
-        else:
-            rope = _rope_from_hf(hf, rope_params if rope_params and "rope_theta" in rope_params else None)
-            local = None
-            layer_types = hf.get("layer_types")
-            sliding_layers = tuple(t == "sliding_attention" for t in layer_types) if layer_types else ()
-        sliding_window = int(hf.get("sliding_window") or 0)
-        if not is_gemma and (not hf.get("use_sliding_window", model_type in ("mistral", "gpt_oss"))
-                             or not sliding_layers):
-            if model_type == "mistral" and sliding_window:
-                sliding_layers = (True,) * layers
-            else:
-                sliding_window, sliding_layers = 0, ()
-        act = hf.get("hidden_activation") or hf.get("hidden_act") or "silu"
-        act = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}.get(act)
-        if act is None:
-            raise SourceError(f"unsupported activation {hf.get('hidden_act')!r} (supported: silu, gelu_pytorch_tanh)")
-        return check_ranges(ModelConfig(
-            model_type=model_type,
-            family=family,
-            vocab_size=int(hf["vocab_size"]),
-            hidden_size=hidden,
-            intermediate_size=int(hf["intermediate_size"]),
-            num_layers=layers,
-            num_heads=heads,
-            num_kv_heads=heads if hf.get("num_key_value_heads") is None else int(hf["num_key_value_heads"]),
-            head_dim=head_dim,
-            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-            max_position=int(hf.get("max_position_embeddings", 4096)),
-            rope=rope,
-            tie_word_embeddings=bool(hf.get("tie_word_embeddings", is_gemma)),
-            qkv_bias=bool(hf.get("attention_bias", False)) or model_type in ("qwen2", "mimo"),
-            qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"),
-            norm_offset=1.0 if is_gemma else 0.0,
-            hidden_act=act,
-            embed_scale=math.sqrt(hidden) if is_gemma else 1.0,
-            attn_scale=float(hf["query_pre_attn_scalar"]) ** -0.5 if is_gemma else 0.0,
-            sliding_window=sliding_window,
-            sliding_layers=sliding_layers,
-            local_rope=local,
-            bos_token_id=hf.get("bos_token_id"),
-            eos_token_ids=_eos_ids(hf.get("eos_token_id")),
-            o_bias=model_type == "gpt_oss" and bool(hf.get("attention_bias", False)),
-            attention_sinks=model_type == "gpt_oss",
-            **_moe_fields(hf, layers),
-        ))
+        return check_ranges(arch.module().config_from_hf(hf))
     except SourceError:
         raise  # already one line naming the field
     except KeyError as exc:

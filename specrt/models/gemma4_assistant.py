@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from specrt import archs
 from specrt.errors import SourceError
 from specrt.models.config import ModelConfig, config_from_hf
 from specrt.models.transformer import RMSNorm
@@ -87,7 +88,7 @@ def assistant_config_from_hf(hf: dict, target: ModelConfig, where: str = "assist
                           f"{target.hidden_size}")
     if layer.vocab_size != target.vocab_size:
         raise SourceError(f"{where}: its vocabulary has {layer.vocab_size} tokens, the target's {target.vocab_size}")
-    if target.family != "gemma4":
+    if not archs.of(target).assistant:
         raise SourceError(f"{where}: a Gemma 4 assistant drafts for a Gemma 4 target, not {target.model_type}")
     sources = target_sources(target)
     for i in range(layer.num_layers):

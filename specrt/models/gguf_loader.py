@@ -2,33 +2,25 @@
 
 Through the `gguf` package: GGUFReader reads the header, each tensor's bytes are read when it is used, and
 `gguf.quants.dequantize` expands the block formats small models use (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
-Q5_K, Q6_K, and the others it knows). Two undoings of llama.cpp's converter: Llama/Mistral q/k rows were permuted to
-interleaved rotary order (reversed here), and Gemma norm weights were stored as 1 + w.
+Q5_K, Q6_K, and the others it knows). What is peculiar to an architecture (its metadata, tensor names, the changes
+llama.cpp's converter made to values, such as Llama's permuted q/k rows) is its module's (specrt/archs/).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 
 import numpy as np
 
+from specrt import archs
 from specrt.errors import SourceError
-from specrt.models import gguf_gemma4, gguf_qwen35
 from specrt.models.tensor_source import LazyWeights, TensorRef, check_inside, file_size
 
 # MXFP4: gpt-oss's experts; the IQ ("i-quant") types: dequantized by gguf-py as ggml does (read as float; under
 # --precision gguf quantized again to 8 bits, the nearest form MatMulNBits has for them: convert/gguf_exact.py)
 SUPPORTED_QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K",
                          "MXFP4", "IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_S", "IQ1_M")
-
-# GGUF architecture -> HF model_type
-GGUF_ARCHS = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text",
-              "qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text",  # models/gguf_qwen35.py
-              "qwen3moe": "qwen3_moe",  # experts stacked [E, rows, cols] per tensor: read one expert at a time
-              "gpt-oss": "gpt_oss",  # + sinks, biased experts (docs/research-gguf-moe-layouts.md)
-              "gemma4": "gemma4_text"}  # models/gguf_gemma4.py
 
 # metadata key (after the "<arch>." prefix) -> HF config key
 META_KEYS = {
@@ -47,7 +39,7 @@ META_KEYS = {
     "expert_used_count": "num_experts_per_tok",
     "expert_feed_forward_length": "moe_intermediate_size",
 }
-# qwen3moe's stacked expert tensors -> the projection each expert's slice is
+# stacked expert tensors (qwen3moe, gpt-oss) -> the projection each expert's slice is
 EXPERT_TENSORS = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
 
 # per-block GGUF tensor name -> HF name (model.layers.{i}. prefix added)
@@ -63,15 +55,8 @@ BLOCK_TENSORS = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
-GEMMA_BLOCK_TENSORS = {
-    **BLOCK_TENSORS,
-    "post_attention_norm": "post_attention_layernorm",
-    "ffn_norm": "pre_feedforward_layernorm",
-    "post_ffw_norm": "post_feedforward_layernorm",
-}
+# the Llama layout's own names (an architecture's module may give others: GGUF_BLOCK_TENSORS)
 LLAMA_BLOCK_TENSORS = {**BLOCK_TENSORS, "ffn_norm": "post_attention_layernorm", "ffn_gate_inp": "mlp.gate"}
-# gpt-oss: its pre-MoE norm is written as post_attention_norm, its sinks as attn_sinks.weight (HF: self_attn.sinks)
-GPT_OSS_BLOCK_TENSORS = {**LLAMA_BLOCK_TENSORS, "post_attention_norm": "post_attention_layernorm"}
 TOP_TENSORS = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
@@ -225,63 +210,45 @@ def field_value(reader, key: str, default=None):
 
 
 def gguf_hf_config(reader) -> dict:
-    """HF-style config dict from GGUF metadata."""
-    arch = field_value(reader, "general.architecture")
-    if arch not in GGUF_ARCHS:
-        raise SourceError(f"unsupported GGUF architecture {arch!r} (supported: {', '.join(GGUF_ARCHS)})")
-    if arch in gguf_qwen35.ARCHS:
-        return _with_common(reader, gguf_qwen35.hf_config(reader, field_value, arch), arch, extra_blocks=True)
-    if arch == gguf_gemma4.ARCH:
-        hf = gguf_gemma4.hf_config(reader, field_value, lambda name: _tensor_data(reader, name))
-        return _with_common(reader, gguf_gemma4.finish(hf, {t.name for t in reader.tensors}), arch)
-    hf = {"model_type": GGUF_ARCHS[arch]}
+    """HF-style config dict from GGUF metadata, read by the module of the file's architecture (specrt/archs/)."""
+    name = field_value(reader, "general.architecture")
+    arch = archs.for_gguf(name)
+    read = arch.hook("gguf_config")
+    hf = read(reader, name) if read else common_config(reader, name)
+    return _with_common(reader, hf, name, arch)
+
+
+def common_config(reader, name: str) -> dict:
+    """The metadata most architectures write under the same keys (META_KEYS), as HF config keys."""
+    hf = {"model_type": archs.for_gguf(name).gguf[name]}
     for key, hf_key in META_KEYS.items():
-        value = field_value(reader, f"{arch}.{key}")
+        value = field_value(reader, f"{name}.{key}")
         if value is not None:
             hf[hf_key] = value
-    return _with_common(reader, hf, arch)
+    return hf
 
 
-def _with_common(reader, hf: dict, arch: str, extra_blocks: bool = False) -> dict:
+def _with_common(reader, hf: dict, name: str, arch) -> dict:
     """The fields every architecture takes from the file itself (vocabulary, tied head, special ids), after the
-    block count is checked against the tensors (extra_blocks: the MTP module's block follows the layers)."""
+    block count is checked against the tensors (an MTP module's block follows the layers: mtp_num_hidden_layers),
+    then what the architecture fixes (its module's gguf_fixups)."""
     names = {t.name for t in reader.tensors}
     embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     if embd is None:
         raise SourceError(f"the GGUF file has no token_embd.weight tensor ({len(names)} tensors)")
     blocks = {int(n.split(".")[1]) for n in names if n.startswith("blk.") and n.split(".")[1].isdigit()}
     declared = hf.get("num_hidden_layers")
-    if extra_blocks and declared is not None:
+    if isinstance(declared, int):
         declared += hf.get("mtp_num_hidden_layers", 0)
     if declared is not None and (not isinstance(declared, int) or declared != len(blocks)
                                  or blocks != set(range(len(blocks)))):
-        raise SourceError(f"GGUF metadata {arch}.block_count = {declared!r}, but the file holds tensors for "
+        raise SourceError(f"GGUF metadata {name}.block_count = {declared!r}, but the file holds tensors for "
                           f"{len(blocks)} blocks")
     hf.setdefault("vocab_size", int(embd.shape[-1]))
     hf["tie_word_embeddings"] = "output.weight" not in names
-    if arch == "qwen2":
-        hf["attention_bias"] = "blk.0.attn_q.bias" in names
-    if arch == "gpt-oss":  # fixed by the architecture in llama.cpp: biases everywhere, even layers sliding, yarn
-        hf["attention_bias"] = True
-        hf.setdefault("intermediate_size", hf.get("moe_intermediate_size"))
-        hf["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(len(blocks))]
-        if field_value(reader, "gpt-oss.rope.scaling.type") == "yarn":
-            hf["rope_scaling"] = {
-                "rope_type": "yarn", "factor": float(field_value(reader, "gpt-oss.rope.scaling.factor", 1.0)),
-                "original_max_position_embeddings": int(field_value(
-                    reader, "gpt-oss.rope.scaling.original_context_length", 4096)),
-                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
-    if arch == "qwen3moe":  # llama.cpp divides the top-k routing weights by their sum (as Qwen3-30B-A3B's config)
-        hf["norm_topk_prob"] = True
-        # a block without a router keeps a dense MLP (HF's mlp_only_layers; llama.cpp's own files have none)
-        hf["mlp_only_layers"] = sorted(i for i in blocks if f"blk.{i}.ffn_gate_inp.weight" not in names)
-    if arch == "gemma3":
-        hf["hidden_activation"] = "gelu_pytorch_tanh"
-        hf.setdefault("head_dim", 256)
-        hf["query_pre_attn_scalar"] = hf["head_dim"]
-        hf["rope_local_base_freq"] = 10000.0
-        hf.setdefault("rope_theta", 1_000_000.0)
-        hf["sliding_window_pattern"] = 6
+    fix = arch.hook("gguf_fixups")
+    if fix is not None:
+        fix(reader, hf, names, blocks)
     for key, hf_key in (("tokenizer.ggml.bos_token_id", "bos_token_id"), ("tokenizer.ggml.eos_token_id", "eos_token_id")):
         value = field_value(reader, key)
         if value is not None:
@@ -292,13 +259,13 @@ def _with_common(reader, hf: dict, arch: str, extra_blocks: bool = False) -> dic
     return hf
 
 
-def _tensor_data(reader, name: str):
+def tensor_data(reader, name: str):
     """A (small) tensor's values as stored, or None where the file has no such tensor."""
     t = next((t for t in reader.tensors if t.name == name), None)
     return None if t is None else np.asarray(t.data)
 
 
-def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     """Undo llama.cpp's q/k row permutation (interleaved rotary pairs -> half split)."""
     dim = w.shape[0] // n_head // 2
     return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -317,14 +284,14 @@ def _hf_name(gguf_name: str, block_map: dict) -> str | None:
     return f"{hf}.{suffix}" if hf else None
 
 
-def _check_supported(t) -> None:
+def check_supported(t) -> None:
     """A GGUF tensor specrt reads must be in a storage type it decodes (a SourceError naming the tensor)."""
     if t.tensor_type.name not in SUPPORTED_QUANT_TYPES:
         raise SourceError(f"tensor {t.name}: GGUF type {t.tensor_type.name} is not supported "
                           f"(supported: {', '.join(SUPPORTED_QUANT_TYPES)})")
 
 
-def _decoder(qtype, after=None):
+def decoder(qtype, after=None):
     """raw bytes of (whole rows of) a GGUF tensor -> float32 array [rows, cols] (numpy order), then `after` (an
     undoing of llama.cpp's converter) if given."""
     import gguf
@@ -356,130 +323,49 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
         raise SourceError(f"{path}: no such file")
     reader = open_gguf(path)
     hf = gguf_hf_config(reader)
-    arch = field_value(reader, "general.architecture")
-    block_map = {"gemma3": GEMMA_BLOCK_TENSORS, "gpt-oss": GPT_OSS_BLOCK_TENSORS}.get(arch, LLAMA_BLOCK_TENSORS)
+    arch = archs.for_gguf(field_value(reader, "general.architecture"))
+    own = arch.hook("gguf_refs")  # a layout that needs more than renaming reads its tensors itself
+    if own is not None:
+        return hf, LazyWeights(own(path, reader, hf)), reader
+    block_map = arch.hook("GGUF_BLOCK_TENSORS", LLAMA_BLOCK_TENSORS)
+    undo = arch.hook("gguf_undo")  # (hf name, shape, hf, gguf name) -> (function, elementwise) or None
     refs: dict[str, TensorRef] = {}
-    if arch == gguf_gemma4.ARCH:
-        return hf, LazyWeights(_gemma4_refs(path, reader)), reader
     for t in reader.tensors:
         kind = t.name.split(".")[2] if t.name.startswith("blk.") and t.name.count(".") >= 3 else ""
-        if arch in gguf_qwen35.ARCHS:
-            if kind in gguf_qwen35.EXPERTS or kind == gguf_qwen35.FUSED_EXPERTS:
-                refs.update(_qwen35_expert_refs(path, t, hf))
-                continue
-            found = gguf_qwen35.hf_tensor(t.name, hf)
-            if found is None:
-                continue
-            name, after = found
-            _check_supported(t)
-            shape = tuple(int(x) for x in reversed(t.shape))
-            if name.endswith("conv1d.weight") and len(shape) == 2:
-                shape = (shape[0], 1, shape[1])  # stored squeezed [C, K]; HF's depthwise conv weight is [C, 1, K]
-            if name.endswith("shared_expert_gate.weight") and len(shape) == 1:
-                shape = (1, shape[0])  # one row, stored as a vector
-            reorder = after if kind in gguf_qwen35.REORDERING else None
-            refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
-                                   _decoder(t.tensor_type, after), rows_apart=after is None,
-                                   gguf_type=t.tensor_type.name, reorder=reorder)
-            continue
         if kind in EXPERT_TENSORS:  # stacked experts [E, rows, cols]: each expert's bytes are contiguous
-            refs.update(_expert_refs(path, t, EXPERT_TENSORS[kind]))
+            refs.update(expert_refs(path, t, EXPERT_TENSORS[kind]))
             continue
         if kind == "attn_sinks":  # one logit per head; HF names it without a .weight
             refs[f"model.layers.{t.name.split('.')[1]}.self_attn.sinks"] = TensorRef(
                 t.name, path, int(t.data_offset), int(t.n_bytes), tuple(int(x) for x in reversed(t.shape)),
-                _decoder(t.tensor_type))
+                decoder(t.tensor_type))
             continue
         name = _hf_name(t.name, block_map)
         if name is None:
             continue  # rope_freqs and other tensors the HF layout recomputes
-        _check_supported(t)
-        after = None
+        check_supported(t)
         shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists dims fastest-first
-        if arch in ("llama", "mistral") and name.endswith(("q_proj.weight", "k_proj.weight")):
-            heads = hf["num_attention_heads"] if "q_proj" in name else hf.get("num_key_value_heads",
-                                                                               hf["num_attention_heads"])
-            if shape[0] % (2 * heads):
-                raise SourceError(f"tensor {t.name} has {shape[0]} rows, which {heads} heads of an even width "
-                                  f"cannot split (GGUF metadata attention.head_count / head_count_kv)")
-        if arch in ("llama", "mistral") and name.endswith(("q_proj.weight", "q_proj.bias")):
-            after = functools.partial(_unpermute, n_head=hf["num_attention_heads"])
-        elif arch in ("llama", "mistral") and name.endswith(("k_proj.weight", "k_proj.bias")):
-            after = functools.partial(_unpermute, n_head=hf.get("num_key_value_heads", hf["num_attention_heads"]))
-        elif arch == "gemma3" and "norm" in name:
-            after = _minus_one
+        after, elementwise = (undo(name, shape, hf, t.name) if undo else None) or (None, False)
+        # an elementwise undoing keeps rows apart; a row reordering is applied after reading whole rows
         refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
-                               _decoder(t.tensor_type, after), rows_apart=after is None or after is _minus_one,
-                               gguf_type=t.tensor_type.name, reorder=None if after is _minus_one else after)
-    if arch not in gguf_qwen35.ARCHS:  # a qwen35 file's tensors are checked against its config by the converter
-        _check_shapes(hf, refs)
+                               decoder(t.tensor_type, after), rows_apart=after is None or elementwise,
+                               gguf_type=t.tensor_type.name, reorder=None if elementwise else after)
+    _check_shapes(hf, refs)
     return hf, LazyWeights(refs), reader
 
 
-def _gemma4_refs(path: Path, reader) -> dict[str, TensorRef]:
-    """A gemma4 file's tensors under HF names (models/gguf_gemma4.py); the stacked experts an expert at a time."""
-    refs: dict[str, TensorRef] = {}
-    for t in reader.tensors:
-        base, _, suffix = t.name.rpartition(".")
-        shape = tuple(int(x) for x in reversed(t.shape))
-        if base.startswith("blk."):
-            _, block, kind = base.split(".", 2)
-            if kind in gguf_gemma4.FUSED_EXPERTS and suffix == "weight":  # Gemma 4's experts sit beside its MLP
-                refs.update({name.replace(".mlp.experts.", ".experts.", 1): ref for name, ref in
-                             _expert_refs(path, t, gguf_gemma4.FUSED_EXPERTS[kind]).items()})
-                continue
-            name = gguf_gemma4.block_name(kind, suffix)
-            name = f"model.layers.{block}.{name}" if name else None
-        else:
-            top = gguf_gemma4.TOP.get(base)
-            name = f"{top}.{suffix}" if top else None
-        if name is None:
-            continue  # rope_freqs (read into the config) and tensors specrt does not use
-        _check_supported(t)
-        refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape, _decoder(t.tensor_type),
-                               gguf_type=t.tensor_type.name)
-    return refs
-
-
-def _expert_refs(path: Path, t, proj: str) -> dict[str, TensorRef]:
+def expert_refs(path: Path, t, proj: str) -> dict[str, TensorRef]:
     """One stacked expert tensor (blk.{i}.ffn_{gate,up,down}_exps.weight [E, rows, cols], or gpt-oss's .bias
     [E, rows]) as model.layers.{i}.mlp.experts.{e}.{proj}.weight / .bias, each read from its own expert's bytes."""
-    _check_supported(t)
+    check_supported(t)
     shape = tuple(int(x) for x in reversed(t.shape))  # weights [E, rows, cols]; gpt-oss's biases [E, rows]
     suffix = t.name.rpartition(".")[2]
     if len(shape) != (3 if suffix == "weight" else 2) or int(t.n_bytes) % shape[0]:
         want = "[experts, rows, columns]" if suffix == "weight" else "[experts, rows]"
         raise SourceError(f"tensor {t.name} has shape {list(shape)}, expected {want}")
-    stacked = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape, _decoder(t.tensor_type))
+    stacked = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape, decoder(t.tensor_type))
     return {f"model.layers.{t.name.split('.')[1]}.mlp.experts.{e}.{proj}.{suffix}": stacked.expert(e, shape[1:])
             for e in range(shape[0])}
-
-
-def _qwen35_expert_refs(path: Path, t, hf: dict) -> dict[str, TensorRef]:
-    """A qwen35moe block's stacked experts (ffn_{gate,up,down}_exps [E, rows, cols], or ffn_gate_up_exps [E, 2 x
-    rows, cols]: each expert's gate rows, then its up rows) as per-expert HF tensors; the block after the layers
-    is the MTP module's."""
-    block = int(t.name.split(".")[1])
-    if block > hf["num_hidden_layers"]:
-        return {}  # a second MTP module: only the first is read
-    prefix = "model.mtp.layers.0" if block == hf["num_hidden_layers"] else f"model.layers.{block}"
-    kind = t.name.split(".")[2]
-    if kind != gguf_qwen35.FUSED_EXPERTS:
-        return {name.replace(f"model.layers.{block}", prefix, 1): ref
-                for name, ref in _expert_refs(path, t, gguf_qwen35.EXPERTS[kind]).items()}
-    _check_supported(t)
-    experts, rows, cols = tuple(int(x) for x in reversed(t.shape)) if len(t.shape) == 3 else (0, 0, 0)
-    if not experts or rows % 2 or int(t.n_bytes) % (2 * experts):
-        raise SourceError(f"tensor {t.name} has shape {list(reversed([int(x) for x in t.shape]))}, expected "
-                          f"[experts, 2 x expert rows, columns]")
-    # as 2E stacked halves: half 2e is expert e's gate rows, half 2e + 1 its up rows
-    halves = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), (2 * experts, rows // 2, cols),
-                       _decoder(t.tensor_type))
-    out = {}
-    for e in range(experts):
-        out[f"{prefix}.mlp.experts.{e}.gate_proj.weight"] = halves.expert(2 * e, (rows // 2, cols))
-        out[f"{prefix}.mlp.experts.{e}.up_proj.weight"] = halves.expert(2 * e + 1, (rows // 2, cols))
-    return out
 
 
 def _check_shapes(hf: dict, refs: dict[str, TensorRef]) -> None:
@@ -506,8 +392,3 @@ def _check_shapes(hf: dict, refs: dict[str, TensorRef]) -> None:
                                                                   for i in range(c.num_layers)) if n not in refs]
     if missing:
         raise SourceError(f"the GGUF file lacks the tensor for {missing[0]} (block_count {c.num_layers})")
-
-
-def _minus_one(w: np.ndarray) -> np.ndarray:
-    """Gemma's norms are stored as 1 + w."""
-    return w - 1.0

@@ -1,5 +1,5 @@
-"""Reading one architecture's GGUF metadata keys (`{arch}.{key}`), for the per-layout readers (gguf_qwen35,
-gguf_gemma4)."""
+"""Reading one architecture's GGUF metadata keys (`{arch}.{key}`), for the per-layout readers (archs/qwen3_5_gguf.py,
+archs/gemma4_gguf.py)."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specrt import archs
 from specrt.errors import SourceError
 from specrt.models.tensor_source import LazyWeights, TensorRef
 from specrt.tensor_file import decode, read_header
@@ -104,18 +105,11 @@ def load_hf_weights(folder: Path, model_type: str = "") -> LazyWeights:
     for name, shard in (weight_map or {}).items():
         if found.get(name) != shard:
             raise SourceError(f"{folder / shard}: lacks tensor {name}, which model.safetensors.index.json puts there")
-    if model_type == "gpt_oss":  # fused (bf16 or MXFP4) experts read as per-expert tensors
-        from specrt.models.gpt_oss_layout import expert_view
-
+    arch = archs.BY_MODEL_TYPE.get(model_type)
+    split = arch.hook("hf_refs") if arch else None  # an architecture storing fused experts reads them per expert
+    if split is not None:
         try:
-            refs = expert_view(refs)
-        except SourceError as exc:
-            raise SourceError(f"{folder}: {exc}") from None
-    if model_type in ("gemma4", "gemma4_text"):  # fused experts read as per-expert tensors
-        from specrt.models.gemma4 import expert_view as gemma4_experts
-
-        try:
-            refs = gemma4_experts(refs)
+            refs = split(refs)
         except SourceError as exc:
             raise SourceError(f"{folder}: {exc}") from None
     return LazyWeights(refs)

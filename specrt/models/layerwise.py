@@ -23,7 +23,7 @@ import torch
 from specrt.models.config import ModelConfig
 from specrt.models.moe import ROUTE_TIE, ExpertChoice
 from specrt.models.tensor_source import rows_of, shape_of
-from specrt.models.transformer import BLOCKS, RMSNorm, causal_mask
+from specrt.models.transformer import RMSNorm, block as layer_block, causal_mask
 
 
 @dataclass
@@ -89,7 +89,7 @@ def run_layerwise(cfg: ModelConfig, weights: Mapping, prompts: list[list[int]], 
         taps: list[list[torch.Tensor]] = [[] for _ in prompts]
         for i in range(cfg.num_layers):
             with torch.device("meta"):
-                block = BLOCKS[cfg.family](cfg, i)
+                block = layer_block(cfg, i)
             block = load_module(block, weights, f"model.layers.{i}.")
             empty = torch.zeros(1, cfg.kv_heads_of(i), 0, cfg.head_dim_of(i))
             source = cfg.kv_source(i)

@@ -31,9 +31,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from specrt import archs
 from specrt.errors import SourceError
 from specrt.models.config import ModelConfig
-from specrt.models.transformer import BLOCKS, RMSNorm, causal_mask
+from specrt.models.transformer import RMSNorm, block as layer_block, causal_mask
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class MtpModule(nn.Module):
         self.cfg = cfg
         self.enorm, self.hnorm, self.norm, self.target_norm = RMSNorm(*norm), RMSNorm(*norm), RMSNorm(*norm), RMSNorm(*norm)
         self.proj = nn.Linear(2 * h, h, bias=False)
-        self.block = BLOCKS[c.family](c, 0)
+        self.block = layer_block(c, 0)
         self.head = nn.Linear(h, c.vocab_size, bias=False)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
@@ -139,7 +140,7 @@ def expected_shapes(cfg: MtpConfig) -> dict[str, tuple[int, ...]]:
     """Canonical tensor names and shapes (block.* as the target's block names them)."""
     c = cfg.layer
     h = c.hidden_size
-    block = {f"block.{k}": tuple(v.shape) for k, v in BLOCKS[c.family](c, 0).state_dict().items()}
+    block = {f"block.{k}": tuple(v.shape) for k, v in layer_block(c, 0).state_dict().items()}
     return {"enorm.weight": (h,), "hnorm.weight": (h,), "proj.weight": (h, 2 * h), "norm.weight": (h,), **block}
 
 
@@ -179,9 +180,9 @@ def load_mtp_from_target(target: ModelConfig, weights: dict[str, np.ndarray],
     """The target's first MTP module: config and canonical tensors (enorm, hnorm, proj, norm, block.*, head,
     target_norm, embed). SourceError names a missing, unexpected or misshaped tensor. lazy_shared: the target's
     embedding table and lm_head come as SourceTensors, read when used."""
-    if target.family not in ("llama", "qwen3_5"):
-        raise SourceError(f"MTP modules are supported for llama-family and Qwen3.5 targets; this target is "
-                          f"{target.family}")
+    if not archs.of(target).mtp_sources:
+        supported = ", ".join(a.name for a in archs.ARCHS.values() if a.mtp_sources)
+        raise SourceError(f"MTP modules are supported for {supported} targets; this target is {target.model_type}")
     layout = find_layout(weights, target)
     prefix = layout_prefix(layout, target.num_layers)
     found = {k[len(prefix):]: weights[k] for k in weights if k.startswith(prefix)}  # reads only these

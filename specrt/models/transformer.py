@@ -18,6 +18,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from specrt import archs
 from specrt.models.config import ModelConfig
 from specrt.models.moe import SparseMoE
 
@@ -153,26 +154,16 @@ class Gemma3Block(nn.Module):
         return x + self.post_feedforward_layernorm(m), k, v
 
 
-def _hybrid_block(cfg: ModelConfig, layer: int) -> nn.Module:
-    from specrt.models.gated_deltanet import HybridBlock  # Qwen3.5: Gated DeltaNet or gated attention per layer
-
-    return HybridBlock(cfg, layer)
-
-
-def _gemma4_block(cfg: ModelConfig, layer: int) -> nn.Module:
-    from specrt.models.gemma4 import Gemma4Block  # Gemma 4: own head sizes per layer kind, PLE, shared KV
-
-    return Gemma4Block(cfg, layer)
-
-
-BLOCKS = {"llama": LlamaBlock, "gemma3": Gemma3Block, "qwen3_5": _hybrid_block, "gemma4": _gemma4_block}
+def block(cfg: ModelConfig, layer: int) -> nn.Module:
+    """The torch module of one decoder layer, as its architecture defines it (specrt/archs/)."""
+    return archs.of(cfg).module().torch_block(cfg, layer)
 
 
 class Backbone(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(BLOCKS[cfg.family](cfg, i) for i in range(cfg.num_layers))
+        self.layers = nn.ModuleList(block(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_offset)
         if cfg.ple_size:  # Gemma 4 E2B/E4B: per-layer input embeddings (models/gemma4.per_layer_inputs)
             width = cfg.num_layers * cfg.ple_size

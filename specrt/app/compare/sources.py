@@ -13,7 +13,7 @@ from pathlib import Path
 from specrt.bundle import sha256_file
 from specrt.catalog import cache_dir
 from specrt.app.compare.environment import SystemUnavailable
-from specrt.models.config import HF_CLASS
+from specrt import archs
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
@@ -42,13 +42,14 @@ def write_hf_folder(gguf: Path, bundle: Path, out: Path) -> None:
     from specrt.models.gguf_loader import load_gguf
 
     hf, weights, _ = load_gguf(gguf)
-    if hf["model_type"] not in HF_CLASS:
+    hf_class = archs.hf_class(hf["model_type"])
+    if not hf_class:
         raise SystemUnavailable(f"no HF class known for model type {hf['model_type']!r}")
     out.mkdir(parents=True)
     tied = hf.get("tie_word_embeddings")
     save_file({k: np.ascontiguousarray(weights[k], dtype=np.float32) for k in weights
                if not (tied and k == "lm_head.weight")}, str(out / "model.safetensors"))
-    config = {**hf, "architectures": [HF_CLASS[hf["model_type"]]], "torch_dtype": "float32",
+    config = {**hf, "architectures": [hf_class], "torch_dtype": "float32",
               "hidden_act": hf.get("hidden_act", "silu")}
     (out / "config.json").write_text(json.dumps(config, indent=2))
     gen = {"bos_token_id": hf.get("bos_token_id"), "eos_token_id": hf.get("eos_token_id")}
