@@ -21,6 +21,9 @@ HF_TO_GGUF_BLOCK = {
 }
 
 
+PERMUTED = ("llama",)  # llama.cpp's converter permutes these architectures' q/k rows (LlamaModel's)
+
+
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's q/k row permutation (half-split rotary -> interleaved pairs)."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -63,9 +66,9 @@ def write_gguf(path: Path, arch: str, config, weights: dict[str, np.ndarray], en
             writer.add_token_list(tokens)
     for name, w in weights.items():
         w = np.ascontiguousarray(w, dtype=np.float32)
-        if arch == "llama" and name.endswith("q_proj.weight"):
+        if arch in PERMUTED and name.endswith("q_proj.weight"):
             w = llama_cpp_permute(w, config.num_attention_heads)
-        elif arch == "llama" and name.endswith("k_proj.weight"):
+        elif arch in PERMUTED and name.endswith("k_proj.weight"):
             w = llama_cpp_permute(w, config.num_key_value_heads)
         data, raw_dtype = encode(name, w)
         if raw_dtype is None:
@@ -248,3 +251,35 @@ def _write_and_close(writer) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def write_tiny_gguf(tiny: str, path: Path):
+    """The tiny transformers model `tiny` (tests/tiny_models.py) as llama.cpp's converter writes its architecture,
+    F32; returns the transformers model. KeyError for a tiny model without a GGUF writer here."""
+    from safetensors.numpy import load_file
+
+    from tests.tiny_models import WORDS, hf_model
+
+    model = hf_model(tiny)
+    hf = model.config.to_dict()
+    tokens = ["<|endoftext|>"] + list(WORDS[1:97])
+    folder = Path(path).with_suffix(".hf")
+    model.save_pretrained(folder)
+    weights = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    if tiny in ("llama", "qwen2", "qwen3"):
+        write_gguf(path, tiny, model.config, weights, lambda name, w: (w, None), tokens, bpe=True)
+    elif tiny == "qwen3_moe":
+        write_qwen3moe_gguf(path, hf, weights, tokens, eos=4)
+    elif tiny == "gpt_oss":
+        write_gpt_oss_gguf(path, hf, weights, tokens, eos=4)
+    elif tiny in ("gemma4_text", "gemma4_moe"):
+        from specrt.models.gemma4 import expert_view
+
+        write_gemma4_gguf(path, hf, expert_view(weights), tokens, eos=4)
+    elif tiny == "qwen3_5_text":
+        write_qwen35_gguf(path, hf, weights, tokens, eos=4)
+    else:
+        raise KeyError(tiny)
+    return model

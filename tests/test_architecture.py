@@ -163,7 +163,7 @@ def test_every_registered_architecture_is_complete(arch):
     assert set(arch.gguf.values()) <= set(arch.hf_classes), "a GGUF architecture reads as a model_type it has"
     assert all(t in arch.hf_classes for t in arch.multimodal.values())
     for hook, params in (("gguf_config", 2), ("gguf_fixups", 4), ("gguf_undo", 4), ("gguf_refs", 3),
-                         ("hf_refs", 1), ("graph_qkv", 3), ("graph_layer_rest", 5), ("layer_shapes", 2),
+                         ("hf_refs", 2), ("gguf_split", 2), ("graph_qkv", 3), ("graph_layer_rest", 5), ("layer_shapes", 2),
                          ("check_weights", 3)):
         if hasattr(module, hook):
             assert len(inspect.signature(getattr(module, hook)).parameters) == params, (arch.name, hook)

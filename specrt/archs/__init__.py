@@ -12,7 +12,8 @@ A module under specrt/archs/ defines (the hooks marked optional fall back to the
 - `GGUF_BLOCK_TENSORS` (optional): llama.cpp's per-block tensor names -> HF names, and `gguf_undo(hf_name, hf)`
   (optional): how a tensor was changed by llama.cpp's converter, undone; `gguf_refs(gguf, hf)` (optional) reads a
   file whose tensors need more than a renaming;
-- `hf_refs(refs)` (optional): an HF folder's tensors as per-layer tensors (fused experts split);
+- `hf_refs(refs, hf)` and `gguf_split(refs, hf)` (optional): a folder's or a GGUF file's tensors with the fused
+  ones (experts, Phi-3's qkv) split into the parts the Llama layout names;
 - `torch_block(cfg, layer)`: the torch module of one decoder layer (models/);
 - `graph_qkv(builder, layer, h)` and `graph_layer_rest(builder, layer, x, attn, ple)` (optional): its layers in the
   ONNX graph where they differ from the Llama layout (convert/target_graph.py);

@@ -142,7 +142,7 @@ def layer_shapes(cfg: ModelConfig, i: int) -> dict[str, tuple[int, ...]]:
     return need
 
 
-def hf_refs(refs: dict) -> dict:
+def hf_refs(refs: dict, hf: dict) -> dict:
     """The fused experts read as per-expert tensors."""
     from specrt.models.gemma4 import expert_view
 

@@ -33,7 +33,7 @@ def torch_block(cfg: ModelConfig, layer: int):
     return LlamaBlock(cfg, layer)
 
 
-def hf_refs(refs: dict) -> dict:
+def hf_refs(refs: dict, hf: dict) -> dict:
     """The fused (bf16 or MXFP4) experts read as per-expert tensors."""
     from specrt.models.gpt_oss_layout import expert_view
 

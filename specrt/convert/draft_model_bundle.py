@@ -115,7 +115,7 @@ def add(spec: str, arg: str, tmp: Path, loaded, precision: str, max_context: int
             dcfg = draft_loaded.config
             write_tokenizer(resolved.path, resolved.kind, Path(tok_dir), dcfg.eos_token_ids, dcfg.bos_token_id)
             _refuse_mismatch(tmp, Path(tok_dir) / "tokenizer.json", resolved.name)
-    cfg = draft_loaded.config
+    draft_loaded.config = cfg = draft_loaded.config.for_context(max_context)  # LongRoPE's factors for this context
     graph, validation = build_graph(tmp, DRAFT_STEM, draft_loaded, draft_precision, max_context, (), providers, stages,
                                     device=device)
     kv = KVLayout(layers=cfg.num_layers, kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, max_context=max_context,

@@ -136,6 +136,7 @@ def _convert(source: str, out: Path, opts: ConvertOptions, stages: StagePeaks) -
     max_context = opts.max_context or min(cfg.max_position, DEFAULT_MAX_CONTEXT)
     if max_context < 16:
         raise SpecrtError(f"--max-context {max_context} is too small (minimum 16)")
+    loaded.config = cfg = cfg.for_context(max_context)  # LongRoPE's factors for this context
     bad = [i for i in opts.hidden_layers if not 0 <= i < cfg.num_layers]
     if bad:
         raise SpecrtError(f"hidden layer {bad[0]} out of range (model has {cfg.num_layers} layers)")

@@ -23,7 +23,7 @@ class RopeConfig:
     """Rotary embedding: base frequency plus the optional scaling HF configs describe."""
 
     theta: float = 10000.0
-    scaling_type: str = "default"  # default | linear | llama3 | yarn | proportional
+    scaling_type: str = "default"  # default | linear | llama3 | yarn | proportional | longrope | none
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
@@ -37,10 +37,21 @@ class RopeConfig:
     # proportional (Gemma 4's full layers): the first partial * D / 2 frequencies over the whole head size D, the rest
     # zero (those channel pairs pass through)
     partial: float = 1.0
+    # longrope (Phi-3.5 / Phi-4-mini): each frequency divided by its factor, the short ones within
+    # original_max_position, the long ones beyond it; attention_factor scales cos and sin
+    short_factor: tuple[float, ...] = ()
+    long_factor: tuple[float, ...] = ()
+    use_long: bool = False
 
     def inv_freq(self, head_dim: int) -> list[float]:
-        """Inverse frequencies [head_dim // 2] after scaling (HF's rope_init functions)."""
+        """Inverse frequencies [head_dim // 2] after scaling (HF's rope_init functions). "none": a layer without
+        rotary embeddings (every angle 0: cos 1, sin 0 turn nothing)."""
+        if self.scaling_type == "none":
+            return [0.0] * (head_dim // 2)
         inv = [1.0 / self.theta ** (2 * i / head_dim) for i in range(head_dim // 2)]
+        if self.scaling_type == "longrope":
+            factors = self.long_factor if self.use_long else self.short_factor
+            return [f / factor for f, factor in zip(inv, factors)]
         if self.scaling_type == "proportional":
             turned = int(self.partial * head_dim // 2)
             return [f if i < turned else 0.0 for i, f in enumerate(inv)]
@@ -77,6 +88,23 @@ class RopeConfig:
                     out.append((1 - smooth) * f / self.factor + smooth * f)
             return out
         return inv
+
+    def for_context(self, tokens: int) -> "RopeConfig":
+        """The rope a bundle of `tokens` positions uses: longrope's long factors where the context passes the
+        original one (llama.cpp's choice, made once per context; transformers switches per call, which a KV cache
+        written under the short factors cannot follow)."""
+        if self.scaling_type != "longrope":
+            return self
+        return dataclasses.replace(self, use_long=tokens > self.original_max_position)
+
+    @staticmethod
+    def from_dict(d: dict) -> "RopeConfig":
+        known = {f.name for f in dataclasses.fields(RopeConfig)}
+        d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known}
+        return RopeConfig(**d)
+
+
+NO_ROPE = RopeConfig(scaling_type="none")  # a layer whose queries and keys are not turned (SmolLM3's every 4th)
 
 
 @dataclass(frozen=True)
@@ -146,6 +174,7 @@ class ModelConfig:
     kv_shared_layers: int = 0
     double_wide_mlp: bool = False
     moe_with_dense: bool = False
+    nope_layers: tuple[bool, ...] = ()  # per layer: True where it has no rotary embeddings (SmolLM3)
 
     @property
     def scale(self) -> float:
@@ -243,7 +272,14 @@ class ModelConfig:
     def moe_layers(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.num_layers) if self.is_moe(i))
 
+    def for_context(self, tokens: int) -> "ModelConfig":
+        """This config as a bundle of `tokens` positions runs it (RopeConfig.for_context)."""
+        local = self.local_rope.for_context(tokens) if self.local_rope else None
+        return dataclasses.replace(self, rope=self.rope.for_context(tokens), local_rope=local)
+
     def rope_for(self, layer: int) -> RopeConfig:
+        if self.nope_layers and self.nope_layers[layer]:
+            return NO_ROPE
         return self.local_rope if (self.local_rope and self.is_sliding(layer)) else self.rope
 
     def to_dict(self) -> dict:
@@ -253,12 +289,13 @@ class ModelConfig:
     def from_dict(d: dict) -> "ModelConfig":
         known = {f.name for f in dataclasses.fields(ModelConfig)}
         d = {k: v for k, v in d.items() if k in known}  # a field an older or newer specrt wrote is left out
-        d["rope"] = RopeConfig(**d["rope"])
-        d["local_rope"] = RopeConfig(**d["local_rope"]) if d.get("local_rope") else None
+        d["rope"] = RopeConfig.from_dict(d["rope"])
+        d["local_rope"] = RopeConfig.from_dict(d["local_rope"]) if d.get("local_rope") else None
         d["sliding_layers"] = tuple(d.get("sliding_layers", ()))
         d["eos_token_ids"] = tuple(d.get("eos_token_ids", ()))
         d["layer_types"] = tuple(d.get("layer_types", ()))
         d["mlp_only_layers"] = tuple(d.get("mlp_only_layers", ()))
+        d["nope_layers"] = tuple(d.get("nope_layers", ()))
         return ModelConfig(**d)
 
 
@@ -399,7 +436,7 @@ def dense_config(hf: dict, family: str = "llama", sliding_default: bool = False,
         num_kv_heads=heads if hf.get("num_key_value_heads") is None else int(hf["num_key_value_heads"]),
         head_dim=head_dim, rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         max_position=int(hf.get("max_position_embeddings", 4096)),
-        rope=rope_from_hf(hf, params if params and "rope_theta" in params else None),
+        rope=fields["rope"] if "rope" in fields else rope_from_hf(hf, params if params and "rope_theta" in params else None),
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)), qkv_bias=bool(hf.get("attention_bias", False)),
         hidden_act=activation(hf), sliding_window=sliding_window, sliding_layers=sliding_layers,
         bos_token_id=hf.get("bos_token_id"), eos_token_ids=eos_ids(hf.get("eos_token_id")))

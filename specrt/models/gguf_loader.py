@@ -350,6 +350,9 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
         refs[name] = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape,
                                decoder(t.tensor_type, after), rows_apart=after is None or elementwise,
                                gguf_type=t.tensor_type.name, reorder=None if elementwise else after)
+    split = arch.hook("gguf_split")  # fused tensors read one part at a time (Phi-3's attn_qkv, ffn_up)
+    if split is not None:
+        refs = split(refs, hf)
     _check_shapes(hf, refs)
     return hf, LazyWeights(refs), reader
 

@@ -88,7 +88,7 @@ def hf_name(name: str) -> str:
 VISION_PREFIXES = ("model.visual.", "visual.")  # skipped: specrt converts the language model (said in the log)
 
 
-def load_hf_weights(folder: Path, model_type: str = "") -> LazyWeights:
+def load_hf_weights(folder: Path, hf: dict | None = None) -> LazyWeights:
     """Every tensor of the folder's shards, read lazily as float32, under HF names. Only the shards' headers are
     read here: a missing shard, a tensor the index promises but its shard lacks, or a truncated shard is a
     one-line error naming the file and the tensor, before any conversion starts."""
@@ -105,11 +105,12 @@ def load_hf_weights(folder: Path, model_type: str = "") -> LazyWeights:
     for name, shard in (weight_map or {}).items():
         if found.get(name) != shard:
             raise SourceError(f"{folder / shard}: lacks tensor {name}, which model.safetensors.index.json puts there")
-    arch = archs.BY_MODEL_TYPE.get(model_type)
-    split = arch.hook("hf_refs") if arch else None  # an architecture storing fused experts reads them per expert
+    model_type = hf.get("model_type") if isinstance(hf, dict) else None
+    arch = archs.BY_MODEL_TYPE.get(model_type) if isinstance(model_type, str) else None
+    split = arch.hook("hf_refs") if arch else None  # fused tensors (experts, projections) read one part at a time
     if split is not None:
         try:
-            refs = split(refs)
+            refs = split(refs, hf)
         except SourceError as exc:
             raise SourceError(f"{folder}: {exc}") from None
     return LazyWeights(refs)
@@ -124,4 +125,4 @@ def load_hf_folder(folder: Path) -> tuple[dict, LazyWeights]:
     if not folder.is_dir():
         raise SourceError(f"{folder}: no such folder")
     hf = read_hf_config(folder)
-    return hf, load_hf_weights(folder, hf.get("model_type", "") if isinstance(hf, dict) else "")
+    return hf, load_hf_weights(folder, hf)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,18 @@ class TensorRef:
         per = self.nbytes // self.shape[0]
         return TensorRef(f"{self.name}[{index}]", self.file, self.offset + index * per, per, tuple(shape),
                          decode or self.decode, rows_apart, self.dtype)
+
+    def rows(self, start: int, count: int) -> "TensorRef":
+        """Rows [start, start + count) of a matrix whose rows are stored apart (a fused projection's parts: Phi-3's
+        qkv_proj); the GGUF storage type stays (each row's blocks are its own)."""
+        if len(self.shape) != 2 or not self.rows_apart or self.reorder is not None or self.nbytes % self.shape[0]:
+            raise SourceError(f"tensor {self.name}: its rows are not stored apart, so it cannot be split")
+        if not (0 <= start and count > 0 and start + count <= self.shape[0]):
+            raise SourceError(f"tensor {self.name} has {self.shape[0]} rows: rows {start}..{start + count} are not there")
+        width = self.nbytes // self.shape[0]
+        return dataclasses.replace(self, name=f"{self.name}[{start}:{start + count}]",
+                                   offset=self.offset + start * width, nbytes=count * width,
+                                   shape=(count, self.shape[1]))
 
     def raw(self) -> bytearray:
         """The tensor's bytes as stored."""

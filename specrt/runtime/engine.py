@@ -161,6 +161,9 @@ class Engine:
         reasoning_inline) as keywords. drafter: "default" (the engine's), None (plain decoding) or a Drafter
         (runtime/drafter.py). ids: the prompt's token ids where the caller already has them (prompt_ids or
         tool_prompt_ids of the same prompt): not encoded again."""
+        if not (drafter is None or isinstance(drafter, Drafter) or (isinstance(drafter, str) and drafter == "default")):
+            raise SpecrtError(f"generate(drafter=...) takes \"default\", None or a Drafter, not {drafter!r:.40}: a drafter "
+                              "by name is chosen when loading (specrt.load(model, drafter=NAME))")
         request = prompt if isinstance(prompt, Request) else Request(prompt, params or SamplingParams(), **options)
         ready = self.prompting.prepare(request, ids)
         if len(ready.ids) >= self.max_context:
