@@ -21,7 +21,7 @@ HF_TO_GGUF_BLOCK = {
 }
 
 
-PERMUTED = ("llama",)  # llama.cpp's converter permutes these architectures' q/k rows (LlamaModel's)
+PERMUTED = ("llama", "smollm3")  # llama.cpp's converter permutes these architectures' q/k rows (LlamaModel's)
 
 
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -268,7 +268,7 @@ def write_tiny_gguf(tiny: str, path: Path):
     weights = {}
     for f in sorted(folder.glob("*.safetensors")):
         weights.update(load_file(str(f)))
-    if tiny in ("llama", "qwen2", "qwen3"):
+    if tiny in ("llama", "qwen2", "qwen3", "smollm3"):
         write_gguf(path, tiny, model.config, weights, lambda name, w: (w, None), tokens, bpe=True)
     elif tiny == "qwen3_moe":
         write_qwen3moe_gguf(path, hf, weights, tokens, eos=4)

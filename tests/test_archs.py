@@ -40,6 +40,7 @@ CASES = {
     "gemma3": ("gemma3",),
     "gemma4": ("gemma4_text", "gemma4_moe"),
     "qwen3_5": ("qwen3_5_text",),
+    "smollm3": ("smollm3",),
 }
 TINY = [t for ts in CASES.values() for t in ts]
 CONTEXT = 96  # the bundles' --max-context (phi3_long's LongRoPE switches to its long factors beyond 16)

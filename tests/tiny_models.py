@@ -122,6 +122,10 @@ def hf_config(arch: str):
         vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                       num_key_value_heads=2, head_dim=16, patch_size=4)
         return tf.Gemma4Config(text_config=dict(GEMMA4_TEXT), vision_config=vision, audio_config=None)
+    if arch == "smollm3":  # layer 3 without rotary (every 4th: no_rope_layers [1, 1, 1, 0])
+        return tf.SmolLM3Config(**dict(COMMON, num_hidden_layers=4), tie_word_embeddings=True,
+                                rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+                                bos_token_id=1, eos_token_id=2, pad_token_id=0)
     if arch == "gemma3":
         c = dict(COMMON, num_hidden_layers=4)
         return tf.Gemma3TextConfig(
