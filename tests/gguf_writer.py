@@ -253,6 +253,52 @@ def _write_and_close(writer) -> None:
     writer.close()
 
 
+PHI3_BLOCK = {"input_layernorm": "attn_norm", "self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
+              "post_attention_layernorm": "ffn_norm", "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def write_phi3_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int) -> None:
+    """A Phi-3 model as llama.cpp's converter writes it (conversion/phi.py, Phi3MiniModel): the fused qkv_proj and
+    gate_up_proj kept as attn_qkv and ffn_up, the rotary size as rope.dimension_count, LongRoPE's factors as the
+    rope_factors_short / rope_factors_long tensors with rope.scaling.attn_factor (sqrt(1 + ln s / ln original),
+    s = max positions / original) and original_context_length; F32."""
+    import math
+
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "phi3")
+    heads, hidden = hf["num_attention_heads"], hf["hidden_size"]
+    rope = hf.get("rope_parameters") or {}
+    writer.add_block_count(hf["num_hidden_layers"])
+    writer.add_context_length(hf["max_position_embeddings"])
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(hf["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(hf["num_key_value_heads"])
+    writer.add_layer_norm_rms_eps(hf["rms_norm_eps"])
+    writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * hidden) // heads)
+    writer.add_rope_freq_base(float(rope.get("rope_theta", 10000.0)))
+    original = hf["original_max_position_embeddings"]
+    writer.add_rope_scaling_orig_ctx_len(original)
+    writer.add_sliding_window(hf.get("sliding_window") or 0)
+    if rope.get("long_factor"):
+        scale = hf["max_position_embeddings"] / original
+        writer.add_rope_scaling_attn_factors(1.0 if scale <= 1 else math.sqrt(1 + math.log(scale) / math.log(original)))
+        writer.add_tensor("rope_factors_long.weight", np.asarray(rope["long_factor"], dtype=np.float32))
+        writer.add_tensor("rope_factors_short.weight", np.asarray(rope["short_factor"], dtype=np.float32))
+    _add_bpe_tokens(writer, gguf, tokens, eos, "default")
+    for name, w in weights.items():
+        base, _, suffix = name.rpartition(".")
+        if base.startswith("model.layers."):
+            _, _, idx, rest = base.split(".", 3)
+            gname = f"blk.{idx}.{PHI3_BLOCK[rest]}.{suffix}"
+        else:
+            gname = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}[base] + \
+                f".{suffix}"
+        writer.add_tensor(gname, np.ascontiguousarray(w, dtype=np.float32))
+    _write_and_close(writer)
+
+
 def write_tiny_gguf(tiny: str, path: Path):
     """The tiny transformers model `tiny` (tests/tiny_models.py) as llama.cpp's converter writes its architecture,
     F32; returns the transformers model. KeyError for a tiny model without a GGUF writer here."""
@@ -270,6 +316,8 @@ def write_tiny_gguf(tiny: str, path: Path):
         weights.update(load_file(str(f)))
     if tiny in ("llama", "qwen2", "qwen3", "smollm3"):
         write_gguf(path, tiny, model.config, weights, lambda name, w: (w, None), tokens, bpe=True)
+    elif tiny in ("phi3", "phi3_long"):
+        write_phi3_gguf(path, hf, weights, tokens, eos=2)
     elif tiny == "qwen3_moe":
         write_qwen3moe_gguf(path, hf, weights, tokens, eos=4)
     elif tiny == "gpt_oss":

@@ -40,6 +40,7 @@ CASES = {
     "gemma3": ("gemma3",),
     "gemma4": ("gemma4_text", "gemma4_moe"),
     "qwen3_5": ("qwen3_5_text",),
+    "phi3": ("phi3", "phi3_long"),
     "smollm3": ("smollm3",),
 }
 TINY = [t for ts in CASES.values() for t in ts]

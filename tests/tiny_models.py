@@ -126,6 +126,14 @@ def hf_config(arch: str):
         return tf.SmolLM3Config(**dict(COMMON, num_hidden_layers=4), tie_word_embeddings=True,
                                 rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
                                 bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if arch in ("phi3", "phi3_long"):  # Phi-4-mini's shape in small: 48 of 64 channels turned, LongRoPE factors
+        original = 128 if arch == "phi3" else 16  # phi3: bundles of 96 positions use the short factors, else long
+        return tf.Phi3Config(**dict(COMMON, hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=64),
+                             original_max_position_embeddings=original, partial_rotary_factor=0.75,
+                             tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                             rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                              "short_factor": [1.0 + 0.05 * i for i in range(24)],
+                                              "long_factor": [1.5 + 0.4 * i for i in range(24)]})
     if arch == "gemma3":
         c = dict(COMMON, num_hidden_layers=4)
         return tf.Gemma3TextConfig(
