@@ -51,7 +51,7 @@ CAPTURE_CAPACITY = 8
 @dataclass(frozen=True)
 class RecurrentStates:
     """The state of linear-attention (Gated DeltaNet) layers: per layer a conv state [B, K - 1, C] (the last
-    conv inputs) and a recurrent state [B, Hv, Dv, Dk], graph inputs past_conv.{i} / past_recurrent.{i} and
+    conv inputs) and a recurrent state [B, Hv, Dv, Dk] (none for short-convolution layers: value_heads 0), graph inputs past_conv.{i} / past_recurrent.{i} and
     outputs present_conv.{i} / present_recurrent.{i}. Each call also outputs what replays any prefix of it:
     capture_conv.{i} [B, S, C] (its conv inputs) and capture_recurrent.{i} [B, capacity * (Hv + Hk * Dk + Hv *
     Dv)] (per token: decay [Hv], key [Hk, Dk], delta [Hv, Dv], ONNX Runtime's compact state update)."""
@@ -72,6 +72,12 @@ class RecurrentStates:
     @property
     def recurrent_shape(self) -> tuple[int, int, int]:
         return (self.value_heads, self.value_dim, self.key_dim)
+
+    @property
+    def has_recurrent(self) -> bool:
+        """Layers with a recurrent state beside the conv state (Gated DeltaNet); without: short convolutions
+        (LFM2), whose only state is the conv's."""
+        return self.value_heads > 0
 
 
 def parse_states(raw) -> RecurrentStates | None:
@@ -258,9 +264,15 @@ def check_manifest(m: Manifest) -> None:
         st = m.states
         if not st.layers or not all(_int(i, 0, kv.layers - 1) for i in st.layers) or set(st.layers) & set(kv.layer_ids):
             bad("states.layers", list(st.layers), "the layers without a KV cache")
-        for name in ("conv_kernel", "conv_channels", "value_heads", "value_dim", "key_heads", "key_dim"):
+        for name in ("conv_kernel", "conv_channels"):
             if not _int(getattr(st, name), 1 if name != "conv_kernel" else 2, 1 << 17):
                 bad(f"states.{name}", getattr(st, name), "a positive integer")
+        # a recurrent state of value_heads x value_dim x key_dim (all positive), or none (all 0: short convolutions)
+        recurrent = ("value_heads", "value_dim", "key_heads", "key_dim")
+        low = 0 if all(_int(getattr(st, name), 0, 0) for name in recurrent) else 1
+        for name in recurrent:
+            if not _int(getattr(st, name), low, 1 << 17):
+                bad(f"states.{name}", getattr(st, name), "a positive integer (or all four 0: no recurrent state)")
         if not _int(st.capacity, 1, CAPTURE_CAPACITY):
             bad("states.capacity", st.capacity, f"an integer in 1..{CAPTURE_CAPACITY}")
     if not isinstance(m.model_config, dict):

@@ -27,9 +27,13 @@ CAPTURE_COUNT = "capture_count"  # graph-internal [B] int32: tokens each request
 
 
 def state_layout(cfg: ModelConfig) -> RecurrentStates | None:
-    """The manifest's description of a hybrid model's states (None for a model without linear layers)."""
-    if not cfg.linear_layers:
+    """The manifest's description of a hybrid model's states (None for a model without state layers): Gated
+    DeltaNet layers' conv and recurrent states, or short convolutions' conv states (models/short_conv.py)."""
+    if not cfg.state_layers:
         return None
+    if not cfg.linear_layers:
+        return RecurrentStates(layers=cfg.state_layers, conv_kernel=cfg.linear_conv_kernel,
+                               conv_channels=cfg.conv_channels, value_heads=0, value_dim=0, key_heads=0, key_dim=0)
     return RecurrentStates(layers=cfg.linear_layers, conv_kernel=cfg.linear_conv_kernel,
                            conv_channels=cfg.conv_channels, value_heads=cfg.linear_value_heads,
                            value_dim=cfg.linear_value_dim, key_heads=cfg.linear_key_heads, key_dim=cfg.linear_key_dim)
@@ -46,7 +50,10 @@ def add_state_io(builder, st: RecurrentStates) -> None:
     g, elem = builder.g, TensorProto.FLOAT
     for i in st.layers:
         g.add_input(f"past_conv.{i}", builder.elem, ["batch_size", st.conv_kernel - 1, st.conv_channels])
-        g.add_input(f"past_recurrent.{i}", elem, ["batch_size", *st.recurrent_shape])
+        if st.has_recurrent:
+            g.add_input(f"past_recurrent.{i}", elem, ["batch_size", *st.recurrent_shape])
+    if not st.has_recurrent:
+        return
     if builder.opts.device == "rocm":  # [B] from seqlens_k's rows (a rocm graph has no attention_mask)
         g.op("Add", [g.op("Mul", [SEQLENS_INPUT, g.const(0, np.int32)]), g.const(CAPTURE_CAPACITY, np.int32)],
              outputs=[CAPTURE_COUNT])
@@ -63,9 +70,11 @@ def add_state_outputs(builder, st: RecurrentStates) -> None:
     g = builder.g
     for i in st.layers:
         g.add_output(f"present_conv.{i}", builder.elem, ["batch_size", st.conv_kernel - 1, st.conv_channels])
-        g.add_output(f"present_recurrent.{i}", TensorProto.FLOAT, ["batch_size", *st.recurrent_shape])
+        if st.has_recurrent:
+            g.add_output(f"present_recurrent.{i}", TensorProto.FLOAT, ["batch_size", *st.recurrent_shape])
         g.add_output(f"capture_conv.{i}", builder.elem, ["batch_size", "sequence_length", st.conv_channels])
-        g.add_output(f"capture_recurrent.{i}", TensorProto.FLOAT, ["batch_size", capture_width(st)])
+        if st.has_recurrent:
+            g.add_output(f"capture_recurrent.{i}", TensorProto.FLOAT, ["batch_size", capture_width(st)])
 
 
 # -exp(A_log) * softplus(a + dt_bias): ONNX Runtime 1.32 calls it "softplus" and still takes "qwen", the only name

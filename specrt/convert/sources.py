@@ -91,6 +91,13 @@ def linear_attention_shapes(cfg: ModelConfig, p: str) -> dict[str, tuple[int, ..
             p + "out_proj.weight": (h, value)}
 
 
+def short_conv_shapes(cfg: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
+    """The tensors of a short-convolution layer (prefix p = model.layers.{i}.conv.) and their shapes."""
+    h = cfg.hidden_size
+    return {p + "in_proj.weight": (3 * h, h), p + "conv.weight": (h, 1, cfg.linear_conv_kernel),
+            p + "out_proj.weight": (h, h)}
+
+
 def moe_shapes(cfg: ModelConfig, layer: int, weights, resolved: ResolvedSource) -> dict[str, tuple[int, ...]]:
     """The tensors of a mixture-of-experts layer and their shapes; experts beyond the config's count (the router and
     the experts disagreeing with num_experts) are named in one line."""
@@ -136,6 +143,9 @@ def _check_weights(cfg: ModelConfig, weights: LazyWeights, resolved: ResolvedSou
             need[p + "mlp.down_proj.weight"] = (cfg.hidden_size, cfg.intermediate_size)
         if cfg.is_linear(i):
             need.update(linear_attention_shapes(cfg, p + "linear_attn."))
+            continue
+        if cfg.is_short_conv(i):
+            need.update(short_conv_shapes(cfg, p + "conv."))
             continue
         gate = 2 if cfg.attn_output_gate else 1
         need[p + "self_attn.q_proj.weight"] = (gate * cfg.num_heads * cfg.head_dim, cfg.hidden_size)

@@ -45,6 +45,7 @@ from specrt.convert.linear_attention_graph import add_state_io, add_state_output
 from specrt.convert.moe_graph import sparse_moe
 from specrt.convert.onnx_graph import MS_DOMAIN, ExternalData, GraphWriter
 from specrt.convert.quant_rows import QuantRows, WrittenGraph
+from specrt.convert.short_conv_graph import short_conv
 from specrt.convert.quantize import (ROW_CHUNK, QuantWeight, concat_rows, is_projection, quantize_blocks,
                                      same_form)
 from specrt.models.config import ModelConfig
@@ -492,6 +493,8 @@ class _TargetBuilder:
                 taps.append(x)
             if cfg.is_linear(i):
                 attn = linear_attention(self, i, h)
+            elif cfg.is_short_conv(i):
+                attn = short_conv(self, i, h)
             else:
                 attn = self.attention(i, h, io, seqlens_k, total_len)
             if layer_rest is not None:  # an architecture's own layer after attention (Gemma 3, Gemma 4)

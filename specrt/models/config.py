@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from specrt.errors import SourceError
 
 LINEAR_ATTENTION, FULL_ATTENTION = "linear_attention", "full_attention"
+SHORT_CONV = "conv"  # LFM2's gated short convolution (models/short_conv.py): a conv state, no KV cache
 
 
 @dataclass(frozen=True)
@@ -248,19 +249,34 @@ class ModelConfig:
         """The layer is Gated DeltaNet linear attention (a recurrent and a conv state, no KV cache)."""
         return bool(self.layer_types) and self.layer_types[layer] == LINEAR_ATTENTION
 
+    def is_short_conv(self, layer: int) -> bool:
+        """The layer's token mixer is a gated short convolution (a conv state, no KV cache)."""
+        return bool(self.layer_types) and self.layer_types[layer] == SHORT_CONV
+
+    def has_state(self, layer: int) -> bool:
+        """The layer carries a state instead of a KV cache (runtime/recurrent_state.py)."""
+        return self.is_linear(layer) or self.is_short_conv(layer)
+
     @property
     def attention_layers(self) -> tuple[int, ...]:
-        """The layers with a KV cache of their own, in order (not linear layers, not layers reading another's)."""
-        return tuple(i for i in range(self.num_layers) if not self.is_linear(i) and self.kv_source(i) == i)
+        """The layers with a KV cache of their own, in order (not layers with a state, not layers reading
+        another's cache)."""
+        return tuple(i for i in range(self.num_layers) if not self.has_state(i) and self.kv_source(i) == i)
 
     @property
     def linear_layers(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.num_layers) if self.is_linear(i))
 
     @property
+    def state_layers(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.num_layers) if self.has_state(i))
+
+    @property
     def conv_channels(self) -> int:
-        """Channels of a linear layer's causal conv (query, key and value): its conv state is [conv_channels,
-        kernel - 1]."""
+        """Channels of a state layer's causal conv: its conv state is [kernel - 1, conv_channels]. Gated DeltaNet
+        convolves its query, key and value; a short convolution the hidden size."""
+        if not self.linear_key_heads:
+            return self.hidden_size
         return 2 * self.linear_key_heads * self.linear_key_dim + self.linear_value_heads * self.linear_value_dim
 
     def is_moe(self, layer: int) -> bool:

@@ -271,7 +271,7 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _hf_name(gguf_name: str, block_map: dict) -> str | None:
+def _hf_name(gguf_name: str, block_map: dict, top_map: dict = TOP_TENSORS) -> str | None:
     base, _, suffix = gguf_name.rpartition(".")  # suffix: weight | bias
     if base.startswith("blk."):
         parts = base.split(".", 2)
@@ -280,7 +280,7 @@ def _hf_name(gguf_name: str, block_map: dict) -> str | None:
         _, idx, kind = parts
         hf = block_map.get(kind)
         return f"model.layers.{idx}.{hf}.{suffix}" if hf else None
-    hf = TOP_TENSORS.get(base)
+    hf = top_map.get(base)
     return f"{hf}.{suffix}" if hf else None
 
 
@@ -328,6 +328,7 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
     if own is not None:
         return hf, LazyWeights(own(path, reader, hf)), reader
     block_map = arch.hook("GGUF_BLOCK_TENSORS", LLAMA_BLOCK_TENSORS)
+    top_map = arch.hook("GGUF_TOP_TENSORS", TOP_TENSORS)
     undo = arch.hook("gguf_undo")  # (hf name, shape, hf, gguf name) -> (function, elementwise) or None
     refs: dict[str, TensorRef] = {}
     for t in reader.tensors:
@@ -340,7 +341,7 @@ def load_gguf(path: Path) -> tuple[dict, LazyWeights, object]:
                 t.name, path, int(t.data_offset), int(t.n_bytes), tuple(int(x) for x in reversed(t.shape)),
                 decoder(t.tensor_type))
             continue
-        name = _hf_name(t.name, block_map)
+        name = _hf_name(t.name, block_map, top_map)
         if name is None:
             continue  # rope_freqs and other tensors the HF layout recomputes
         check_supported(t)
@@ -392,6 +393,10 @@ def _check_shapes(hf: dict, refs: dict[str, TensorRef]) -> None:
                               f"(embedding_length, head counts, key_length, feed_forward_length, vocab) implies "
                               f"{list(shape)}")
     missing = [n for n in ("model.embed_tokens.weight",) + tuple(f"model.layers.{i}.self_attn.q_proj.weight"
-                                                                  for i in range(c.num_layers)) if n not in refs]
+                                                                  for i in c.attention_layers) if n not in refs]
     if missing:
         raise SourceError(f"the GGUF file lacks the tensor for {missing[0]} (block_count {c.num_layers})")
+    for i in c.state_layers:  # a conv layer's tensors (LFM2's short convolutions)
+        if not any(n.startswith(f"model.layers.{i}.conv.") or n.startswith(f"model.layers.{i}.linear_attn.")
+                   for n in refs):
+            raise SourceError(f"the GGUF file has no conv tensors for layer {i}, which its metadata makes a conv layer")

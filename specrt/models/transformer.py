@@ -242,7 +242,7 @@ class CausalLM(nn.Module):
             if source != i:  # reads the whole cache of an earlier layer (Gemma 4), which is also its present
                 extra["shared"] = present[source]
             x, k, v = layer(x, position_ids, past[i][0], past[i][1], mask, **extra)
-            if self.cfg.is_linear(i):  # the block returns its new (conv, recurrent) state
+            if self.cfg.has_state(i):  # the block returns its new state (conv, recurrent)
                 present.append((k, v))
             elif source != i:
                 present.append(present[source])

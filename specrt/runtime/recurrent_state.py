@@ -46,13 +46,15 @@ class StateBuffers:
     def __init__(self, st: RecurrentStates, batch: int, dtype, device: str = "cpu"):
         self.layout, self.device = st, device
         self.kernel_replay = False
-        shapes = {"conv": ((batch, *st.conv_shape), dtype), "recurrent": ((batch, *st.recurrent_shape), np.float32)}
+        shapes = {"conv": ((batch, *st.conv_shape), dtype)}
+        if st.has_recurrent:  # a short convolution (LFM2) keeps only its conv state
+            shapes["recurrent"] = ((batch, *st.recurrent_shape), np.float32)
         # kind -> [two buffers of {layer: OrtValue}], and the arrays (numpy, or torch views on a GPU) over them
         self.values = {kind: [{i: self._allocate(shape, t) for i in st.layers} for _ in range(2)]
                        for kind, (shape, t) in shapes.items()}
         view = (lambda v: v.numpy()) if device == "cpu" else _torch_view
         self.conv = [{i: view(v) for i, v in buffers.items()} for buffers in self.values["conv"]]
-        self.recurrent = [{i: view(v) for i, v in buffers.items()} for buffers in self.values["recurrent"]]
+        self.recurrent = [{i: view(v) for i, v in buffers.items()} for buffers in self.values.get("recurrent", [{}, {}])]
         self.current = 0  # the buffer holding the state at the cache's length
         self.capture: Capture | None = None
         self.snapshot_length: int | None = None
@@ -113,6 +115,8 @@ class StateBuffers:
             host = self.kernel_replay and self.device == "cpu"  # the kernel over host memory (tests)
             for i in lay.layers:
                 replay_conv(self.conv[before][i], cap.conv[i], kept, self.conv[after][i])
+                if not lay.has_recurrent:
+                    continue
                 state = (self.recurrent[before][i], cap.recurrent[i], self.recurrent[after][i])
                 if host:
                     import torch
@@ -127,7 +131,8 @@ class StateBuffers:
         if self.snapshot_length == length and self.snapshot is not None:
             for i in self.layout.layers:
                 self.conv[self.current][i][...] = self.snapshot[0][i]
-                self.recurrent[self.current][i][...] = self.snapshot[1][i]
+                if self.layout.has_recurrent:
+                    self.recurrent[self.current][i][...] = self.snapshot[1][i]
             self.capture = None
             return
         raise ValueError(f"the recurrent state cannot be rolled back to {length} (it holds {now})")
@@ -140,7 +145,8 @@ class StateBuffers:
         else:
             for i in self.layout.layers:
                 self.snapshot[0][i][...] = self.conv[self.current][i]
-                self.snapshot[1][i][...] = self.recurrent[self.current][i]
+                if self.layout.has_recurrent:
+                    self.snapshot[1][i][...] = self.recurrent[self.current][i]
         self.snapshot_length = length
 
 
