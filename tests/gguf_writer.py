@@ -299,6 +299,45 @@ def write_phi3_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens
     _write_and_close(writer)
 
 
+LFM2_BLOCK = {"operator_norm": "attn_norm", "ffn_norm": "ffn_norm", "feed_forward.w1": "ffn_gate",
+              "feed_forward.w3": "ffn_up", "feed_forward.w2": "ffn_down", "self_attn.q_proj": "attn_q",
+              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.out_proj": "attn_output",
+              "self_attn.q_layernorm": "attn_q_norm", "self_attn.k_layernorm": "attn_k_norm",
+              "conv.in_proj": "shortconv.in_proj", "conv.conv": "shortconv.conv", "conv.out_proj": "shortconv.out_proj"}
+
+
+def write_lfm2_gguf(path: Path, hf: dict, weights: dict[str, np.ndarray], tokens: list[str], eos: int) -> None:
+    """An LFM2 model as llama.cpp's converter writes it (conversion/lfm2.py, LFM2Model): head_count_kv per layer (0
+    for a conv layer), shortconv.l_cache, the adjusted MLP width (the w1 rows), the conv weight squeezed to [H, K],
+    embedding_norm as token_embd_norm; F32."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "lfm2")
+    layers = hf["num_hidden_layers"]
+    writer.add_block_count(layers)
+    writer.add_context_length(hf["max_position_embeddings"])
+    writer.add_embedding_length(hf["hidden_size"])
+    writer.add_feed_forward_length(int(weights["model.layers.0.feed_forward.w1.weight"].shape[0]))
+    writer.add_head_count(hf["num_attention_heads"])
+    writer.add_head_count_kv([0 if t == "conv" else hf["num_key_value_heads"] for t in hf["layer_types"]])
+    writer.add_layer_norm_rms_eps(hf["norm_eps"])
+    writer.add_rope_freq_base(float((hf.get("rope_parameters") or {}).get("rope_theta", 1e6)))
+    writer.add_uint32("lfm2.shortconv.l_cache", hf["conv_L_cache"])
+    _add_bpe_tokens(writer, gguf, tokens, eos, "default")
+    for name, w in weights.items():
+        base, _, suffix = name.rpartition(".")
+        if base.startswith("model.layers."):
+            _, _, idx, rest = base.split(".", 3)
+            gname = f"blk.{idx}.{LFM2_BLOCK[rest]}.{suffix}"
+            if rest == "conv.conv":
+                w = w.reshape(w.shape[0], w.shape[-1])
+        else:
+            gname = {"model.embed_tokens": "token_embd", "model.embedding_norm": "token_embd_norm",
+                     "lm_head": "output"}[base] + f".{suffix}"
+        writer.add_tensor(gname, np.ascontiguousarray(w, dtype=np.float32))
+    _write_and_close(writer)
+
+
 def write_tiny_gguf(tiny: str, path: Path):
     """The tiny transformers model `tiny` (tests/tiny_models.py) as llama.cpp's converter writes its architecture,
     F32; returns the transformers model. KeyError for a tiny model without a GGUF writer here."""
@@ -328,6 +367,8 @@ def write_tiny_gguf(tiny: str, path: Path):
         write_gemma4_gguf(path, hf, expert_view(weights), tokens, eos=4)
     elif tiny == "qwen3_5_text":
         write_qwen35_gguf(path, hf, weights, tokens, eos=4)
+    elif tiny == "lfm2":
+        write_lfm2_gguf(path, hf, weights, tokens, eos=2)
     else:
         raise KeyError(tiny)
     return model

@@ -42,6 +42,7 @@ CASES = {
     "qwen3_5": ("qwen3_5_text",),
     "phi3": ("phi3", "phi3_long"),
     "smollm3": ("smollm3",),
+    "lfm2": ("lfm2",),
 }
 TINY = [t for ts in CASES.values() for t in ts]
 CONTEXT = 96  # the bundles' --max-context (phi3_long's LongRoPE switches to its long factors beyond 16)

@@ -134,6 +134,10 @@ def hf_config(arch: str):
                              rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
                                               "short_factor": [1.0 + 0.05 * i for i in range(24)],
                                               "long_factor": [1.5 + 0.4 * i for i in range(24)]})
+    if arch == "lfm2":  # conv, attention, conv, attention; conv kernel 3; MLP width 2/3 x 96 = 64 (a multiple of 32)
+        return tf.Lfm2Config(**{k: v for k, v in COMMON.items() if k not in ("head_dim", "rms_norm_eps", "num_hidden_layers")},
+                             layer_types=["conv", "full_attention", "conv", "full_attention"], num_hidden_layers=4,
+                             block_multiple_of=32, norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     if arch == "gemma3":
         c = dict(COMMON, num_hidden_layers=4)
         return tf.Gemma3TextConfig(

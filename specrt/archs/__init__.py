@@ -67,6 +67,7 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("gemma4", {"gemma4_text": "Gemma4ForCausalLM"}, multimodal={"gemma4": "gemma4_text"},
          gguf={"gemma4": "gemma4_text"}, assistant=True, title="Gemma 4"),
     Arch("phi3", {"phi3": "Phi3ForCausalLM"}, gguf={"phi3": "phi3"}, title="Phi-3.5-mini, Phi-4-mini"),
+    Arch("lfm2", {"lfm2": "Lfm2ForCausalLM"}, gguf={"lfm2": "lfm2"}, title="LFM2, LFM2.5"),
     Arch("smollm3", {"smollm3": "SmolLM3ForCausalLM"}, gguf={"smollm3": "smollm3"}, title="SmolLM3"),
     Arch("qwen3_5", {"qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"},
          multimodal={"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"},
