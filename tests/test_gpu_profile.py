@@ -27,6 +27,9 @@ FAMILIES = {
     "gpt_oss": "",
     "gemma4_text": "",
     "gemma4_moe": "",  # gated-GELU experts, which no MoE/QMoE kernel has: gathered (convert/gemma4_graph.py)
+    "phi3": "",
+    "smollm3": "",
+    "lfm2": "",  # short convolutions: CausalConvWithState, as Gated DeltaNet's conv
 }
 CPU_MACHINERY = {"Pad", "Range", "Scan", "If"}  # attention-rows padding, exact attention, the experts' Scan
 
