@@ -151,3 +151,20 @@ def test_the_graph_validates_and_speculation_equals_plain(name, precision, draft
         assert drafted, (name, drafter)  # it drafted
         if drafter == "draft-model":  # another model's drafts: some rejected, so the caches (and states) roll back
             assert rejected, name
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("name", [n for n in CASES if n not in NO_GGUF_WRITER])
+def test_the_gguf_converts_and_decodes_as_transformers(name, tmp_path):
+    """The GGUF llama.cpp's converter writes converts on its own (its tokenizer from the file's metadata); plain
+    greedy decoding from prompt ids equals transformers', and n-gram speculation equals plain decoding."""
+    from tests.tiny_models import GGUF_PROMPT_IDS, assert_ids_decode_as_transformers
+
+    model = write_tiny_gguf(CASES[name][0], tmp_path / "m.gguf")
+    out = tmp_path / "bundle"
+    assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(out), "--max-context", str(CONTEXT)]) == 0
+    engine = specrt.load(str(out), device="cpu", drafter="ngram", batch_invariant=True)
+    plain = assert_ids_decode_as_transformers(engine, model)
+    engine.reset()
+    spec = engine.generate("", PARAMS, ids=list(GGUF_PROMPT_IDS)).wait().token_ids
+    assert spec == plain[:len(spec)] and len(spec) == PARAMS.max_new_tokens
