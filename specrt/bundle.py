@@ -51,10 +51,11 @@ CAPTURE_CAPACITY = 8
 @dataclass(frozen=True)
 class RecurrentStates:
     """The state of linear-attention (Gated DeltaNet) layers: per layer a conv state [B, K - 1, C] (the last
-    conv inputs) and a recurrent state [B, Hv, Dv, Dk] (none for short-convolution layers: value_heads 0), graph inputs past_conv.{i} / past_recurrent.{i} and
-    outputs present_conv.{i} / present_recurrent.{i}. Each call also outputs what replays any prefix of it:
-    capture_conv.{i} [B, S, C] (its conv inputs) and capture_recurrent.{i} [B, capacity * (Hv + Hk * Dk + Hv *
-    Dv)] (per token: decay [Hv], key [Hk, Dk], delta [Hv, Dv], ONNX Runtime's compact state update)."""
+    conv inputs) and a recurrent state [B, Hv, Dv, Dk] (none for short-convolution layers: value_heads 0), graph
+    inputs past_conv.{i} / past_recurrent.{i} and outputs present_conv.{i} / present_recurrent.{i}. Each call also
+    outputs what replays any prefix of it: capture_conv.{i} [B, S, C] (its conv inputs) and capture_recurrent.{i}
+    [B, capacity * (Hv + Hk * Dk + Hv * Dv)] (per token: decay [Hv], key [Hk, Dk], delta [Hv, Dv], ONNX Runtime's
+    compact state update)."""
 
     layers: tuple[int, ...]
     conv_kernel: int
