@@ -18,9 +18,10 @@ place and rotates the keys) with GEMMs whose blocking no call can change:
 (M >= 2 everywhere: the one-row GEMM kernels sum differently; a call's queries are at least two rows already in
 batch-invariant mode, convert/attention_rows.py.) Queries are rotated here with RotaryEmbedding over the same
 cos/sin caches. The graph runs this branch only when attention_min_rows > 1 (an If per layer); the default mode keeps
-GroupQueryAttention's own output. Cost in batch-invariant mode: the attention twice, plus copies of the keys and
-values in use, 1.1-1.7x a plain call at gemma3-270m, 1.3-2.4x at the default model's head size 64, where it is not
-needed (docs/performance.md, "Losslessness and batch-invariant calls").
+GroupQueryAttention's own output. Only layers whose head size is above 128 get it (needs_exact_attention): at 128
+or less GroupQueryAttention is one K block in every call already. Cost in batch-invariant mode, where it is built:
+the attention twice, plus copies of the keys and values in use, 1.1-1.7x a plain call at gemma3-270m
+(docs/performance.md, "Losslessness and batch-invariant calls").
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ from __future__ import annotations
 from onnx import TensorProto, helper
 
 from specrt.convert.onnx_graph import MS_DOMAIN, captured
+
+# MLAS splits a GEMM's K into blocks of 128 (expanding the block when N is small): a head size of 128 or less is one
+# block in every call, so GroupQueryAttention is call-invariant there and needs no exact path (the probe finds none
+# at 64 and 128; docs/performance.md, "Losslessness and batch-invariant calls": the path made batch-invariant calls
+# 1.3-2.4x slower at head size 64 for nothing)
+ONE_BLOCK_HEAD = 128
+
+
+def needs_exact_attention(head_dim: int) -> bool:
+    """Whether a layer of this head size gets the exact path (head sizes GroupQueryAttention splits by call)."""
+    return head_dim > ONE_BLOCK_HEAD
 
 
 def exact_attention_switch(b, exact: str, gqa_out: str, q: str, present: list[str], positions: str, bias: str,

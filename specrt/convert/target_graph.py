@@ -37,7 +37,7 @@ from onnx import TensorProto
 from specrt import archs
 from specrt.bundle import EXPERT_CALLS_INPUT, PRECISIONS, SEQLENS_INPUT, TOTAL_LENGTH_INPUT, weight_bits
 from specrt.convert.attention_rows import AttentionRows, pad_attention_rows
-from specrt.convert.exact_attention import exact_attention_switch
+from specrt.convert.exact_attention import exact_attention_switch, needs_exact_attention
 from specrt.convert.gemma4_graph import per_layer_inputs
 from specrt.convert.gguf_exact import exact_from_ref
 from specrt.convert.gpu_profile import activation_dtype
@@ -390,7 +390,7 @@ class _TargetBuilder:
             local_window_size=window,
         )[0]
         if rows is not None:
-            if self.opts.exact_attention:  # batch-invariant mode's call-invariant form: convert/exact_attention.py
+            if self.opts.exact_attention and needs_exact_attention(cfg.head_dim_of(i)):  # convert/exact_attention.py
                 out = exact_attention_switch(self, rows.exact, out, q, present, positions, bias, total_len, i, sinks)
             out = rows.cut(self.g, out, f"layers.{i}.attn")
         if gate is not None:

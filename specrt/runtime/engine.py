@@ -331,9 +331,9 @@ class Engine:
     @batch_invariant.setter
     def batch_invariant(self, on: bool) -> None:
         """Output independent of how tokens are grouped into calls (speculative == plain token for token). On a
-        rows-invariant graph one-token calls run their attention on two rows, on CPU graphs in an exact form (a call
-        then costs 1.1-1.7x a plain one at head size 256 and 1.3-2.4x at 64, growing with the context:
-        docs/performance.md, "Losslessness and batch-invariant calls"); otherwise every target call feeds >= 2 rows
+        rows-invariant graph one-token calls run their attention on two rows, on CPU graphs at head sizes above 128 in
+        an exact form (a call then costs 1.1-1.7x a plain one at head size 256, growing with the context; at 64
+        0.93-1.13x: docs/performance.md, "Losslessness and batch-invariant calls"); otherwise every target call feeds >= 2 rows
         (~1.05-1.3x), and graphs quantized in blocks larger than 32 weights feed an even number of rows. MoE graphs
         run each token's experts in a call of their own (a verification then costs about one token's MoE time per
         token: convert/moe_graph.py)."""
