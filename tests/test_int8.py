@@ -72,6 +72,9 @@ def test_real_int8_speculation_equals_plain(int8_bundle, drafter):
 
     engine = specrt.load(str(int8_bundle), device="cpu", drafter=drafter, batch_invariant=True)
     assert engine.rows_invariant and engine.target.min_rows == 1
+    # every call drafting: left to the adaptive controller a drafter drafts as this machine's timings say (eagle3
+    # drafted 7 tokens in a whole run once batch-invariant calls got cheaper), and timing must not decide a test
+    engine.adaptive = False
     model = make_drafter(drafter, engine.bundle_dir, engine.manifest, engine.providers)
     assert_both_paths(compare_with_plain(engine, lambda prompt, plain: model))
 
