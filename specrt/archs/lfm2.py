@@ -100,7 +100,6 @@ def gguf_config(reader, name: str) -> dict:
     return hf
 
 
-
 def gguf_split(refs: dict, hf: dict) -> dict:
     """The conv weights, stored squeezed [H, K], read as HF's [H, 1, K] (the same values in the same order)."""
     import dataclasses

@@ -113,5 +113,4 @@ def gguf_config(reader, name: str) -> dict:
     return hf
 
 
-
 gguf_split = hf_refs  # llama.cpp keeps the fused tensors as they are: split the same way
