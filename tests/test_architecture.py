@@ -87,15 +87,20 @@ ROLE_MODULES = {"specrt.app.serve.requests", "specrt.datasets", "specrt.runtime.
                 "specrt.runtime.harmony"}  # chat roles (harmony: a header addressed to=assistant)
 
 
+def _compared(node, known) -> list[str]:
+    """The names of `known` that one AST node compares against as string constants (`x == "eagle3"`,
+    `x in ("eagle3", "mtp")`); none where the node is not a comparison."""
+    found = []
+    for side in [node.left, *node.comparators] if isinstance(node, ast.Compare) else []:
+        values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+        found += [v.value for v in values if isinstance(v, ast.Constant) and v.value in known]
+    return found
+
+
 def _kind_literals(node, module: str = "") -> list[str]:
     """Kind names written as string constants in a comparison (`x == "eagle3"`, `x in ("eagle3", "mtp")`)."""
-    found = []
-    for compare in (n for n in ast.walk(node) if isinstance(n, ast.Compare)):
-        for side in [compare.left, *compare.comparators]:
-            values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
-            found += [v.value for v in values if isinstance(v, ast.Constant) and v.value in drafter_kinds.KINDS
-                      and not (v.value == "assistant" and module in ROLE_MODULES)]
-    return found
+    return [name for n in ast.walk(node) for name in _compared(n, drafter_kinds.KINDS)
+            if not (name == "assistant" and module in ROLE_MODULES)]
 
 
 def test_only_the_registry_branches_on_a_drafter_name():
@@ -121,10 +126,7 @@ def _arch_literals(node, module: str = "") -> list[str]:
     if module in TOOL_FORMAT_MODULES:
         return []
     for n in ast.walk(node):
-        sides = [n.left, *n.comparators] if isinstance(n, ast.Compare) else []
-        for side in sides:
-            values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
-            found += [v.value for v in values if isinstance(v, ast.Constant) and v.value in known]
+        found += _compared(n, known)
         if isinstance(n, ast.Dict) and len(n.keys) > 1 and all(
                 isinstance(k, ast.Constant) and k.value in known for k in n.keys):
             found += [k.value for k in n.keys]
@@ -162,8 +164,8 @@ def test_every_registered_architecture_is_complete(arch):
     assert callable(module.config_from_hf) and callable(module.torch_block)
     assert set(arch.gguf.values()) <= set(arch.hf_classes), "a GGUF architecture reads as a model_type it has"
     assert all(t in arch.hf_classes for t in arch.multimodal.values())
-    for hook, params in (("gguf_config", 2), ("gguf_fixups", 4), ("gguf_undo", 4), ("gguf_refs", 3),
-                         ("hf_refs", 2), ("gguf_split", 2), ("graph_qkv", 3), ("graph_layer_rest", 5), ("layer_shapes", 2),
+    for hook, params in (("gguf_config", 2), ("gguf_fixups", 4), ("gguf_undo", 4), ("gguf_refs", 3), ("hf_refs", 2),
+                         ("gguf_split", 2), ("graph_qkv", 3), ("graph_layer_rest", 5), ("layer_shapes", 2),
                          ("check_weights", 3)):
         if hasattr(module, hook):
             assert len(inspect.signature(getattr(module, hook)).parameters) == params, (arch.name, hook)
