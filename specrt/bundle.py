@@ -80,6 +80,11 @@ class RecurrentStates:
         (LFM2), whose only state is the conv's."""
         return self.value_heads > 0
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The state kinds each layer has (graph names past_{kind}.{i}, present_{kind}.{i}, capture_{kind}.{i})."""
+        return ("conv", "recurrent") if self.has_recurrent else ("conv",)
+
 
 def parse_states(raw) -> RecurrentStates | None:
     """A manifest's (or a draft model entry's) `states` object as RecurrentStates (None where it has none)."""

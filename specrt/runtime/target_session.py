@@ -138,9 +138,9 @@ class TargetSession:
         self.session = open_session(model_path, threads, providers, layers if spec.kv_layers else spec.num_layers,
                                     spec.layer_kv_shapes(), widths)
         if spec.states is not None:
-            kinds = ("conv", "recurrent") if spec.states.has_recurrent else ("conv",)
             names = {x.name for x in self.session.get_inputs()}
-            missing = [(kind, i) for i in spec.states.layers for kind in kinds if f"past_{kind}.{i}" not in names]
+            missing = [(kind, i) for i in spec.states.layers for kind in spec.states.kinds
+                       if f"past_{kind}.{i}" not in names]
             if missing:
                 raise BundleError(f"{model_path}: the graph lacks the {missing[0][0]} state of layer {missing[0][1]}, "
                                   "which the manifest lists")
@@ -175,13 +175,9 @@ class TargetSession:
         self.states = StateBuffers(spec.states, batch, self.np_dtype, self.device) if spec.states is not None else None
         self.bindings = [self._bind(direction) for direction in ((0, 1), (1, 0))[:2 if self.states else 1]]
         self.binding = self.bindings[0]
-        self.first_output = 2 * len(layers) + (self._state_outputs_per_layer * len(spec.states.layers)
+        # per state layer a present and a capture of each kind
+        self.first_output = 2 * len(layers) + (2 * len(spec.states.kinds) * len(spec.states.layers)
                                                if spec.states else 0)
-
-    @property
-    def _state_outputs_per_layer(self) -> int:
-        """present and capture of each state kind (conv, and recurrent where the layers have one)."""
-        return 4 if self.spec.states.has_recurrent else 2
 
     def _bind(self, direction: tuple[int, int]):
         """An IOBinding with the KV cache bound in place and, for hybrids, the states read from buffer direction[0]
@@ -204,9 +200,8 @@ class TargetSession:
     def _bind_captures(self, binding) -> None:
         """The capture outputs, unallocated (their length follows the call's): bound again before every call."""
         for i in self.spec.states.layers:  # where the session runs: a GPU's captures stay on the device
-            binding.bind_output(f"capture_conv.{i}", self.device)
-            if self.spec.states.has_recurrent:
-                binding.bind_output(f"capture_recurrent.{i}", self.device)
+            for kind in self.spec.states.kinds:
+                binding.bind_output(f"capture_{kind}.{i}", self.device)
 
     @property
     def recurrent(self) -> bool:
@@ -337,7 +332,7 @@ class TargetSession:
         outs = bind.get_outputs()  # in binding order: the caches, states and captures, logits, hidden_states
         first = self.first_output
         if self.states is not None:
-            layers, kinds = self.spec.states.layers, self._state_outputs_per_layer // 2
+            layers, kinds = self.spec.states.layers, len(self.spec.states.kinds)
             base = first - kinds * len(layers)
             captured = self.states.capture_arrays(outs[base:first])  # per layer: conv (, recurrent)
             self.states.after_call(Capture(self.length, s, dict(zip(layers, captured[0::kinds])),
