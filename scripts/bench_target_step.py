@@ -32,7 +32,7 @@ class GraphRunner:
                  random_ids: bool = False, exact: bool = False):
         self.exact = exact
         self.rng = np.random.default_rng(0) if random_ids else None  # distinct tokens: an MoE routes each its own way
-        opts = make_session_options()
+        opts = make_session_options(model_path=path)
         for key, value in (config or {}).items():
             opts.add_session_config_entry(key, value)
         self.sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])

@@ -129,10 +129,14 @@ def mixed_gguf(tmp_path_factory):
     return path, config, expected
 
 
-def test_a_mixed_format_gguf_is_written_exactly(mixed_gguf, tmp_path):
+@pytest.mark.parametrize("ggml_operators", [False, True], ids=["matmulnbits", "ggml-operators"])
+def test_a_mixed_format_gguf_is_written_exactly(mixed_gguf, tmp_path, ggml_operators):
     """The weights the graph holds, read back from its data file, are the GGUF's dequantization bit for bit (the
     q/k row permutation of llama.cpp's converter undone on the blocks); the one IQ4_NL tensor is named as
-    quantized again."""
+    quantized again. With specrt's operators, the Q4_K and Q6_K matrices are the file's own blocks (their rows
+    moved by the q/k permutation) under MatMulQ4_K / MatMulQ6_K."""
+    import onnx
+
     from specrt.convert.quantize import dequantize
     from specrt.convert.target_graph import GraphOptions, write_target_graph
     from specrt.models.config import config_from_hf
@@ -141,7 +145,12 @@ def test_a_mixed_format_gguf_is_written_exactly(mixed_gguf, tmp_path):
     path, _, expected = mixed_gguf
     hf, weights, _ = load_gguf(path)
     cfg = config_from_hf(hf)
-    written = write_target_graph(cfg, weights, GraphOptions(precision="gguf", attention_rows_input=True), tmp_path, "t")
+    opts = GraphOptions(precision="gguf", attention_rows_input=True, ggml_operators=ggml_operators)
+    written = write_target_graph(cfg, weights, opts, tmp_path, "t")
+    ops = sorted(n.op_type for n in onnx.load(str(tmp_path / "t.onnx"), load_external_data=False).graph.node
+                 if n.domain == "specrt.ggml")
+    # q (Q4_K) and k (Q6_K) of layer 0, o (Q6_K) of layer 1 and its fused gate|up (Q4_K)
+    assert ops == (["MatMulQ4_K", "MatMulQ4_K", "MatMulQ6_K", "MatMulQ6_K"] if ggml_operators else [])
     assert written.gguf_requantized == {"model.layers.1.mlp.down_proj.weight": "IQ4_NL"}
     for name, want in expected.items():
         if name in written.gguf_requantized:

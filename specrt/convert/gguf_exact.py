@@ -40,6 +40,7 @@ from specrt.convert.quantize import QuantWeight, _pack
 from specrt.errors import SourceError
 
 QK_K = 256
+BLOCK_OPERATORS = ("Q4_K", "Q6_K")  # the types specrt's own operators multiply by as the file's blocks (specrt/native)
 
 
 @dataclass(frozen=True)
@@ -163,10 +164,11 @@ def exact_weight(qtype: str, raw: bytes, shape: tuple[int, int], name: str = "")
     zp = np.full((n, n_blocks), form.zero_point, np.uint8)
     if mins is not None:
         zp, mins = _centred(scales, mins, 2 ** form.bits - 1)
+    own = {"ggml_type": qtype, "ggml_blocks": blocks.reshape(n, -1)} if qtype in BLOCK_OPERATORS else {}
     return QuantWeight(packed=_pack(q.reshape(n, n_blocks, form.block), form.bits),
                        scales=np.ascontiguousarray(scales, np.float32).reshape(-1),
                        zero_points=_packed_zero_points(zp, form.bits), n=n, k=k, block_size=form.block, bits=form.bits,
-                       mins=None if mins is None else np.ascontiguousarray(mins, np.float32).reshape(-1))
+                       mins=None if mins is None else np.ascontiguousarray(mins, np.float32).reshape(-1), **own)
 
 
 def _packed_zero_points(zp: np.ndarray, bits: int) -> np.ndarray:
@@ -218,6 +220,16 @@ def _reordered(qw: QuantWeight, reorder) -> QuantWeight | None:
     zps = spread(_unpack(qw.zero_points.reshape(n, -1), qw.bits)[:, :nb])
     if scales is None or zps is None or (qw.mins is not None and mins is None):
         return None
+    own = {}
+    rows = _row_permutation(reorder, n, qw.k) if qw.ggml_blocks is not None else None
+    if rows is not None:  # whole rows move: the file's blocks move with them
+        own = {"ggml_type": qw.ggml_type, "ggml_blocks": qw.ggml_blocks[rows]}
     return QuantWeight(packed=_pack(q.reshape(n, nb, block), qw.bits), scales=scales.reshape(-1),
                        zero_points=_packed_zero_points(zps, qw.bits), n=n, k=qw.k, block_size=block, bits=qw.bits,
-                       mins=None if mins is None else mins.reshape(-1))
+                       mins=None if mins is None else mins.reshape(-1), **own)
+
+
+def _row_permutation(reorder, n: int, k: int) -> np.ndarray | None:
+    """The source row of each row `reorder` yields, where it moves whole rows (Llama's q/k permutation); else None."""
+    moved = np.asarray(reorder(np.broadcast_to(np.arange(n, dtype=np.int32)[:, None], (n, k)))).reshape(n, k)
+    return moved[:, 0].copy() if np.array_equal(moved, np.broadcast_to(moved[:, :1], moved.shape)) else None

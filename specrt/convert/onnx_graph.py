@@ -18,6 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 MS_DOMAIN = "com.microsoft"
+GGML_DOMAIN = "specrt.ggml"  # specrt's own operators (specrt/native)
 OPSET = 21
 
 NP_TO_ONNX = {
@@ -134,11 +135,9 @@ class GraphWriter:
 
     def model(self) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.initializers)
-        model = helper.make_model(
-            graph,
-            opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)],
-            producer_name="specrt",
-        )
+        imports = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)]
+        imports += [helper.make_opsetid(d, 1) for d in sorted({n.domain for n in walk_nodes(graph)} - {"", MS_DOMAIN})]
+        model = helper.make_model(graph, opset_imports=imports, producer_name="specrt")
         model.ir_version = 10
         return model
 
@@ -173,7 +172,7 @@ def float_activation_twin(path: Path, router_outputs: bool = False) -> Path | tu
     router_outputs, every MoE layer's router logits [N, E] are also outputs, returned as {layer: output name}."""
     model = onnx.load(str(path), load_external_data=False)
     for node in walk_nodes(model.graph):
-        if node.op_type in ("MatMulNBits", "QMoE"):
+        if node.op_type in ("MatMulNBits", "QMoE") or node.domain == GGML_DOMAIN:  # specrt/native's take it too
             for attr in node.attribute:
                 if attr.name == "accuracy_level":
                     attr.i = 0

@@ -271,6 +271,19 @@ def _against_followed_routes(graph: Path, spec: TargetSpec, providers, prompts: 
     return compare(got, outputs, prompts), outputs, record
 
 
+def _ggml_operators(stages: Stages) -> bool:
+    """Whether specrt's GGUF operators can run here (specrt/native); said in the log either way."""
+    from specrt import native
+
+    try:
+        native.library()
+    except native.NativeUnavailable as exc:
+        stages.log(f"gguf: K-quant weights in ONNX Runtime's MatMulNBits forms ({exc})")
+        return False
+    stages.log("gguf: Q4_K / Q6_K weights as the file's own blocks, in specrt's operators")
+    return True
+
+
 def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int, hidden_layers: tuple[int, ...],
                  providers, stages: Stages, int4_block_size: int = 32, device: str = "cpu") -> tuple[TargetGraph, dict]:
     """Build `<stem>.onnx` (+ .data) for a loaded model, streaming, and validate it against torch.
@@ -289,7 +302,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     cpu = device == "cpu"  # a GPU graph leaves the CPU's exactness machinery out (convert/gpu_profile.py)
     graph_opts = GraphOptions(precision=precision, max_context=max_context, hidden_layers=tuple(sorted(hidden_layers)),
                               int4_block_size=int4_block_size, attention_rows_input=cpu,
-                              exact_attention=cpu and providers[0] == "CPUExecutionProvider", device=device)
+                              exact_attention=cpu and providers[0] == "CPUExecutionProvider", device=device,
+                              ggml_operators=precision == "gguf" and cpu and _ggml_operators(stages))
     half = graph_opts.activation_dtype == np.float16
     prompts = _tokenize(tmp, VALIDATION_TEXTS, cfg.vocab_size, min(max_context, VALIDATION_TOKENS))
     bits = weight_bits(precision)

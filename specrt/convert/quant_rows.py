@@ -33,6 +33,7 @@ class QuantRows:
     step: int = 1
     mins: str = ""  # GGUF formats with per-block minimums: their initializer ([n_blocks, n], or [n, n_blocks] by row)
     mins_by_row: bool = False
+    ggml_type: str = ""  # qweight is the GGUF file's own blocks of this type [n, row bytes] (specrt's operators)
 
     @property
     def count(self) -> int:
@@ -59,6 +60,11 @@ class WrittenGraph:
             span = (int(pick.min()), int(pick.max()) + 1, r.n)
             pick = pick - span[0]
         n = r.n if span is None else span[1] - span[0]
+        if r.ggml_type:  # the file's own blocks: their exact form, as conversion read them
+            from specrt.convert.gguf_exact import exact_weight
+
+            blocks = self.data.read(r.qweight, span).reshape(n, -1)[pick]
+            return exact_weight(r.ggml_type, blocks.tobytes(), (len(blocks), r.k))
         n_blocks = -(-r.k // r.block_size)
         packed = self.data.read(r.qweight, span).reshape(n, n_blocks, r.block_size * r.bits // 8)[pick]
         scales = self.data.read(r.scales, span).reshape(n, n_blocks)[pick].astype(np.float32)

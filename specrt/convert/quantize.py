@@ -34,6 +34,10 @@ class QuantWeight:
     # a per-block minimum [N * n_blocks] float32, subtracted after scaling (GGUF formats such as Q4_K: w = scale *
     # (q - zero_point) - min; convert/gguf_exact.py); None for specrt's own quantization
     mins: np.ndarray | None = None
+    # the same weights as the GGUF file's own blocks, where specrt's operators multiply by them (specrt/native):
+    # the type ("Q4_K") and the bytes, uint8 [N, K / 256 * block bytes]; "" / None otherwise
+    ggml_type: str = ""
+    ggml_blocks: np.ndarray | None = None
 
 
 def _pack(q: np.ndarray, bits: int) -> np.ndarray:
@@ -127,7 +131,16 @@ def concat_rows(parts: list[QuantWeight]) -> QuantWeight:
         block_size=first.block_size,
         bits=first.bits,
         mins=np.concatenate([p.mins for p in parts]) if first.mins is not None else None,
+        **_joined_blocks(parts),
     )
+
+
+def _joined_blocks(parts: list[QuantWeight]) -> dict:
+    """The parts' GGUF blocks stacked, where every part has them in one type; else none."""
+    kind = parts[0].ggml_type
+    if not kind or any(p.ggml_type != kind or p.ggml_blocks is None for p in parts):
+        return {}
+    return {"ggml_type": kind, "ggml_blocks": np.concatenate([p.ggml_blocks for p in parts], axis=0)}
 
 
 def same_form(parts: list[QuantWeight]) -> bool:

@@ -73,6 +73,9 @@ class GraphOptions:
     # CPU's exactness machinery out (attention_rows_input, exact_attention, the experts' Scan) and let MatMulNBits
     # keep its activations (accuracy_level 0): convert/gpu_profile.py
     device: str = "cpu"
+    # --precision gguf on the CPU: Q4_K / Q6_K weights multiplied by as the file's own blocks, in specrt's operators
+    # (specrt/native), instead of MatMulNBits forms of the same values that read 1.4-1.5x the bytes
+    ggml_operators: bool = False
 
     @property
     def bits(self) -> int:
@@ -212,6 +215,8 @@ class _TargetBuilder:
         """x @ concat(parts).T (+ bias) in one MatMulNBits; where the weights have per-block minimums (GGUF
         formats), minus the block sums of x times the minimums (y = x @ (s * q)^T - blocksums(x) @ M^T)."""
         q = concat_rows(parts)
+        if self.opts.ggml_operators and q.ggml_type:
+            return self.matmul_ggml(x, names, parts, q, out_name, bias)
         ins = [
             x,
             self.g.weight(out_name + ".qweight", q.packed),
@@ -239,6 +244,21 @@ class _TargetBuilder:
         )
         y = self.minus_minimums(x, y, mins_t, q.block_size) if mins_t else y
         return self.g.op("Add", [y, later_bias]) if later_bias else y
+
+    def matmul_ggml(self, x: str, names: list[str], parts: list[QuantWeight], q: QuantWeight, out_name: str,
+                    bias) -> str:
+        """x @ concat(parts).T (+ bias) in specrt's operator for the GGUF type, over the file's own blocks."""
+        from specrt import native
+
+        blocks = self.g.weight(out_name + ".ggml", q.ggml_blocks)  # uint8 [N, K / 256 * block bytes]
+        row = 0
+        for n, part in zip(names, parts):
+            self.quant_rows[n + ".weight"] = QuantRows(blocks, "", "", row, row + part.n, q.n, q.k, q.block_size,
+                                                       q.bits, ggml_type=q.ggml_type)
+            row += part.n
+        y = self.g.op(native.OPS[q.ggml_type], [x, blocks], domain=native.DOMAIN, name=out_name,
+                      accuracy_level=self.opts.accuracy_level)
+        return self.g.op("Add", [y, self.g.weight(out_name + ".bias", bias.astype(self.dtype))]) if bias is not None else y
 
     def minus_minimums(self, x: str, y: str, mins_t: str, block: int) -> str:
         """y - blocksums(x) @ mins_t: a MatMulNBits' output less its weights' per-block minimums ([n_blocks, N])."""

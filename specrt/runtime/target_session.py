@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
+from specrt import native
 from specrt.bundle import (ATTENTION_ROWS_INPUT, EXPERT_CALLS_INPUT, SEQLENS_INPUT, TOTAL_LENGTH_INPUT,
                            RecurrentStates)
 from specrt.errors import BundleError, SpecrtError
@@ -52,8 +53,11 @@ class ContextOverflowError(SpecrtError):
     """More tokens than the bundle's max context."""
 
 
-def make_session_options(threads: int = 0) -> ort.SessionOptions:
+def make_session_options(threads: int = 0, model_path=None) -> ort.SessionOptions:
+    """Session options for a bundle's graph; a graph with specrt's own operators (specrt/native) gets them."""
     opts = ort.SessionOptions()
+    if model_path is not None and native.graph_uses(model_path):
+        native.register(opts)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if threads:
         opts.intra_op_num_threads = threads
@@ -77,8 +81,9 @@ def open_session(model_path, threads: int = 0, providers=("CPUExecutionProvider"
     providers = list(providers)
     if os.environ.get("SPECRT_NO_CPU_FALLBACK") == "1" and len(providers) > 1:
         providers = [p for p in providers if p != "CPUExecutionProvider"]  # listed, it would conflict with the flag
+    opts = make_session_options(threads, model_path)  # a BundleError of its own where specrt's operators are missing
     try:
-        session = ort.InferenceSession(str(model_path), make_session_options(threads), providers=providers)
+        session = ort.InferenceSession(str(model_path), opts, providers=providers)
     except Exception as exc:  # InvalidProtobuf, Fail, RuntimeError...: ORT's own messages span lines
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BundleError(f"{model_path}: ONNX Runtime cannot load this graph ({first[:200]})") from None

@@ -1,0 +1,25 @@
+/* GGUF K-quant matrix products (ggml_kernels.c): the calls the ONNX Runtime operators (ort_ops.c) and the tests make. */
+#ifndef SPECRT_GGML_KERNELS_H
+#define SPECRT_GGML_KERNELS_H
+
+#include <stdint.h>
+
+enum { SPECRT_Q4_K = 12, SPECRT_Q6_K = 14 };  /* ggml's type numbers */
+
+/* Bytes of one activation row of k values quantized for the products: k int8, a float scale per 32, a float sum per 16. */
+int64_t specrt_q8k_row_bytes(int64_t k);
+void specrt_q8k_quantize(const float *x, int64_t k, uint8_t *out);
+int specrt_ggml_block_bytes(int type);
+/* y[m, n] for n in [n_lo, n_hi), m < m_count: weight rows of `type` blocks against quantized activation rows. */
+void specrt_ggml_rows(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, int64_t k, const uint8_t *act,
+                      int64_t m_count, float *y, int64_t n_total);
+/* The same with float activations (each block dequantized, then float dot products): conversion's exact check. */
+void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, int64_t k, const float *x,
+                            int64_t m_count, float *y, int64_t n_total);
+/* `blocks` blocks of `type` -> blocks * 256 floats. */
+void specrt_ggml_dequantize(int type, const uint8_t *w, int64_t blocks, float *out);
+/* The whole product, one thread (float_activations: as specrt_ggml_rows_float): 0 on success. */
+int specrt_ggml_matmul(int type, const float *x, int64_t m_count, int64_t k, const uint8_t *w, int64_t n, float *y,
+                       int float_activations);
+
+#endif

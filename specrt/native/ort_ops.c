@@ -1,0 +1,243 @@
+/* ONNX Runtime operators over ggml_kernels.c: specrt.ggml MatMulQ4_K and MatMulQ6_K, registered by
+   SessionOptions.register_custom_ops_library (the entry point RegisterCustomOps below).
+
+   Y [..., N] float = A [..., K] float times B^T, B the GGUF tensor's own blocks [N, K / 256 * block bytes] uint8.
+
+   Only what these operators call of ONNX Runtime's C API is declared here: the API is a table of function
+   pointers whose order never changes between releases (new entries are appended), so a slot is named by its
+   index. Indices and signatures are those of onnxruntime_c_api.h; the table is asked for at API version 17 (ONNX
+   Runtime 1.17, the first with KernelContext_ParallelFor; specrt needs 1.22 or later). */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ggml_kernels.h"
+
+#define API_VERSION 17
+
+typedef struct OrtStatus OrtStatus;
+typedef struct OrtKernelContext OrtKernelContext;
+typedef struct OrtKernelInfo OrtKernelInfo;
+typedef struct OrtValue OrtValue;
+typedef struct OrtShapeInfo OrtShapeInfo; /* OrtTensorTypeAndShapeInfo */
+typedef struct OrtSessionOptions OrtSessionOptions;
+typedef struct OrtDomain OrtDomain; /* OrtCustomOpDomain */
+
+typedef struct {
+    void *slot[300];  /* the first entries of OrtApi, by index; this file reads at most slot 274 */
+} OrtApiTable;
+
+typedef struct {
+    const OrtApiTable *(*GetApi)(uint32_t version);
+    const char *(*GetVersionString)(void);
+} OrtApiBaseTable;
+
+/* Slots of OrtApi used here (index: name). */
+enum {
+    CREATE_STATUS = 0,
+    CREATE_CUSTOM_OP_DOMAIN = 26,
+    CUSTOM_OP_DOMAIN_ADD = 27,
+    ADD_CUSTOM_OP_DOMAIN = 28,
+    GET_TENSOR_MUTABLE_DATA = 51,
+    GET_DIMENSIONS_COUNT = 61,
+    GET_DIMENSIONS = 62,
+    GET_TENSOR_TYPE_AND_SHAPE = 65,
+    KERNEL_INFO_GET_ATTRIBUTE_INT64 = 86,
+    KERNEL_CONTEXT_GET_INPUT = 90,
+    KERNEL_CONTEXT_GET_OUTPUT = 91,
+    RELEASE_STATUS = 93,
+    RELEASE_TENSOR_TYPE_AND_SHAPE_INFO = 99,
+    KERNEL_CONTEXT_PARALLEL_FOR = 274,
+};
+
+enum { ELEMENT_FLOAT = 1, ELEMENT_UINT8 = 2 };
+enum { ORT_FAIL = 1, ORT_INVALID_ARGUMENT = 2 };
+enum { INPUT_OUTPUT_REQUIRED = 0 };
+
+/* OrtCustomOp, all 26 members (a zeroed member is "not provided"; which ones are read depends on `version`). */
+typedef struct CustomOp {
+    uint32_t version;
+    void *(*CreateKernel)(const struct CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info);
+    const char *(*GetName)(const struct CustomOp *op);
+    const char *(*GetExecutionProviderType)(const struct CustomOp *op);
+    int (*GetInputType)(const struct CustomOp *op, size_t index);
+    size_t (*GetInputTypeCount)(const struct CustomOp *op);
+    int (*GetOutputType)(const struct CustomOp *op, size_t index);
+    size_t (*GetOutputTypeCount)(const struct CustomOp *op);
+    void (*KernelCompute)(void *kernel, OrtKernelContext *context);
+    void (*KernelDestroy)(void *kernel);
+    int (*GetInputCharacteristic)(const struct CustomOp *op, size_t index);
+    int (*GetOutputCharacteristic)(const struct CustomOp *op, size_t index);
+    int (*GetInputMemoryType)(const struct CustomOp *op, size_t index);
+    int (*GetVariadicInputMinArity)(const struct CustomOp *op);
+    int (*GetVariadicInputHomogeneity)(const struct CustomOp *op);
+    int (*GetVariadicOutputMinArity)(const struct CustomOp *op);
+    int (*GetVariadicOutputHomogeneity)(const struct CustomOp *op);
+    OrtStatus *(*CreateKernelV2)(const struct CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info,
+                                 void **kernel);
+    OrtStatus *(*KernelComputeV2)(void *kernel, OrtKernelContext *context);
+    void *InferOutputShapeFn;
+    int (*GetStartVersion)(const struct CustomOp *op);
+    int (*GetEndVersion)(const struct CustomOp *op);
+    void *GetMayInplace, *ReleaseMayInplace, *GetAliasMap, *ReleaseAliasMap;
+} CustomOp;
+
+typedef OrtStatus *(*CreateStatusFn)(int code, const char *msg);
+typedef OrtStatus *(*CreateDomainFn)(const char *domain, OrtDomain **out);
+typedef OrtStatus *(*DomainAddFn)(OrtDomain *domain, const CustomOp *op);
+typedef OrtStatus *(*AddDomainFn)(OrtSessionOptions *options, OrtDomain *domain);
+typedef OrtStatus *(*MutableDataFn)(OrtValue *value, void **out);
+typedef OrtStatus *(*DimsCountFn)(const OrtShapeInfo *info, size_t *out);
+typedef OrtStatus *(*DimsFn)(const OrtShapeInfo *info, int64_t *dims, size_t length);
+typedef OrtStatus *(*TypeAndShapeFn)(const OrtValue *value, OrtShapeInfo **out);
+typedef OrtStatus *(*GetInputFn)(const OrtKernelContext *context, size_t index, const OrtValue **out);
+typedef OrtStatus *(*GetOutputFn)(OrtKernelContext *context, size_t index, const int64_t *dims, size_t count,
+                                  OrtValue **out);
+typedef OrtStatus *(*AttributeIntFn)(const OrtKernelInfo *info, const char *name, int64_t *out);
+typedef void (*ReleaseStatusFn)(OrtStatus *status);
+typedef void (*ReleaseShapeFn)(OrtShapeInfo *info);
+typedef OrtStatus *(*ParallelForFn)(const OrtKernelContext *context, void (*fn)(void *, size_t), size_t total,
+                                    size_t num_batch, void *usr_data);
+
+#define API(api, index, type) ((type)(api)->slot[index])
+
+typedef struct {
+    const OrtApiTable *api;
+    int type;  /* SPECRT_Q4_K or SPECRT_Q6_K */
+    int float_activations;  /* attribute accuracy_level 0 (as MatMulNBits'): float activations, for exact checks */
+} Kernel;
+
+typedef struct {
+    int type;
+    const uint8_t *w;
+    int64_t n, k, m;
+    const uint8_t *act;  /* the activations quantized, or NULL: float activations x */
+    const float *x;
+    float *y;
+    int64_t chunk;  /* output columns per task */
+} Job;
+
+static void run_chunk(void *data, size_t index) {
+    const Job *job = (const Job *)data;
+    int64_t lo = (int64_t)index * job->chunk, hi = lo + job->chunk < job->n ? lo + job->chunk : job->n;
+    if (job->act)
+        specrt_ggml_rows(job->type, job->w, lo, hi, job->k, job->act, job->m, job->y, job->n);
+    else
+        specrt_ggml_rows_float(job->type, job->w, lo, hi, job->k, job->x, job->m, job->y, job->n);
+}
+
+/* dims of a value into out (at most 8); returns the count, or -1 on an error. */
+static int dims_of(const OrtApiTable *api, const OrtValue *value, int64_t *out) {
+    OrtShapeInfo *info = NULL;
+    size_t count = 0;
+    if (API(api, GET_TENSOR_TYPE_AND_SHAPE, TypeAndShapeFn)(value, &info)) return -1;
+    int bad = API(api, GET_DIMENSIONS_COUNT, DimsCountFn)(info, &count) != NULL || count > 8 ||
+              API(api, GET_DIMENSIONS, DimsFn)(info, out, count) != NULL;
+    API(api, RELEASE_TENSOR_TYPE_AND_SHAPE_INFO, ReleaseShapeFn)(info);
+    return bad ? -1 : (int)count;
+}
+
+static OrtStatus *compute(void *data, OrtKernelContext *context) {
+    const Kernel *kernel = (const Kernel *)data;
+    const OrtApiTable *api = kernel->api;
+    CreateStatusFn status = API(api, CREATE_STATUS, CreateStatusFn);
+    const OrtValue *a_value = NULL, *b_value = NULL;
+    if (API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 0, &a_value) ||
+        API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 1, &b_value))
+        return status(ORT_FAIL, "specrt.ggml: cannot read the inputs");
+    int64_t a_dims[8], b_dims[8];
+    int a_rank = dims_of(api, a_value, a_dims), b_rank = dims_of(api, b_value, b_dims);
+    if (a_rank < 1 || b_rank != 2) return status(ORT_INVALID_ARGUMENT, "specrt.ggml: A must be [..., K], B [N, bytes]");
+    int64_t k = a_dims[a_rank - 1], n = b_dims[0], m = 1;
+    for (int i = 0; i < a_rank - 1; ++i) m *= a_dims[i];
+    if (k % 256 || b_dims[1] != k / 256 * specrt_ggml_block_bytes(kernel->type))
+        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: B's rows are not K / 256 blocks of its type");
+    int64_t y_dims[8];
+    memcpy(y_dims, a_dims, sizeof(int64_t) * (size_t)a_rank);
+    y_dims[a_rank - 1] = n;
+    OrtValue *y_value = NULL;
+    void *a = NULL, *b = NULL, *y = NULL;
+    if (API(api, KERNEL_CONTEXT_GET_OUTPUT, GetOutputFn)(context, 0, y_dims, (size_t)a_rank, &y_value) ||
+        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)a_value, &a) ||
+        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)b_value, &b) ||
+        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)(y_value, &y))
+        return status(ORT_FAIL, "specrt.ggml: cannot bind the output");
+    if (m == 0 || n == 0) return NULL;
+    int64_t stride = specrt_q8k_row_bytes(k);
+    uint8_t *act = NULL;
+    if (!kernel->float_activations) {
+        act = (uint8_t *)malloc((size_t)(stride * m));
+        if (!act) return status(ORT_FAIL, "specrt.ggml: out of memory for the quantized activations");
+        for (int64_t i = 0; i < m; ++i) specrt_q8k_quantize((const float *)a + i * k, k, act + i * stride);
+    }
+    Job job = {kernel->type, (const uint8_t *)b, n, k, m, act, (const float *)a, (float *)y, 16};
+    size_t chunks = (size_t)((n + job.chunk - 1) / job.chunk);
+    OrtStatus *failed = API(api, KERNEL_CONTEXT_PARALLEL_FOR, ParallelForFn)(context, run_chunk, chunks, 0, &job);
+    free(act);
+    return failed;
+}
+
+static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info, void **out);
+static const char *name_q4_k(const CustomOp *op) { (void)op; return "MatMulQ4_K"; }
+static const char *name_q6_k(const CustomOp *op) { (void)op; return "MatMulQ6_K"; }
+static const char *cpu_provider(const CustomOp *op) { (void)op; return "CPUExecutionProvider"; }
+static int input_type(const CustomOp *op, size_t index) { (void)op; return index == 0 ? ELEMENT_FLOAT : ELEMENT_UINT8; }
+static size_t two(const CustomOp *op) { (void)op; return 2; }
+static int output_type(const CustomOp *op, size_t index) { (void)op; (void)index; return ELEMENT_FLOAT; }
+static size_t one(const CustomOp *op) { (void)op; return 1; }
+static void destroy(void *kernel) { free(kernel); }
+static int required(const CustomOp *op, size_t index) { (void)op; (void)index; return INPUT_OUTPUT_REQUIRED; }
+static int default_memory(const CustomOp *op, size_t index) { (void)op; (void)index; return 0; }
+static int opset_one(const CustomOp *op) { (void)op; return 1; }
+static int any_later(const CustomOp *op) { (void)op; return 2147483647; }
+
+static CustomOp ops[2];
+
+static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info, void **out) {
+    Kernel *kernel = (Kernel *)malloc(sizeof(Kernel));
+    if (!kernel) return API(api, CREATE_STATUS, CreateStatusFn)(ORT_FAIL, "specrt.ggml: out of memory");
+    kernel->api = api;
+    kernel->type = op == &ops[0] ? SPECRT_Q4_K : SPECRT_Q6_K;
+    int64_t level = 4;
+    OrtStatus *absent = API(api, KERNEL_INFO_GET_ATTRIBUTE_INT64, AttributeIntFn)(info, "accuracy_level", &level);
+    if (absent) {
+        API(api, RELEASE_STATUS, ReleaseStatusFn)(absent);
+        level = 4;
+    }
+    kernel->float_activations = level == 0;
+    *out = kernel;
+    return NULL;
+}
+
+static void fill(CustomOp *op, const char *(*name)(const CustomOp *)) {
+    memset(op, 0, sizeof(*op));
+    op->version = API_VERSION;
+    op->GetName = name;
+    op->GetExecutionProviderType = cpu_provider;
+    op->GetInputType = input_type;
+    op->GetInputTypeCount = two;
+    op->GetOutputType = output_type;
+    op->GetOutputTypeCount = one;
+    op->KernelDestroy = destroy;
+    op->GetInputCharacteristic = required;
+    op->GetOutputCharacteristic = required;
+    op->GetInputMemoryType = default_memory;
+    op->CreateKernelV2 = create_kernel;
+    op->KernelComputeV2 = compute;
+    op->GetStartVersion = opset_one;
+    op->GetEndVersion = any_later;
+}
+
+OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBaseTable *base) {
+    const OrtApiTable *api = base->GetApi(API_VERSION);
+    if (!api) return NULL;  /* an ONNX Runtime older than 1.17: nothing is registered, the graph will not load */
+    fill(&ops[0], name_q4_k);
+    fill(&ops[1], name_q6_k);
+    OrtDomain *domain = NULL;
+    OrtStatus *failed = API(api, CREATE_CUSTOM_OP_DOMAIN, CreateDomainFn)("specrt.ggml", &domain);
+    for (int i = 0; !failed && i < 2; ++i) failed = API(api, CUSTOM_OP_DOMAIN_ADD, DomainAddFn)(domain, &ops[i]);
+    if (!failed) failed = API(api, ADD_CUSTOM_OP_DOMAIN, AddDomainFn)(options, domain);
+    return failed;
+}
