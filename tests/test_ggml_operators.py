@@ -1,4 +1,4 @@
-"""specrt's GGUF operators (specrt/native: MatMulQ4_K, MatMulQ6_K over the file's own blocks), held to gguf-py's
+"""specrt's GGUF operators (specrt/kernels/ggml_ops: MatMulQ4_K, MatMulQ6_K over the file's own blocks), held to gguf-py's
 dequantization (float activations) and to a numpy model of their 8-bit activation scheme; a row's result does not
 depend on the call; the plain C path equals the vector path; a bundle that needs them says so when they are missing."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specrt import native
+from specrt.kernels import ggml_ops
 from tests.test_gguf_exact import gguf_dequantized, random_blocks
 
-pytestmark = pytest.mark.skipif(not native.enabled(), reason="no C compiler here: specrt's GGUF operators")
+pytestmark = pytest.mark.skipif(not ggml_ops.enabled(), reason="no C compiler here: specrt's GGUF operators")
 
 TYPE_NUMBER = {"Q4_K": 12, "Q6_K": 14}  # ggml's
 P = ctypes.c_void_p
@@ -53,7 +53,7 @@ def _q8_model(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def lib():
-    return ctypes.CDLL(str(native.library()))
+    return ctypes.CDLL(str(ggml_ops.library()))
 
 
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
@@ -77,9 +77,9 @@ def test_int8_activations_follow_their_scheme(lib, qtype):
 def test_the_plain_c_path_equals_the_vector_path(lib, tmp_path):
     """Built without -march (no AVX2: the loops in plain C), the library computes the same integers; only the float
     sums' order differs."""
-    here = Path(native.__file__).parent
+    here = Path(ggml_ops.__file__).parent
     plain = tmp_path / "plain.so"
-    subprocess.run([native._compiler(), "-O2", "-fPIC", "-shared", "-std=c11", "-o", str(plain),
+    subprocess.run([ggml_ops._compiler(), "-O2", "-fPIC", "-shared", "-std=c11", "-o", str(plain),
                     str(here / "ggml_kernels.c"), "-lm"], check=True, capture_output=True)
     scalar = ctypes.CDLL(str(plain))
     for qtype in TYPE_NUMBER:
@@ -101,9 +101,9 @@ def _cpu_has(*flags: str) -> bool:
 def test_the_wide_path_equals_the_avx2_path_bit_for_bit(lib, tmp_path):
     """The AVX-512 build sums the same integers in fewer steps, then rounds in the same float order: equal bits, so
     a bundle decodes alike on both kinds of x86 CPU."""
-    here = Path(native.__file__).parent
+    here = Path(ggml_ops.__file__).parent
     narrow = tmp_path / "avx2.so"
-    subprocess.run([native._compiler(), "-O3", "-mavx2", "-mfma", "-mf16c", "-fno-math-errno", "-fPIC", "-shared",
+    subprocess.run([ggml_ops._compiler(), "-O3", "-mavx2", "-mfma", "-mf16c", "-fno-math-errno", "-fPIC", "-shared",
                     "-std=c11", "-o", str(narrow), str(here / "ggml_kernels.c"), "-lm"], check=True, capture_output=True)
     avx2 = ctypes.CDLL(str(narrow))
     for qtype in TYPE_NUMBER:
@@ -116,14 +116,14 @@ def _session(qtype: str, blocks: np.ndarray, k: int, threads: int, level: int = 
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    node = helper.make_node(native.OPS[qtype], ["A", "B"], ["Y"], domain=native.DOMAIN, accuracy_level=level)
+    node = helper.make_node(ggml_ops.OPS[qtype], ["A", "B"], ["Y"], domain=ggml_ops.DOMAIN, accuracy_level=level)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, "S", k])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(blocks, "B")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(native.DOMAIN, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ggml_ops.DOMAIN, 1)])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
-    native.register(opts)
+    ggml_ops.register(opts)
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
@@ -160,9 +160,9 @@ def test_a_bundle_that_needs_the_operators_says_so_without_them(tmp_path, monkey
     graph.write_bytes(_session_model_bytes(blocks))
 
     def missing():
-        raise native.NativeUnavailable("no C compiler (cc, gcc or clang) to build specrt's GGUF operators")
+        raise ggml_ops.NativeUnavailable("no C compiler (cc, gcc or clang) to build specrt's GGUF operators")
 
-    monkeypatch.setattr(native, "library", missing)
+    monkeypatch.setattr(ggml_ops, "library", missing)
     with pytest.raises(BundleError, match=r"specrt's own operators, which are unavailable: no C compiler") as err:
         open_session(graph)
     assert "\n" not in str(err.value)
@@ -171,9 +171,9 @@ def test_a_bundle_that_needs_the_operators_says_so_without_them(tmp_path, monkey
 def _session_model_bytes(blocks: np.ndarray) -> bytes:
     from onnx import TensorProto, helper, numpy_helper
 
-    node = helper.make_node("MatMulQ6_K", ["A", "B"], ["Y"], domain=native.DOMAIN)
+    node = helper.make_node("MatMulQ6_K", ["A", "B"], ["Y"], domain=ggml_ops.DOMAIN)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, "S", 768])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(blocks, "B")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                   helper.make_opsetid(native.DOMAIN, 1)]).SerializeToString()
+                                                   helper.make_opsetid(ggml_ops.DOMAIN, 1)]).SerializeToString()

@@ -66,7 +66,7 @@ def installed(tmp_path_factory) -> Path:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
     tracked = [name for name in tracked if name.startswith("specrt/")]
-    missing = [p for p in tracked if p.endswith((".py", ".c", ".h")) and p not in names]  # .c: specrt/native
+    missing = [p for p in tracked if p.endswith((".py", ".c", ".h")) and p not in names]  # .c: specrt/kernels/ggml_ops
     assert not missing, f"the wheel lacks {missing[:5]}"
     assert "specrt/drafters/assistant/drafter.py" in names
     target = root / "site"

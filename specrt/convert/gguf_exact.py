@@ -40,7 +40,7 @@ from specrt.convert.quantize import QuantWeight, _pack
 from specrt.errors import SourceError
 
 QK_K = 256
-BLOCK_OPERATORS = ("Q4_K", "Q6_K")  # the types specrt's own operators multiply by as the file's blocks (specrt/native)
+BLOCK_OPERATORS = ("Q4_K", "Q6_K")  # the types specrt's own operators multiply by as the file's blocks (specrt/kernels/ggml_ops)
 
 
 @dataclass(frozen=True)

@@ -272,12 +272,12 @@ def _against_followed_routes(graph: Path, spec: TargetSpec, providers, prompts: 
 
 
 def _ggml_operators(stages: Stages) -> bool:
-    """Whether specrt's GGUF operators can run here (specrt/native); said in the log either way."""
-    from specrt import native
+    """Whether specrt's GGUF operators can run here (specrt/kernels/ggml_ops); said in the log either way."""
+    from specrt.kernels import ggml_ops
 
     try:
-        native.library()
-    except native.NativeUnavailable as exc:
+        ggml_ops.library()
+    except ggml_ops.NativeUnavailable as exc:
         stages.log(f"gguf: K-quant weights in ONNX Runtime's MatMulNBits forms ({exc})")
         return False
     stages.log("gguf: Q4_K / Q6_K weights as the file's own blocks, in specrt's operators")

@@ -34,7 +34,7 @@ class QuantWeight:
     # a per-block minimum [N * n_blocks] float32, subtracted after scaling (GGUF formats such as Q4_K: w = scale *
     # (q - zero_point) - min; convert/gguf_exact.py); None for specrt's own quantization
     mins: np.ndarray | None = None
-    # the same weights as the GGUF file's own blocks, where specrt's operators multiply by them (specrt/native):
+    # the same weights as the GGUF file's own blocks, where specrt's operators multiply by them (specrt/kernels/ggml_ops):
     # the type ("Q4_K") and the bytes, uint8 [N, K / 256 * block bytes]; "" / None otherwise
     ggml_type: str = ""
     ggml_blocks: np.ndarray | None = None

@@ -74,7 +74,7 @@ class GraphOptions:
     # keep its activations (accuracy_level 0): convert/gpu_profile.py
     device: str = "cpu"
     # --precision gguf on the CPU: Q4_K / Q6_K weights multiplied by as the file's own blocks, in specrt's operators
-    # (specrt/native), instead of MatMulNBits forms of the same values that read 1.4-1.5x the bytes
+    # (specrt/kernels/ggml_ops), instead of MatMulNBits forms of the same values that read 1.4-1.5x the bytes
     ggml_operators: bool = False
 
     @property
@@ -248,7 +248,7 @@ class _TargetBuilder:
     def matmul_ggml(self, x: str, names: list[str], parts: list[QuantWeight], q: QuantWeight, out_name: str,
                     bias) -> str:
         """x @ concat(parts).T (+ bias) in specrt's operator for the GGUF type, over the file's own blocks."""
-        from specrt import native
+        from specrt.kernels import ggml_ops
 
         blocks = self.g.weight(out_name + ".ggml", q.ggml_blocks)  # uint8 [N, K / 256 * block bytes]
         row = 0
@@ -256,7 +256,7 @@ class _TargetBuilder:
             self.quant_rows[n + ".weight"] = QuantRows(blocks, "", "", row, row + part.n, q.n, q.k, q.block_size,
                                                        q.bits, ggml_type=q.ggml_type)
             row += part.n
-        y = self.g.op(native.OPS[q.ggml_type], [x, blocks], domain=native.DOMAIN, name=out_name,
+        y = self.g.op(ggml_ops.OPS[q.ggml_type], [x, blocks], domain=ggml_ops.DOMAIN, name=out_name,
                       accuracy_level=self.opts.accuracy_level)
         return self.g.op("Add", [y, self.g.weight(out_name + ".bias", bias.astype(self.dtype))]) if bias is not None else y
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from specrt import native
 from specrt.bundle import (ATTENTION_ROWS_INPUT, EXPERT_CALLS_INPUT, SEQLENS_INPUT, TOTAL_LENGTH_INPUT,
                            RecurrentStates)
 from specrt.errors import BundleError, SpecrtError
+from specrt.kernels import ggml_ops
 from specrt.kernels.kv_compact import kv_compact_ref
 from specrt.runtime.recurrent_state import Capture, StateBuffers
 
@@ -54,10 +54,10 @@ class ContextOverflowError(SpecrtError):
 
 
 def make_session_options(threads: int = 0, model_path=None) -> ort.SessionOptions:
-    """Session options for a bundle's graph; a graph with specrt's own operators (specrt/native) gets them."""
+    """Session options for a bundle's graph; a graph with specrt's GGUF operators (kernels/ggml_ops) gets them."""
     opts = ort.SessionOptions()
-    if model_path is not None and native.graph_uses(model_path):
-        native.register(opts)
+    if model_path is not None and ggml_ops.graph_uses(model_path):
+        ggml_ops.register(opts)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if threads:
         opts.intra_op_num_threads = threads

@@ -8,10 +8,10 @@ here (domain `specrt.ggml`: MatMulQ4_K, MatMulQ6_K; ggml_kernels.c, ort_ops.c) m
 as the file holds them, the activations quantized to 8 bits per 256 as llama.cpp's CPU backend does.
 
 The library is compiled from the C sources beside this file on first use (`cc -O3 -march=native`: the machine's own
-vector instructions; a plain C path without AVX2) into the cache (~/.cache/specrt/native/<key>/, the key covering the
+vector instructions; a plain C path without AVX2) into the cache (~/.cache/specrt/kernels/ggml_ops/<key>/, the key covering the
 sources, the compiler and the CPU's flags), as llama-cpp-python builds llama.cpp at install; written atomically.
 Without a C compiler it is unavailable: conversion keeps the MatMulNBits forms, and a bundle that uses the operators
-says in one line what is missing. SPECRT_NATIVE=0 turns it off (conversion then writes the MatMulNBits forms)."""
+says in one line what is missing. SPECRT_GGML_OPS=0 turns it off (conversion then writes the MatMulNBits forms)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ class NativeUnavailable(RuntimeError):
 
 
 def enabled() -> bool:
-    """The operators are wanted (SPECRT_NATIVE is not 0) and can be built on this machine."""
-    if os.environ.get("SPECRT_NATIVE", "1") == "0":
+    """The operators are wanted (SPECRT_GGML_OPS is not 0) and can be built on this machine."""
+    if os.environ.get("SPECRT_GGML_OPS", "1") == "0":
         return False
     try:
         library()
@@ -79,8 +79,8 @@ def library() -> Path:
     """The compiled operator library, built into the cache on first use; NativeUnavailable says why not."""
     from specrt.catalog import cache_dir
 
-    if os.environ.get("SPECRT_NATIVE", "1") == "0":
-        raise NativeUnavailable("SPECRT_NATIVE=0 turns specrt's GGUF operators off")
+    if os.environ.get("SPECRT_GGML_OPS", "1") == "0":
+        raise NativeUnavailable("SPECRT_GGML_OPS=0 turns specrt's GGUF operators off")
     cc = _compiler()
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, timeout=30).stdout
@@ -92,7 +92,7 @@ def library() -> Path:
     for name in SOURCES:
         key.update((here / name).read_bytes())
     key.update(version + " ".join(flags).encode() + _cpu_flags().encode())
-    out = cache_dir() / "native" / key.hexdigest()[:16] / LIBRARY
+    out = cache_dir() / "ggml_ops" / key.hexdigest()[:16] / LIBRARY
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
