@@ -16,7 +16,8 @@ from tests.test_gguf_exact import gguf_dequantized, random_blocks
 
 pytestmark = pytest.mark.skipif(not ggml_ops.enabled(), reason="no C compiler here: specrt's GGUF operators")
 
-TYPE_NUMBER = {"Q4_K": 12, "Q6_K": 14}  # ggml's
+TYPE_NUMBER = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q6_K": 14}  # ggml's
+TYPES = list(TYPE_NUMBER)
 P = ctypes.c_void_p
 
 
@@ -31,8 +32,17 @@ def _product(lib, qtype: str, x: np.ndarray, blocks: np.ndarray, n: int, float_a
 
 
 def _case(qtype: str, n: int = 37, k: int = 768, m: int = 5, seed: int = 0):
+    """Random blocks of the type (a 32-block format: k = 576, which leaves a last group of 2 of 8 blocks), random
+    activations with one outlier feature; the formats with a minimum get one that centres the block, as real
+    weights have (an all-positive block would measure float cancellation, not the operator)."""
     rng = np.random.default_rng(seed)
+    k = k if qtype.endswith("_K") else 576
     blocks = np.ascontiguousarray(random_blocks(qtype, n, k, rng))
+    if qtype in ("Q4_1", "Q5_1"):
+        view = blocks.reshape(-1, 20 if qtype == "Q4_1" else 24)
+        d = view[:, 0:2].copy().view(np.float16).astype(np.float32)
+        top = 15 if qtype == "Q4_1" else 31
+        view[:, 2:4] = (-d * top / 2).astype(np.float16).view(np.uint8)
     x = rng.standard_normal((m, k)).astype(np.float32)
     x[:, 3] *= 40  # an outlier feature, as real activations have
     return x, blocks, gguf_dequantized(blocks, qtype, (n, k)).astype(np.float64)
@@ -43,7 +53,7 @@ def _q8_model(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     int8 activations use blocks of 32 too); the product is then with those values, which the operators compute as
     integer dot products rescaled once per 32."""
     m, k = x.shape
-    blocks = x.reshape(m, k // 32, 32).astype(np.float32)
+    blocks = x.reshape(m, k // 32, 32).astype(np.float32)  # (k: a whole number of 32s in every case here)
     amax = np.abs(blocks).max(-1, keepdims=True)
     scale = (amax / np.float32(127)).astype(np.float32)
     inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
@@ -56,7 +66,7 @@ def lib():
     return ctypes.CDLL(str(ggml_ops.library()))
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("qtype", TYPES)
 def test_float_activations_give_the_product_with_the_files_weights(lib, qtype):
     x, blocks, w = _case(qtype)
     got = _product(lib, qtype, x, blocks, w.shape[0], float_activations=True)
@@ -64,7 +74,7 @@ def test_float_activations_give_the_product_with_the_files_weights(lib, qtype):
     assert np.abs(got - want).max() <= 2e-6 * np.abs(want).max()
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("qtype", TYPES)
 def test_int8_activations_follow_their_scheme(lib, qtype):
     x, blocks, w = _case(qtype, seed=1)
     got = _product(lib, qtype, x, blocks, w.shape[0], float_activations=False)
@@ -127,7 +137,7 @@ def _session(qtype: str, blocks: np.ndarray, k: int, threads: int, level: int = 
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("qtype", TYPES)
 def test_a_row_is_the_same_in_any_call(qtype):
     """Through ONNX Runtime: each row of a 9-row call equals that row called alone, bit for bit, with one thread or
     two (the output columns split between threads; each output one fixed sequence of operations)."""
@@ -147,7 +157,7 @@ def test_a_row_is_the_same_in_any_call(qtype):
 def test_misshaped_blocks_are_a_clear_error():
     x, blocks, _ = _case("Q4_K")
     session = _session("Q4_K", blocks[:, :-1].copy(), x.shape[1], threads=1)
-    with pytest.raises(Exception, match="B's rows are not K / 256 blocks of its type"):
+    with pytest.raises(Exception, match="B's rows are not K / block blocks of its type"):
         session.run(None, {"A": x[None]})
 
 

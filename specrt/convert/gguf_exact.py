@@ -38,9 +38,10 @@ import numpy as np
 
 from specrt.convert.quantize import QuantWeight, _pack
 from specrt.errors import SourceError
+from specrt.kernels.ggml_ops import OPS
 
 QK_K = 256
-BLOCK_OPERATORS = ("Q4_K", "Q6_K")  # the types specrt's own operators multiply by as the file's blocks (specrt/kernels/ggml_ops)
+BLOCK_OPERATORS = tuple(OPS)  # the types specrt's own operators multiply by as the file's blocks (kernels/ggml_ops)
 
 
 @dataclass(frozen=True)

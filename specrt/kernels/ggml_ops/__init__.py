@@ -1,17 +1,19 @@
-"""specrt's own CPU operators for ONNX Runtime: GGUF K-quant matrix products on the file's own blocks.
+"""specrt's own CPU operators for ONNX Runtime: GGUF matrix products on the file's own blocks.
 
-ONNX Runtime's MatMulNBits has no form for a K-quant block (a 6-bit sub-scale and sub-minimum per 32 weights under a
-float16 pair per 256): carried exactly, a Q4_K weight became 4-bit values with a float32 scale, a zero point and a
-float32 minimum per 32 (about 6.1 bits a weight against the file's 4.5) and Q6_K 8-bit values with a float32 scale
-per 16 (10 bits against 6.6). Decoding reads every weight once a token, so those bytes were the speed. The operators
-here (domain `specrt.ggml`: MatMulQ4_K, MatMulQ6_K; ggml_kernels.c, ort_ops.c) multiply by the GGUF tensor's bytes
-as the file holds them, the activations quantized to 8 bits per 256 as llama.cpp's CPU backend does.
+ONNX Runtime's MatMulNBits takes 2, 4 or 8 bits with a float32 scale per block and no minimum: carried exactly, a
+Q4_K weight became 4-bit values with a float32 scale, a zero point and a float32 minimum per 32 (about 6.1 bits a
+weight against the file's 4.5), Q6_K 8-bit values with a float32 scale per 16 (10 bits against 6.6), Q5_0 8-bit
+values (9.1 against 5.5). Decoding reads every weight once a token, so those bytes were the speed. The operators
+here (domain `specrt.ggml`: MatMulQ4_0, MatMulQ4_1, MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ6_K; ggml_kernels.c,
+ort_ops.c) multiply by the GGUF tensor's bytes as the file holds them, the activations quantized to 8 bits per 32
+as MatMulNBits' int8 path does (accuracy_level 0: float activations, for conversion's exact check).
 
 The library is compiled from the C sources beside this file on first use (`cc -O3 -march=native`: the machine's own
-vector instructions; a plain C path without AVX2) into the cache (~/.cache/specrt/kernels/ggml_ops/<key>/, the key covering the
-sources, the compiler and the CPU's flags), as llama-cpp-python builds llama.cpp at install; written atomically.
-Without a C compiler it is unavailable: conversion keeps the MatMulNBits forms, and a bundle that uses the operators
-says in one line what is missing. SPECRT_GGML_OPS=0 turns it off (conversion then writes the MatMulNBits forms)."""
+vector instructions; AVX2 and AVX-512 VNNI paths, plain C without them) into the cache (~/.cache/specrt/ggml_ops/
+<key>/, the key covering the sources, the compiler and the CPU's flags), as llama-cpp-python builds llama.cpp at
+install; written atomically. Without a C compiler it is unavailable: conversion keeps the MatMulNBits forms, and a
+bundle that uses the operators says in one line what is missing. SPECRT_GGML_OPS=0 turns it off (conversion then
+writes the MatMulNBits forms)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from pathlib import Path
 from specrt.errors import BundleError
 
 DOMAIN = "specrt.ggml"  # = convert/onnx_graph.GGML_DOMAIN
-OPS = {"Q4_K": "MatMulQ4_K", "Q6_K": "MatMulQ6_K"}  # GGUF type -> operator
+OPS = {t: f"MatMul{t}" for t in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q6_K")}  # GGUF type -> operator
 SOURCES = ("ggml_kernels.c", "ort_ops.c", "ggml_kernels.h")
 LIBRARY = "libspecrt_ggml.so"
 BUILD_SECONDS = 180

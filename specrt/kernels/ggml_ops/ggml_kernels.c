@@ -55,12 +55,18 @@ static inline void k4_scale_min(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) 
     memcpy(mn, out + 2, 8);
 }
 
-int64_t specrt_q8k_row_bytes(int64_t k) { return k + (k / 32) * 4 + (k / 16) * 4; }
+/* A row of k activations is laid out over k rounded up to 256 (the padding zero): every group of 8 sub-blocks of
+   32 reads whole vectors, also in a 32-block format's last, partial group. */
+static inline int64_t padded(int64_t k) { return (k + QK_K - 1) / QK_K * QK_K; }
+
+int64_t specrt_q8k_row_bytes(int64_t k) { return padded(k) + (padded(k) / 32) * 4 + (padded(k) / 16) * 4; }
 
 void specrt_q8k_quantize(const float *x, int64_t k, uint8_t *out) {
+    int64_t kp = padded(k);
     int8_t *q = (int8_t *)out;
-    float *d = (float *)(out + k);
-    float *sums = (float *)(out + k + (k / 32) * 4);
+    float *d = (float *)(out + kp);
+    float *sums = (float *)(out + kp + (kp / 32) * 4);
+    memset(out, 0, (size_t)specrt_q8k_row_bytes(k));
     for (int64_t b = 0; b < k / 32; ++b) {
         const float *xb = x + b * 32;
         int8_t *qb = q + b * 32;
@@ -91,7 +97,8 @@ typedef struct {
 
 static inline q8_row q8_at(const uint8_t *act, int64_t stride, int64_t k, int64_t m) {
     const uint8_t *a = act + m * stride;
-    q8_row r = {(const int8_t *)a, (const float *)(a + k), (const float *)(a + k + (k / 32) * 4)};
+    int64_t kp = padded(k);
+    q8_row r = {(const int8_t *)a, (const float *)(a + kp), (const float *)(a + kp + (kp / 32) * 4)};
     return r;
 }
 
@@ -151,46 +158,119 @@ static inline __m256 bytes_to_floats(const uint8_t *p) {
 }
 #endif
 
-/* One weight row of Q4_K blocks against activation rows x[0 .. mt - 1] (mt <= M_TILE): y[t * y_stride].
-   Per 32 weights (one sub-block, one activation scale): d * sc_j * xd_j * (q4 . q8) - dmin * m_j * (sum of x). */
-static inline __attribute__((always_inline)) void tile_q4_k(const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y, int64_t y_stride) {
+/* The formats other than Q6_K, as groups of 8 sub-blocks of 32 weights (a Q4_K block; 8 blocks of Q4_0 .. Q5_1),
+   each sub-block j: w = d_j * u + c_j with u unsigned bytes. A row's last group of a 32-block format may hold fewer
+   sub-blocks: the rest are zero weights against the activations' zero padding. */
+typedef struct {
 #if defined(__AVX2__)
-    __m256 acc[M_TILE], mins[M_TILE];
-    for (int t = 0; t < mt; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256i u[8];
 #else
-    float acc[M_TILE] = {0};
+    uint8_t u[256];
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *blk = w + b * 144, *qs = blk + 16;
+    float d[8], c[8];
+} group;
+
+/* Sub-block j's 32 values u of a 32-weight block (Q4_0 / Q4_1: 16 bytes of nibbles, low ones first; Q5_*: the
+   same with a fifth bit per weight in 4 bytes, least significant first), and its d and c. */
+static inline void unpack32(int type, const uint8_t *blk, group *out, int j) {
+    float d = fp16(blk);
+    int has_min = type == SPECRT_Q4_1 || type == SPECRT_Q5_1, five = type == SPECRT_Q5_0 || type == SPECRT_Q5_1;
+    const uint8_t *qs = blk + 2 + (has_min ? 2 : 0) + (five ? 4 : 0);
+    uint32_t high = 0;
+    if (five) memcpy(&high, blk + 2 + (has_min ? 2 : 0), 4);
+    out->d[j] = d;
+    out->c[j] = has_min ? fp16(blk + 2) : -d * (five ? 16.0f : 8.0f);
+#if defined(__AVX2__)
+    __m128i bytes = _mm_loadu_si128((const __m128i *)qs), low4 = _mm_set1_epi8(0x0F);
+    __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), _mm_and_si128(bytes, low4));
+    if (five) {  /* bit i of `high` -> 16 in byte i */
+        __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)high),
+                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                              2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+        __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        u = _mm256_or_si256(u, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                                                _mm256_set1_epi8(0x10)));
+    }
+    out->u[j] = u;
+#else
+    for (int i = 0; i < 16; ++i) {
+        out->u[32 * j + i] = qs[i] & 0x0F;
+        out->u[32 * j + 16 + i] = qs[i] >> 4;
+    }
+    if (five)
+        for (int i = 0; i < 32; ++i) out->u[32 * j + i] |= ((high >> i) & 1) << 4;
+#endif
+}
+
+/* Group g of a row of `type`, k weights long. */
+static inline void unpack_group(int type, const uint8_t *row, int64_t g, int64_t k, group *out) {
+    if (type == SPECRT_Q4_K) {
+        const uint8_t *blk = row + g * 144, *qs = blk + 16;
         float d = fp16(blk), dmin = fp16(blk + 2);
         uint8_t sc[8], mn[8];
         k4_scale_min(blk + 4, sc, mn);
+        for (int j = 0; j < 8; ++j) {
+            out->d[j] = d * (float)sc[j];
+            out->c[j] = -(dmin * (float)mn[j]);
+        }
 #if defined(__AVX2__)
-#if defined(WIDE)
-        __m512i uz[4];  /* the 256 weights' nibbles, 64 a vector, in order */
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
         for (int j = 0; j < 4; ++j) {
             __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            uz[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bits, low4)),
-                                       _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4), 1);
+            out->u[2 * j] = _mm256_and_si256(bits, low4);
+            out->u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
         }
 #else
-        __m256i u[8];  /* the 256 weights' nibbles, 32 a vector, in order */
-        for (int j = 0; j < 4; ++j) {
-            __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            u[2 * j] = _mm256_and_si256(bits, low4);
-            u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
-        }
+        for (int j = 0; j < 4; ++j)
+            for (int l = 0; l < 32; ++l) {
+                out->u[64 * j + l] = qs[32 * j + l] & 0x0F;
+                out->u[64 * j + 32 + l] = qs[32 * j + l] >> 4;
+            }
 #endif
-        __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(d), bytes_to_floats(sc));
-        __m128i mn8 = _mm_loadl_epi64((const __m128i *)mn);
-        __m128i twice = _mm_unpacklo_epi8(mn8, mn8);  /* each minimum twice: against the 16-sums of its 32 */
-        __m256 m_lo = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(twice)));
-        __m256 m_hi = _mm256_mul_ps(_mm256_set1_ps(dmin),
-                                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(twice, 8))));
+        return;
+    }
+    int size = specrt_ggml_block_bytes(type);
+    int64_t first = 8 * g, count = k / 32 - first < 8 ? k / 32 - first : 8;
+    for (int j = 0; j < 8; ++j) {
+        if (j < count) {
+            unpack32(type, row + (first + j) * size, out, j);
+        } else {
+            out->d[j] = out->c[j] = 0.0f;
+#if defined(__AVX2__)
+            out->u[j] = _mm256_setzero_si256();
+#else
+            memset(out->u + 32 * j, 0, 32);
+#endif
+        }
+    }
+}
+
+/* One weight row against activation rows x[0 .. mt - 1] (mt <= M_TILE): y[t * y_stride]. Per sub-block j (one
+   weight scale, one activation scale): d_j * xd_j * (u . q8) + c_j * (sum of x). */
+static inline __attribute__((always_inline)) void tile_groups(int type, const uint8_t *w, int64_t k, const q8_row *x,
+                                                              int mt, float *y, int64_t y_stride) {
+    int64_t groups = (k + QK_K - 1) / QK_K;
+    group G;
+#if defined(__AVX2__)
+    __m256 acc[M_TILE], cacc[M_TILE];
+    for (int t = 0; t < mt; ++t) acc[t] = cacc[t] = _mm256_setzero_ps();
+    const __m256i first_half = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), second_half = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+#else
+    float acc[M_TILE] = {0};
+#endif
+    for (int64_t g = 0; g < groups; ++g) {
+        unpack_group(type, w, g, k, &G);
+#if defined(__AVX2__)
+        __m256 d8 = _mm256_loadu_ps(G.d), c8 = _mm256_loadu_ps(G.c);
+        /* each c twice: against the 16-sums of its 32 activations */
+        __m256 c_lo = _mm256_permutevar8x32_ps(c8, first_half), c_hi = _mm256_permutevar8x32_ps(c8, second_half);
+#if defined(WIDE)
+        __m512i uz[4];
+        for (int j = 0; j < 4; ++j) uz[j] = _mm512_inserti64x4(_mm512_castsi256_si512(G.u[2 * j]), G.u[2 * j + 1], 1);
+#endif
         for (int t = 0; t < mt; ++t) {
-            const int8_t *qa = x[t].q + b * QK_K;
-            __m256 f = _mm256_mul_ps(dsc, _mm256_loadu_ps(x[t].d + 8 * b));  /* d * sc_j * xd_j, j = 0..7 */
+            const int8_t *qa = x[t].q + g * QK_K;
+            __m256 f = _mm256_mul_ps(d8, _mm256_loadu_ps(x[t].d + 8 * g));  /* d_j * xd_j, j = 0..7 */
 #if defined(WIDE)
             __m512i pz[4];
             for (int j = 0; j < 4; ++j)
@@ -198,31 +278,28 @@ static inline __attribute__((always_inline)) void tile_q4_k(const uint8_t *w, in
             __m256i sums = pair_sums(pz[0], pz[1], pz[2], pz[3]);
 #else
             __m256i p[8];
-            for (int j = 0; j < 8; ++j) p[j] = dot4(u[j], _mm256_loadu_si256((const __m256i *)(qa + 32 * j)));
+            for (int j = 0; j < 8; ++j) p[j] = dot4(G.u[j], _mm256_loadu_si256((const __m256i *)(qa + 32 * j)));
             __m256i sums = lane_sums(p);
 #endif
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, acc[t]);
-            mins[t] = _mm256_fmadd_ps(m_lo, _mm256_loadu_ps(x[t].sum + 16 * b), mins[t]);
-            mins[t] = _mm256_fmadd_ps(m_hi, _mm256_loadu_ps(x[t].sum + 16 * b + 8), mins[t]);
+            cacc[t] = _mm256_fmadd_ps(c_lo, _mm256_loadu_ps(x[t].sum + 16 * g), cacc[t]);
+            cacc[t] = _mm256_fmadd_ps(c_hi, _mm256_loadu_ps(x[t].sum + 16 * g + 8), cacc[t]);
         }
 #else
         for (int t = 0; t < mt; ++t) {
-            const int8_t *qa = x[t].q + b * QK_K;
+            const int8_t *qa = x[t].q + g * QK_K;
             for (int j = 0; j < 8; ++j) {
                 int dot = 0;
-                for (int l = 0; l < 32; ++l) {
-                    uint8_t byte = qs[32 * (j / 2) + l];
-                    dot += ((j & 1) ? (byte >> 4) : (byte & 0x0F)) * qa[32 * j + l];
-                }
-                acc[t] += d * (float)sc[j] * x[t].d[8 * b + j] * (float)dot;
-                acc[t] -= dmin * (float)mn[j] * (x[t].sum[16 * b + 2 * j] + x[t].sum[16 * b + 2 * j + 1]);
+                for (int l = 0; l < 32; ++l) dot += G.u[32 * j + l] * qa[32 * j + l];
+                acc[t] += G.d[j] * x[t].d[8 * g + j] * (float)dot;
+                acc[t] += G.c[j] * (x[t].sum[16 * g + 2 * j] + x[t].sum[16 * g + 2 * j + 1]);
             }
         }
 #endif
     }
     for (int t = 0; t < mt; ++t) {
 #if defined(__AVX2__)
-        y[t * y_stride] = hsum8(acc[t]) - hsum8(mins[t]);
+        y[t * y_stride] = hsum8(acc[t]) + hsum8(cacc[t]);
 #else
         y[t * y_stride] = acc[t];
 #endif
@@ -318,49 +395,64 @@ static inline __attribute__((always_inline)) void tile_q6_k(const uint8_t *w, in
     }
 }
 
-/* One block's 256 weights as floats, as ggml dequantizes them. */
+int specrt_ggml_block_bytes(int type) {
+    switch (type) {
+    case SPECRT_Q4_0: return 18;
+    case SPECRT_Q4_1: return 20;
+    case SPECRT_Q5_0: return 22;
+    case SPECRT_Q5_1: return 24;
+    case SPECRT_Q4_K: return 144;
+    case SPECRT_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+int specrt_ggml_block_weights(int type) { return type == SPECRT_Q4_K || type == SPECRT_Q6_K ? QK_K : 32; }
+
+/* One block's weights as floats, as ggml dequantizes them. */
 static void dequantize_block(int type, const uint8_t *blk, float *out) {
-    if (type == SPECRT_Q4_K) {
-        float d = fp16(blk), dmin = fp16(blk + 2);
-        uint8_t sc[8], mn[8];
-        k4_scale_min(blk + 4, sc, mn);
-        for (int j = 0; j < 4; ++j) {
+    if (type == SPECRT_Q6_K) {
+        const uint8_t *ql = blk, *qh = blk + 128;
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        float d = fp16(blk + 208);
+        for (int half = 0; half < 2; ++half) {
             for (int l = 0; l < 32; ++l) {
-                uint8_t byte = blk[16 + 32 * j + l];
-                out[64 * j + l] = d * sc[2 * j] * (float)(byte & 0x0F) - dmin * mn[2 * j];
-                out[64 * j + 32 + l] = d * sc[2 * j + 1] * (float)(byte >> 4) - dmin * mn[2 * j + 1];
+                const uint8_t a0 = ql[64 * half + l], a1 = ql[64 * half + 32 + l], h = qh[32 * half + l];
+                int v[4] = {(a0 & 15) | ((h & 3) << 4), (a1 & 15) | (((h >> 2) & 3) << 4),
+                            (a0 >> 4) | (((h >> 4) & 3) << 4), (a1 >> 4) | (((h >> 6) & 3) << 4)};
+                for (int i = 0; i < 4; ++i) {
+                    int pos = 128 * half + 32 * i + l;
+                    out[pos] = d * (float)sc[pos / 16] * (float)(v[i] - 32);
+                }
             }
         }
         return;
     }
-    const uint8_t *ql = blk, *qh = blk + 128;
-    const int8_t *sc = (const int8_t *)(blk + 192);
-    float d = fp16(blk + 208);
-    for (int half = 0; half < 2; ++half) {
-        for (int l = 0; l < 32; ++l) {
-            const uint8_t a0 = ql[64 * half + l], a1 = ql[64 * half + 32 + l], h = qh[32 * half + l];
-            int v[4] = {(a0 & 15) | ((h & 3) << 4), (a1 & 15) | (((h >> 2) & 3) << 4),
-                        (a0 >> 4) | (((h >> 4) & 3) << 4), (a1 >> 4) | (((h >> 6) & 3) << 4)};
-            for (int i = 0; i < 4; ++i) {
-                int pos = 128 * half + 32 * i + l;
-                out[pos] = d * (float)sc[pos / 16] * (float)(v[i] - 32);
-            }
-        }
-    }
+    group g;  /* the others through their unpacking: w = d_j * u + c_j */
+    if (type == SPECRT_Q4_K) unpack_group(type, blk, 0, QK_K, &g);
+    else unpack32(type, blk, &g, 0);
+    uint8_t u[256];
+#if defined(__AVX2__)
+    for (int j = 0; j < 8; ++j) _mm256_storeu_si256((__m256i *)(u + 32 * j), g.u[j]);
+#else
+    memcpy(u, g.u, 256);
+#endif
+    for (int i = 0; i < specrt_ggml_block_weights(type); ++i) out[i] = g.d[i / 32] * (float)u[i] + g.c[i / 32];
 }
 
 void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, int64_t k, const float *x,
                             int64_t m_count, float *y, int64_t n_total) {
-    int64_t nb = k / QK_K, row_bytes = nb * specrt_ggml_block_bytes(type);
+    int per = specrt_ggml_block_weights(type), size = specrt_ggml_block_bytes(type);
+    int64_t nb = k / per, row_bytes = nb * size;
     float block[QK_K];
     for (int64_t n = n_lo; n < n_hi; ++n) {
         for (int64_t m = 0; m < m_count; ++m) y[m * n_total + n] = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
-            dequantize_block(type, w + n * row_bytes + b * specrt_ggml_block_bytes(type), block);
+            dequantize_block(type, w + n * row_bytes + b * size, block);
             for (int64_t m = 0; m < m_count; ++m) {
-                const float *xb = x + m * k + b * QK_K;
+                const float *xb = x + m * k + b * per;
                 float s = 0.0f;
-                for (int i = 0; i < QK_K; ++i) s += block[i] * xb[i];
+                for (int i = 0; i < per; ++i) s += block[i] * xb[i];
                 y[m * n_total + n] += s;
             }
         }
@@ -368,16 +460,14 @@ void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t n_lo, int64_t n_
 }
 
 void specrt_ggml_dequantize(int type, const uint8_t *w, int64_t blocks, float *out) {
-    for (int64_t b = 0; b < blocks; ++b) dequantize_block(type, w + b * specrt_ggml_block_bytes(type), out + b * QK_K);
-}
-
-int specrt_ggml_block_bytes(int type) {
-    return type == SPECRT_Q4_K ? 144 : type == SPECRT_Q6_K ? 210 : 0;
+    int per = specrt_ggml_block_weights(type);
+    for (int64_t b = 0; b < blocks; ++b) dequantize_block(type, w + b * specrt_ggml_block_bytes(type), out + b * per);
 }
 
 void specrt_ggml_rows(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, int64_t k, const uint8_t *act,
                       int64_t m_count, float *y, int64_t n_total) {
-    int64_t nb = k / QK_K, stride = specrt_q8k_row_bytes(k), row_bytes = nb * specrt_ggml_block_bytes(type);
+    int64_t stride = specrt_q8k_row_bytes(k);
+    int64_t row_bytes = k / specrt_ggml_block_weights(type) * specrt_ggml_block_bytes(type);
     for (int64_t m0 = 0; m0 < m_count; m0 += M_TILE) {
         int mt = (int)(m_count - m0 < M_TILE ? m_count - m0 : M_TILE);
         q8_row x[M_TILE];
@@ -385,39 +475,39 @@ void specrt_ggml_rows(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, in
         for (int64_t n = n_lo; n < n_hi; ++n) {
             const uint8_t *row = w + n * row_bytes;
             float *out = y + m0 * n_total + n;
-            /* a copy of the loop per tile height, the count known: its accumulators stay in registers */
-#define TILE(kind, rows) tile_##kind(row, nb, x, rows, out, n_total)
-            if (type == SPECRT_Q4_K) {
-                switch (mt) {
-                case 1: TILE(q4_k, 1); break;
-                case 2: TILE(q4_k, 2); break;
-                case 3: TILE(q4_k, 3); break;
-                case 4: TILE(q4_k, 4); break;
-                case 5: TILE(q4_k, 5); break;
-                case 6: TILE(q4_k, 6); break;
-                case 7: TILE(q4_k, 7); break;
-                default: TILE(q4_k, 8);
-                }
-            } else {
-                switch (mt) {
-                case 1: TILE(q6_k, 1); break;
-                case 2: TILE(q6_k, 2); break;
-                case 3: TILE(q6_k, 3); break;
-                case 4: TILE(q6_k, 4); break;
-                case 5: TILE(q6_k, 5); break;
-                case 6: TILE(q6_k, 6); break;
-                case 7: TILE(q6_k, 7); break;
-                default: TILE(q6_k, 8);
-                }
+            /* a copy of the loop per format and tile height, both known: the accumulators stay in registers */
+#define TILES(call)                                                                                                  \
+    switch (mt) {                                                                                                    \
+    case 1: call(1); break;                                                                                          \
+    case 2: call(2); break;                                                                                          \
+    case 3: call(3); break;                                                                                          \
+    case 4: call(4); break;                                                                                          \
+    case 5: call(5); break;                                                                                          \
+    case 6: call(6); break;                                                                                          \
+    case 7: call(7); break;                                                                                          \
+    default: call(8);                                                                                                \
+    }
+#define Q6_K_TILE(rows) tile_q6_k(row, k / QK_K, x, rows, out, n_total)
+#define Q4_K_TILE(rows) tile_groups(SPECRT_Q4_K, row, k, x, rows, out, n_total)
+#define Q4_0_TILE(rows) tile_groups(SPECRT_Q4_0, row, k, x, rows, out, n_total)
+#define Q4_1_TILE(rows) tile_groups(SPECRT_Q4_1, row, k, x, rows, out, n_total)
+#define Q5_0_TILE(rows) tile_groups(SPECRT_Q5_0, row, k, x, rows, out, n_total)
+#define Q5_1_TILE(rows) tile_groups(SPECRT_Q5_1, row, k, x, rows, out, n_total)
+            switch (type) {
+            case SPECRT_Q6_K: TILES(Q6_K_TILE) break;
+            case SPECRT_Q4_K: TILES(Q4_K_TILE) break;
+            case SPECRT_Q4_0: TILES(Q4_0_TILE) break;
+            case SPECRT_Q4_1: TILES(Q4_1_TILE) break;
+            case SPECRT_Q5_0: TILES(Q5_0_TILE) break;
+            default: TILES(Q5_1_TILE)
             }
-#undef TILE
         }
     }
 }
 
 int specrt_ggml_matmul(int type, const float *x, int64_t m_count, int64_t k, const uint8_t *w, int64_t n, float *y,
                        int float_activations) {
-    if (specrt_ggml_block_bytes(type) == 0 || k % QK_K) return 1;
+    if (specrt_ggml_block_bytes(type) == 0 || k % specrt_ggml_block_weights(type)) return 1;
     if (float_activations) {
         specrt_ggml_rows_float(type, w, 0, n, k, x, m_count, y, n);
         return 0;

@@ -4,12 +4,13 @@
 
 #include <stdint.h>
 
-enum { SPECRT_Q4_K = 12, SPECRT_Q6_K = 14 };  /* ggml's type numbers */
+enum { SPECRT_Q4_0 = 2, SPECRT_Q4_1 = 3, SPECRT_Q5_0 = 6, SPECRT_Q5_1 = 7, SPECRT_Q4_K = 12, SPECRT_Q6_K = 14 };  /* ggml's */
 
 /* Bytes of one activation row of k values quantized for the products: k int8, a float scale per 32, a float sum per 16. */
 int64_t specrt_q8k_row_bytes(int64_t k);
 void specrt_q8k_quantize(const float *x, int64_t k, uint8_t *out);
-int specrt_ggml_block_bytes(int type);
+int specrt_ggml_block_bytes(int type);   /* 0: a type these kernels do not take */
+int specrt_ggml_block_weights(int type); /* 256 (K-quants) or 32 */
 /* y[m, n] for n in [n_lo, n_hi), m < m_count: weight rows of `type` blocks against quantized activation rows. */
 void specrt_ggml_rows(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, int64_t k, const uint8_t *act,
                       int64_t m_count, float *y, int64_t n_total);

@@ -1,7 +1,10 @@
-/* ONNX Runtime operators over ggml_kernels.c: specrt.ggml MatMulQ4_K and MatMulQ6_K, registered by
-   SessionOptions.register_custom_ops_library (the entry point RegisterCustomOps below).
+/* ONNX Runtime operators over ggml_kernels.c: specrt.ggml MatMulQ4_0, MatMulQ4_1, MatMulQ5_0, MatMulQ5_1,
+   MatMulQ4_K and MatMulQ6_K, registered by SessionOptions.register_custom_ops_library (the entry point
+   RegisterCustomOps below).
 
-   Y [..., N] float = A [..., K] float times B^T, B the GGUF tensor's own blocks [N, K / 256 * block bytes] uint8.
+   Y [..., N] float = A [..., K] float times B^T, B the GGUF tensor's own blocks [N, K / block * block bytes] uint8
+   (blocks of 32 weights, or 256 for the K-quants). Attribute accuracy_level: 0 float activations (each block
+   dequantized: conversion's exact check), else 8-bit activations per 32 (MatMulNBits' level 4).
 
    Only what these operators call of ONNX Runtime's C API is declared here: the API is a table of function
    pointers whose order never changes between releases (new entries are appended), so a slot is named by its
@@ -105,7 +108,7 @@ typedef OrtStatus *(*ParallelForFn)(const OrtKernelContext *context, void (*fn)(
 
 typedef struct {
     const OrtApiTable *api;
-    int type;  /* SPECRT_Q4_K or SPECRT_Q6_K */
+    int type;  /* ggml's type number (ggml_kernels.h) */
     int float_activations;  /* attribute accuracy_level 0 (as MatMulNBits'): float activations, for exact checks */
 } Kernel;
 
@@ -152,8 +155,9 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
     if (a_rank < 1 || b_rank != 2) return status(ORT_INVALID_ARGUMENT, "specrt.ggml: A must be [..., K], B [N, bytes]");
     int64_t k = a_dims[a_rank - 1], n = b_dims[0], m = 1;
     for (int i = 0; i < a_rank - 1; ++i) m *= a_dims[i];
-    if (k % 256 || b_dims[1] != k / 256 * specrt_ggml_block_bytes(kernel->type))
-        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: B's rows are not K / 256 blocks of its type");
+    int per = specrt_ggml_block_weights(kernel->type);
+    if (k % per || b_dims[1] != k / per * specrt_ggml_block_bytes(kernel->type))
+        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: B's rows are not K / block blocks of its type");
     int64_t y_dims[8];
     memcpy(y_dims, a_dims, sizeof(int64_t) * (size_t)a_rank);
     y_dims[a_rank - 1] = n;
@@ -180,8 +184,14 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
 }
 
 static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info, void **out);
-static const char *name_q4_k(const CustomOp *op) { (void)op; return "MatMulQ4_K"; }
-static const char *name_q6_k(const CustomOp *op) { (void)op; return "MatMulQ6_K"; }
+
+/* The operators: name and ggml type, in the order of `ops`. */
+static const struct {
+    const char *name;
+    int type;
+} KINDS[] = {{"MatMulQ4_0", SPECRT_Q4_0}, {"MatMulQ4_1", SPECRT_Q4_1}, {"MatMulQ5_0", SPECRT_Q5_0},
+             {"MatMulQ5_1", SPECRT_Q5_1}, {"MatMulQ4_K", SPECRT_Q4_K}, {"MatMulQ6_K", SPECRT_Q6_K}};
+#define OP_COUNT (sizeof(KINDS) / sizeof(KINDS[0]))
 static const char *cpu_provider(const CustomOp *op) { (void)op; return "CPUExecutionProvider"; }
 static int input_type(const CustomOp *op, size_t index) { (void)op; return index == 0 ? ELEMENT_FLOAT : ELEMENT_UINT8; }
 static size_t two(const CustomOp *op) { (void)op; return 2; }
@@ -193,13 +203,15 @@ static int default_memory(const CustomOp *op, size_t index) { (void)op; (void)in
 static int opset_one(const CustomOp *op) { (void)op; return 1; }
 static int any_later(const CustomOp *op) { (void)op; return 2147483647; }
 
-static CustomOp ops[2];
+static CustomOp ops[OP_COUNT];
+
+static const char *op_name(const CustomOp *op) { return KINDS[op - ops].name; }
 
 static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info, void **out) {
     Kernel *kernel = (Kernel *)malloc(sizeof(Kernel));
     if (!kernel) return API(api, CREATE_STATUS, CreateStatusFn)(ORT_FAIL, "specrt.ggml: out of memory");
     kernel->api = api;
-    kernel->type = op == &ops[0] ? SPECRT_Q4_K : SPECRT_Q6_K;
+    kernel->type = KINDS[op - ops].type;
     int64_t level = 4;
     OrtStatus *absent = API(api, KERNEL_INFO_GET_ATTRIBUTE_INT64, AttributeIntFn)(info, "accuracy_level", &level);
     if (absent) {
@@ -211,10 +223,10 @@ static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, cons
     return NULL;
 }
 
-static void fill(CustomOp *op, const char *(*name)(const CustomOp *)) {
+static void fill(CustomOp *op) {
     memset(op, 0, sizeof(*op));
     op->version = API_VERSION;
-    op->GetName = name;
+    op->GetName = op_name;
     op->GetExecutionProviderType = cpu_provider;
     op->GetInputType = input_type;
     op->GetInputTypeCount = two;
@@ -233,11 +245,10 @@ static void fill(CustomOp *op, const char *(*name)(const CustomOp *)) {
 OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBaseTable *base) {
     const OrtApiTable *api = base->GetApi(API_VERSION);
     if (!api) return NULL;  /* an ONNX Runtime older than 1.17: nothing is registered, the graph will not load */
-    fill(&ops[0], name_q4_k);
-    fill(&ops[1], name_q6_k);
+    for (size_t i = 0; i < OP_COUNT; ++i) fill(&ops[i]);
     OrtDomain *domain = NULL;
     OrtStatus *failed = API(api, CREATE_CUSTOM_OP_DOMAIN, CreateDomainFn)("specrt.ggml", &domain);
-    for (int i = 0; !failed && i < 2; ++i) failed = API(api, CUSTOM_OP_DOMAIN_ADD, DomainAddFn)(domain, &ops[i]);
+    for (size_t i = 0; !failed && i < OP_COUNT; ++i) failed = API(api, CUSTOM_OP_DOMAIN_ADD, DomainAddFn)(domain, &ops[i]);
     if (!failed) failed = API(api, ADD_CUSTOM_OP_DOMAIN, AddDomainFn)(options, domain);
     return failed;
 }
