@@ -16,7 +16,7 @@ from tests.test_gguf_exact import gguf_dequantized, random_blocks
 
 pytestmark = pytest.mark.skipif(not ggml_ops.enabled(), reason="no C compiler here: specrt's GGUF operators")
 
-TYPE_NUMBER = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q6_K": 14}  # ggml's
+TYPE_NUMBER = {"Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q6_K": 14}  # ggml's
 TYPES = list(TYPE_NUMBER)
 P = ctypes.c_void_p
 
@@ -38,11 +38,10 @@ def _case(qtype: str, n: int = 37, k: int = 768, m: int = 5, seed: int = 0):
     rng = np.random.default_rng(seed)
     k = k if qtype.endswith("_K") else 576
     blocks = np.ascontiguousarray(random_blocks(qtype, n, k, rng))
-    if qtype in ("Q4_1", "Q5_1"):
-        view = blocks.reshape(-1, 20 if qtype == "Q4_1" else 24)
+    if qtype == "Q5_1":
+        view = blocks.reshape(-1, 24)
         d = view[:, 0:2].copy().view(np.float16).astype(np.float32)
-        top = 15 if qtype == "Q4_1" else 31
-        view[:, 2:4] = (-d * top / 2).astype(np.float16).view(np.uint8)
+        view[:, 2:4] = (-d * 31 / 2).astype(np.float16).view(np.uint8)
     x = rng.standard_normal((m, k)).astype(np.float32)
     x[:, 3] *= 40  # an outlier feature, as real activations have
     return x, blocks, gguf_dequantized(blocks, qtype, (n, k)).astype(np.float64)

@@ -4,7 +4,7 @@ ONNX Runtime's MatMulNBits takes 2, 4 or 8 bits with a float32 scale per block a
 Q4_K weight became 4-bit values with a float32 scale, a zero point and a float32 minimum per 32 (about 6.1 bits a
 weight against the file's 4.5), Q6_K 8-bit values with a float32 scale per 16 (10 bits against 6.6), Q5_0 8-bit
 values (9.1 against 5.5). Decoding reads every weight once a token, so those bytes were the speed. The operators
-here (domain `specrt.ggml`: MatMulQ4_0, MatMulQ4_1, MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ6_K; ggml_kernels.c,
+here (domain `specrt.ggml`: MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ6_K; ggml_kernels.c,
 ort_ops.c) multiply by the GGUF tensor's bytes as the file holds them, the activations quantized to 8 bits per 32
 as MatMulNBits' int8 path does (accuracy_level 0: float activations, for conversion's exact check).
 
@@ -29,7 +29,9 @@ from pathlib import Path
 from specrt.errors import BundleError
 
 DOMAIN = "specrt.ggml"  # = convert/onnx_graph.GGML_DOMAIN
-OPS = {t: f"MatMul{t}" for t in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q6_K")}  # GGUF type -> operator
+# GGUF type -> operator. Q4_0 and Q4_1 stay in MatMulNBits: their form there reads 1.14x / 1.22x the file's bytes,
+# and on the default model (Q4_1, 135M) MatMulNBits decoded faster (docs/performance.md)
+OPS = {t: f"MatMul{t}" for t in ("Q5_0", "Q5_1", "Q4_K", "Q6_K")}
 SOURCES = ("ggml_kernels.c", "ort_ops.c", "ggml_kernels.h")
 LIBRARY = "libspecrt_ggml.so"
 BUILD_SECONDS = 180

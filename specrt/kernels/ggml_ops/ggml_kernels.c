@@ -10,7 +10,9 @@
    Block layouts (bytes): Q4_K 144 = fp16 d, fp16 dmin, 12 bytes of 6-bit sub-scales and sub-minimums (8 each),
    128 bytes of nibbles (per 64 weights: 32 bytes, low nibbles the first 32 weights, high nibbles the next 32);
    w = d * sc_j * q - dmin * m_j. Q6_K 210 = 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 int8 scales (one
-   per 16 weights), fp16 d; w = d * sc_g * (q - 32) with q = low | high << 4.
+   per 16 weights), fp16 d; w = d * sc_g * (q - 32) with q = low | high << 4. Q5_0 22 = fp16 d, 4 bytes of fifth bits
+   (least significant first), 16 bytes of nibbles (the first 16 weights low); w = d * (q - 16). Q5_1 24 = fp16 d,
+   fp16 m, then as Q5_0; w = d * q + m.
 
    The vector paths need AVX2 (and use AVX-512 VNNI's dot product where the compiler may); without them the same
    integers are computed in plain C. */
@@ -158,9 +160,9 @@ static inline __m256 bytes_to_floats(const uint8_t *p) {
 }
 #endif
 
-/* The formats other than Q6_K, as groups of 8 sub-blocks of 32 weights (a Q4_K block; 8 blocks of Q4_0 .. Q5_1),
-   each sub-block j: w = d_j * u + c_j with u unsigned bytes. A row's last group of a 32-block format may hold fewer
-   sub-blocks: the rest are zero weights against the activations' zero padding. */
+/* The 32-block formats (Q5_0, Q5_1) in groups of 8 blocks, each block j: w = d_j * u + c_j with u unsigned bytes
+   (Q5_0: d * (u - 16); Q5_1: d * u + m). A row's last group may hold fewer blocks: the rest are zero weights
+   against the activations' zero padding. */
 typedef struct {
 #if defined(__AVX2__)
     __m256i u[8];
@@ -170,20 +172,20 @@ typedef struct {
     float d[8], c[8];
 } group;
 
-/* Sub-block j's 32 values u of a 32-weight block (Q4_0 / Q4_1: 16 bytes of nibbles, low ones first; Q5_*: the
-   same with a fifth bit per weight in 4 bytes, least significant first), and its d and c. */
+/* Block j's 32 values u (16 bytes of nibbles, the first 16 weights in the low ones, and a fifth bit per weight in
+   4 bytes before them, least significant first), and its d and c. */
 static inline void unpack32(int type, const uint8_t *blk, group *out, int j) {
     float d = fp16(blk);
-    int has_min = type == SPECRT_Q4_1 || type == SPECRT_Q5_1, five = type == SPECRT_Q5_0 || type == SPECRT_Q5_1;
-    const uint8_t *qs = blk + 2 + (has_min ? 2 : 0) + (five ? 4 : 0);
-    uint32_t high = 0;
-    if (five) memcpy(&high, blk + 2 + (has_min ? 2 : 0), 4);
+    int has_min = type == SPECRT_Q5_1;
+    const uint8_t *qs = blk + 2 + (has_min ? 2 : 0) + 4;
+    uint32_t high;
+    memcpy(&high, blk + 2 + (has_min ? 2 : 0), 4);
     out->d[j] = d;
-    out->c[j] = has_min ? fp16(blk + 2) : -d * (five ? 16.0f : 8.0f);
+    out->c[j] = has_min ? fp16(blk + 2) : -d * 16.0f;
 #if defined(__AVX2__)
     __m128i bytes = _mm_loadu_si128((const __m128i *)qs), low4 = _mm_set1_epi8(0x0F);
     __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), _mm_and_si128(bytes, low4));
-    if (five) {  /* bit i of `high` -> 16 in byte i */
+    {  /* bit i of `high` -> 16 in byte i */
         __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)high),
                                              _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
@@ -197,38 +199,12 @@ static inline void unpack32(int type, const uint8_t *blk, group *out, int j) {
         out->u[32 * j + i] = qs[i] & 0x0F;
         out->u[32 * j + 16 + i] = qs[i] >> 4;
     }
-    if (five)
-        for (int i = 0; i < 32; ++i) out->u[32 * j + i] |= ((high >> i) & 1) << 4;
+    for (int i = 0; i < 32; ++i) out->u[32 * j + i] |= ((high >> i) & 1) << 4;
 #endif
 }
 
-/* Group g of a row of `type`, k weights long. */
+/* Group g (blocks 8g .. 8g + 7) of a row of a 32-block format, k weights long. */
 static inline void unpack_group(int type, const uint8_t *row, int64_t g, int64_t k, group *out) {
-    if (type == SPECRT_Q4_K) {
-        const uint8_t *blk = row + g * 144, *qs = blk + 16;
-        float d = fp16(blk), dmin = fp16(blk + 2);
-        uint8_t sc[8], mn[8];
-        k4_scale_min(blk + 4, sc, mn);
-        for (int j = 0; j < 8; ++j) {
-            out->d[j] = d * (float)sc[j];
-            out->c[j] = -(dmin * (float)mn[j]);
-        }
-#if defined(__AVX2__)
-        const __m256i low4 = _mm256_set1_epi8(0x0F);
-        for (int j = 0; j < 4; ++j) {
-            __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            out->u[2 * j] = _mm256_and_si256(bits, low4);
-            out->u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
-        }
-#else
-        for (int j = 0; j < 4; ++j)
-            for (int l = 0; l < 32; ++l) {
-                out->u[64 * j + l] = qs[32 * j + l] & 0x0F;
-                out->u[64 * j + 32 + l] = qs[32 * j + l] >> 4;
-            }
-#endif
-        return;
-    }
     int size = specrt_ggml_block_bytes(type);
     int64_t first = 8 * g, count = k / 32 - first < 8 ? k / 32 - first : 8;
     for (int j = 0; j < 8; ++j) {
@@ -300,6 +276,84 @@ static inline __attribute__((always_inline)) void tile_groups(int type, const ui
     for (int t = 0; t < mt; ++t) {
 #if defined(__AVX2__)
         y[t * y_stride] = hsum8(acc[t]) + hsum8(cacc[t]);
+#else
+        y[t * y_stride] = acc[t];
+#endif
+    }
+}
+
+/* One weight row of Q4_K blocks against activation rows x[0 .. mt - 1] (mt <= M_TILE): y[t * y_stride].
+   Per 32 weights (one sub-block, one activation scale): d * sc_j * xd_j * (q4 . q8) - dmin * m_j * (sum of x). */
+static inline __attribute__((always_inline)) void tile_q4_k(const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y, int64_t y_stride) {
+#if defined(__AVX2__)
+    __m256 acc[M_TILE], mins[M_TILE];
+    for (int t = 0; t < mt; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+#else
+    float acc[M_TILE] = {0};
+#endif
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = w + b * 144, *qs = blk + 16;
+        float d = fp16(blk), dmin = fp16(blk + 2);
+        uint8_t sc[8], mn[8];
+        k4_scale_min(blk + 4, sc, mn);
+#if defined(__AVX2__)
+#if defined(WIDE)
+        __m512i uz[4];  /* the 256 weights' nibbles, 64 a vector, in order */
+        for (int j = 0; j < 4; ++j) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            uz[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bits, low4)),
+                                       _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4), 1);
+        }
+#else
+        __m256i u[8];  /* the 256 weights' nibbles, 32 a vector, in order */
+        for (int j = 0; j < 4; ++j) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            u[2 * j] = _mm256_and_si256(bits, low4);
+            u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
+        }
+#endif
+        __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(d), bytes_to_floats(sc));
+        __m128i mn8 = _mm_loadl_epi64((const __m128i *)mn);
+        __m128i twice = _mm_unpacklo_epi8(mn8, mn8);  /* each minimum twice: against the 16-sums of its 32 */
+        __m256 m_lo = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(twice)));
+        __m256 m_hi = _mm256_mul_ps(_mm256_set1_ps(dmin),
+                                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(twice, 8))));
+        for (int t = 0; t < mt; ++t) {
+            const int8_t *qa = x[t].q + b * QK_K;
+            __m256 f = _mm256_mul_ps(dsc, _mm256_loadu_ps(x[t].d + 8 * b));  /* d * sc_j * xd_j, j = 0..7 */
+#if defined(WIDE)
+            __m512i pz[4];
+            for (int j = 0; j < 4; ++j)
+                pz[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uz[j], _mm512_loadu_si512((const void *)(qa + 64 * j)));
+            __m256i sums = pair_sums(pz[0], pz[1], pz[2], pz[3]);
+#else
+            __m256i p[8];
+            for (int j = 0; j < 8; ++j) p[j] = dot4(u[j], _mm256_loadu_si256((const __m256i *)(qa + 32 * j)));
+            __m256i sums = lane_sums(p);
+#endif
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, acc[t]);
+            mins[t] = _mm256_fmadd_ps(m_lo, _mm256_loadu_ps(x[t].sum + 16 * b), mins[t]);
+            mins[t] = _mm256_fmadd_ps(m_hi, _mm256_loadu_ps(x[t].sum + 16 * b + 8), mins[t]);
+        }
+#else
+        for (int t = 0; t < mt; ++t) {
+            const int8_t *qa = x[t].q + b * QK_K;
+            for (int j = 0; j < 8; ++j) {
+                int dot = 0;
+                for (int l = 0; l < 32; ++l) {
+                    uint8_t byte = qs[32 * (j / 2) + l];
+                    dot += ((j & 1) ? (byte >> 4) : (byte & 0x0F)) * qa[32 * j + l];
+                }
+                acc[t] += d * (float)sc[j] * x[t].d[8 * b + j] * (float)dot;
+                acc[t] -= dmin * (float)mn[j] * (x[t].sum[16 * b + 2 * j] + x[t].sum[16 * b + 2 * j + 1]);
+            }
+        }
+#endif
+    }
+    for (int t = 0; t < mt; ++t) {
+#if defined(__AVX2__)
+        y[t * y_stride] = hsum8(acc[t]) - hsum8(mins[t]);
 #else
         y[t * y_stride] = acc[t];
 #endif
@@ -397,8 +451,6 @@ static inline __attribute__((always_inline)) void tile_q6_k(const uint8_t *w, in
 
 int specrt_ggml_block_bytes(int type) {
     switch (type) {
-    case SPECRT_Q4_0: return 18;
-    case SPECRT_Q4_1: return 20;
     case SPECRT_Q5_0: return 22;
     case SPECRT_Q5_1: return 24;
     case SPECRT_Q4_K: return 144;
@@ -428,9 +480,21 @@ static void dequantize_block(int type, const uint8_t *blk, float *out) {
         }
         return;
     }
-    group g;  /* the others through their unpacking: w = d_j * u + c_j */
-    if (type == SPECRT_Q4_K) unpack_group(type, blk, 0, QK_K, &g);
-    else unpack32(type, blk, &g, 0);
+    if (type == SPECRT_Q4_K) {
+        float d = fp16(blk), dmin = fp16(blk + 2);
+        uint8_t sc[8], mn[8];
+        k4_scale_min(blk + 4, sc, mn);
+        for (int j = 0; j < 4; ++j) {
+            for (int l = 0; l < 32; ++l) {
+                uint8_t byte = blk[16 + 32 * j + l];
+                out[64 * j + l] = d * sc[2 * j] * (float)(byte & 0x0F) - dmin * mn[2 * j];
+                out[64 * j + 32 + l] = d * sc[2 * j + 1] * (float)(byte >> 4) - dmin * mn[2 * j + 1];
+            }
+        }
+        return;
+    }
+    group g;  /* Q5_0, Q5_1 through their unpacking: w = d * u + c */
+    unpack32(type, blk, &g, 0);
     uint8_t u[256];
 #if defined(__AVX2__)
     for (int j = 0; j < 8; ++j) _mm256_storeu_si256((__m256i *)(u + 32 * j), g.u[j]);
@@ -488,16 +552,12 @@ void specrt_ggml_rows(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, in
     default: call(8);                                                                                                \
     }
 #define Q6_K_TILE(rows) tile_q6_k(row, k / QK_K, x, rows, out, n_total)
-#define Q4_K_TILE(rows) tile_groups(SPECRT_Q4_K, row, k, x, rows, out, n_total)
-#define Q4_0_TILE(rows) tile_groups(SPECRT_Q4_0, row, k, x, rows, out, n_total)
-#define Q4_1_TILE(rows) tile_groups(SPECRT_Q4_1, row, k, x, rows, out, n_total)
+#define Q4_K_TILE(rows) tile_q4_k(row, k / QK_K, x, rows, out, n_total)
 #define Q5_0_TILE(rows) tile_groups(SPECRT_Q5_0, row, k, x, rows, out, n_total)
 #define Q5_1_TILE(rows) tile_groups(SPECRT_Q5_1, row, k, x, rows, out, n_total)
             switch (type) {
             case SPECRT_Q6_K: TILES(Q6_K_TILE) break;
             case SPECRT_Q4_K: TILES(Q4_K_TILE) break;
-            case SPECRT_Q4_0: TILES(Q4_0_TILE) break;
-            case SPECRT_Q4_1: TILES(Q4_1_TILE) break;
             case SPECRT_Q5_0: TILES(Q5_0_TILE) break;
             default: TILES(Q5_1_TILE)
             }

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-enum { SPECRT_Q4_0 = 2, SPECRT_Q4_1 = 3, SPECRT_Q5_0 = 6, SPECRT_Q5_1 = 7, SPECRT_Q4_K = 12, SPECRT_Q6_K = 14 };  /* ggml's */
+enum { SPECRT_Q5_0 = 6, SPECRT_Q5_1 = 7, SPECRT_Q4_K = 12, SPECRT_Q6_K = 14 };  /* ggml's type numbers */
 
 /* Bytes of one activation row of k values quantized for the products: k int8, a float scale per 32, a float sum per 16. */
 int64_t specrt_q8k_row_bytes(int64_t k);

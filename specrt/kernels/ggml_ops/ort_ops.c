@@ -1,5 +1,5 @@
-/* ONNX Runtime operators over ggml_kernels.c: specrt.ggml MatMulQ4_0, MatMulQ4_1, MatMulQ5_0, MatMulQ5_1,
-   MatMulQ4_K and MatMulQ6_K, registered by SessionOptions.register_custom_ops_library (the entry point
+/* ONNX Runtime operators over ggml_kernels.c: specrt.ggml MatMulQ5_0, MatMulQ5_1, MatMulQ4_K and MatMulQ6_K,
+   registered by SessionOptions.register_custom_ops_library (the entry point
    RegisterCustomOps below).
 
    Y [..., N] float = A [..., K] float times B^T, B the GGUF tensor's own blocks [N, K / block * block bytes] uint8
@@ -189,8 +189,8 @@ static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, cons
 static const struct {
     const char *name;
     int type;
-} KINDS[] = {{"MatMulQ4_0", SPECRT_Q4_0}, {"MatMulQ4_1", SPECRT_Q4_1}, {"MatMulQ5_0", SPECRT_Q5_0},
-             {"MatMulQ5_1", SPECRT_Q5_1}, {"MatMulQ4_K", SPECRT_Q4_K}, {"MatMulQ6_K", SPECRT_Q6_K}};
+} KINDS[] = {{"MatMulQ5_0", SPECRT_Q5_0}, {"MatMulQ5_1", SPECRT_Q5_1}, {"MatMulQ4_K", SPECRT_Q4_K},
+             {"MatMulQ6_K", SPECRT_Q6_K}};
 #define OP_COUNT (sizeof(KINDS) / sizeof(KINDS[0]))
 static const char *cpu_provider(const CustomOp *op) { (void)op; return "CPUExecutionProvider"; }
 static int input_type(const CustomOp *op, size_t index) { (void)op; return index == 0 ? ELEMENT_FLOAT : ELEMENT_UINT8; }
