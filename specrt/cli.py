@@ -337,8 +337,9 @@ def chat(model, system, schema, tools_file, tool_choice, max_new_tokens, tempera
 @click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "int8", "int4", "gguf"]),
               help="precision(s) of a catalog model (repeatable; default int4)")
 @click.option("--compare", "compare", multiple=True,
-              help="another system on the same prompts: onnxruntime-genai | llama.cpp | openvino | transformers | optimum "
-                   "(repeatable; each installed on first use into its own environment in the cache)")
+              help="another system on the same prompts: onnxruntime-genai | llama.cpp | llama-server | openvino | "
+                   "transformers | optimum (repeatable; each installed on first use into its own environment in the "
+                   "cache)")
 @click.option("--temperature", type=float, default=0.0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
 @click.option("--batch-invariant/--no-batch-invariant", default=None,

