@@ -158,10 +158,71 @@ static inline __m256i pair_sums(__m512i p0, __m512i p1, __m512i p2, __m512i p3) 
 static inline __m256 bytes_to_floats(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
+
+/* 256 unsigned weight values in the order of their activations, ready for dots256: 8 vectors of 32, or (WIDE) 4 of
+   64. */
+typedef struct {
+#if defined(WIDE)
+    __m512i z[4];
+#else
+    __m256i u[8];
+#endif
+} weights256;
+
+static inline __attribute__((always_inline)) weights256 from_vectors(const __m256i u[8]) {
+    weights256 w;
+#if defined(WIDE)
+    for (int j = 0; j < 4; ++j) w.z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(u[2 * j]), u[2 * j + 1], 1);
+#else
+    for (int j = 0; j < 8; ++j) w.u[j] = u[j];
+#endif
+    return w;
+}
+
+/* Q4_K's 128 bytes of nibbles: per 64 weights, 32 bytes whose low nibbles are the first 32 and high the next. */
+static inline __attribute__((always_inline)) weights256 from_nibbles(const uint8_t *qs) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256i u[8];
+    for (int j = 0; j < 4; ++j) {
+        __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        u[2 * j] = _mm256_and_si256(bits, low4);
+        u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
+    }
+    return from_vectors(u);
+}
+
+/* The 8 dot products of each 32 weights with their 32 activations (signed bytes at qa), lane j for the j-th 32. */
+static inline __attribute__((always_inline)) __m256i dots256(const weights256 *w, const int8_t *qa) {
+#if defined(WIDE)
+    __m512i p[4];
+    for (int j = 0; j < 4; ++j)
+        p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->z[j], _mm512_loadu_si512((const void *)(qa + 64 * j)));
+    return pair_sums(p[0], p[1], p[2], p[3]);
+#else
+    __m256i p[8];
+    for (int j = 0; j < 8; ++j) p[j] = dot4(w->u[j], _mm256_loadu_si256((const __m256i *)(qa + 32 * j)));
+    return lane_sums(p);
+#endif
+}
+
+/* One activation row's share of 256 weights: its 8 dot products `sums` (lane j: the j-th 32) times scale_j * xd_j
+   into acc; the activations' 16-sums times lo (the first 8) and hi (the next 8) into extra. */
+static inline __attribute__((always_inline)) void accumulate(__m256 *acc, __m256 *extra, __m256i sums,
+                                                             const q8_row *x, int64_t g, __m256 scale, __m256 lo,
+                                                             __m256 hi) {
+    __m256 f = _mm256_mul_ps(scale, _mm256_loadu_ps(x->d + 8 * g));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, *acc);
+    *extra = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x->sum + 16 * g), *extra);
+    *extra = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x->sum + 16 * g + 8), *extra);
+}
+/* Each activation row's output: its weighted dot products less its minimums' (or offsets') share. */
+static inline void finish(float *y, int64_t y_stride, const __m256 *acc, const __m256 *extra, int mt) {
+    for (int t = 0; t < mt; ++t) y[t * y_stride] = hsum8(acc[t]) - hsum8(extra[t]);
+}
 #endif
 
-/* The 32-block formats (Q5_0, Q5_1) in groups of 8 blocks, each block j: w = d_j * u + c_j with u unsigned bytes
-   (Q5_0: d * (u - 16); Q5_1: d * u + m). A row's last group may hold fewer blocks: the rest are zero weights
+/* The 32-block formats (Q5_0, Q5_1) in groups of 8 blocks, each block j: w = d_j * u - c_j with u unsigned bytes
+   (Q5_0: c = 16 d; Q5_1: c = -m). A row's last group may hold fewer blocks: the rest are zero weights
    against the activations' zero padding. */
 typedef struct {
 #if defined(__AVX2__)
@@ -181,7 +242,7 @@ static inline void unpack32(int type, const uint8_t *blk, group *out, int j) {
     uint32_t high;
     memcpy(&high, blk + 2 + (has_min ? 2 : 0), 4);
     out->d[j] = d;
-    out->c[j] = has_min ? fp16(blk + 2) : -d * 16.0f;
+    out->c[j] = has_min ? -fp16(blk + 2) : d * 16.0f;
 #if defined(__AVX2__)
     __m128i bytes = _mm_loadu_si128((const __m128i *)qs), low4 = _mm_set1_epi8(0x0F);
     __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), _mm_and_si128(bytes, low4));
@@ -230,7 +291,8 @@ static inline __attribute__((always_inline)) void tile_groups(int type, const ui
 #if defined(__AVX2__)
     __m256 acc[M_TILE], cacc[M_TILE];
     for (int t = 0; t < mt; ++t) acc[t] = cacc[t] = _mm256_setzero_ps();
-    const __m256i first_half = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), second_half = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i first_half = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256i second_half = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
 #else
     float acc[M_TILE] = {0};
 #endif
@@ -240,27 +302,9 @@ static inline __attribute__((always_inline)) void tile_groups(int type, const ui
         __m256 d8 = _mm256_loadu_ps(G.d), c8 = _mm256_loadu_ps(G.c);
         /* each c twice: against the 16-sums of its 32 activations */
         __m256 c_lo = _mm256_permutevar8x32_ps(c8, first_half), c_hi = _mm256_permutevar8x32_ps(c8, second_half);
-#if defined(WIDE)
-        __m512i uz[4];
-        for (int j = 0; j < 4; ++j) uz[j] = _mm512_inserti64x4(_mm512_castsi256_si512(G.u[2 * j]), G.u[2 * j + 1], 1);
-#endif
-        for (int t = 0; t < mt; ++t) {
-            const int8_t *qa = x[t].q + g * QK_K;
-            __m256 f = _mm256_mul_ps(d8, _mm256_loadu_ps(x[t].d + 8 * g));  /* d_j * xd_j, j = 0..7 */
-#if defined(WIDE)
-            __m512i pz[4];
-            for (int j = 0; j < 4; ++j)
-                pz[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uz[j], _mm512_loadu_si512((const void *)(qa + 64 * j)));
-            __m256i sums = pair_sums(pz[0], pz[1], pz[2], pz[3]);
-#else
-            __m256i p[8];
-            for (int j = 0; j < 8; ++j) p[j] = dot4(G.u[j], _mm256_loadu_si256((const __m256i *)(qa + 32 * j)));
-            __m256i sums = lane_sums(p);
-#endif
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, acc[t]);
-            cacc[t] = _mm256_fmadd_ps(c_lo, _mm256_loadu_ps(x[t].sum + 16 * g), cacc[t]);
-            cacc[t] = _mm256_fmadd_ps(c_hi, _mm256_loadu_ps(x[t].sum + 16 * g + 8), cacc[t]);
-        }
+        weights256 W = from_vectors(G.u);
+        for (int t = 0; t < mt; ++t)
+            accumulate(&acc[t], &cacc[t], dots256(&W, x[t].q + g * QK_K), &x[t], g, d8, c_lo, c_hi);
 #else
         for (int t = 0; t < mt; ++t) {
             const int8_t *qa = x[t].q + g * QK_K;
@@ -268,27 +312,25 @@ static inline __attribute__((always_inline)) void tile_groups(int type, const ui
                 int dot = 0;
                 for (int l = 0; l < 32; ++l) dot += G.u[32 * j + l] * qa[32 * j + l];
                 acc[t] += G.d[j] * x[t].d[8 * g + j] * (float)dot;
-                acc[t] += G.c[j] * (x[t].sum[16 * g + 2 * j] + x[t].sum[16 * g + 2 * j + 1]);
+                acc[t] -= G.c[j] * (x[t].sum[16 * g + 2 * j] + x[t].sum[16 * g + 2 * j + 1]);
             }
         }
 #endif
     }
-    for (int t = 0; t < mt; ++t) {
 #if defined(__AVX2__)
-        y[t * y_stride] = hsum8(acc[t]) + hsum8(cacc[t]);
+    finish(y, y_stride, acc, cacc, mt);
 #else
-        y[t * y_stride] = acc[t];
+    for (int t = 0; t < mt; ++t) y[t * y_stride] = acc[t];
 #endif
-    }
 }
 
 /* One weight row of Q4_K blocks against activation rows x[0 .. mt - 1] (mt <= M_TILE): y[t * y_stride].
    Per 32 weights (one sub-block, one activation scale): d * sc_j * xd_j * (q4 . q8) - dmin * m_j * (sum of x). */
-static inline __attribute__((always_inline)) void tile_q4_k(const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y, int64_t y_stride) {
+static inline __attribute__((always_inline)) void tile_q4_k(const uint8_t *w, int64_t nb, const q8_row *x, int mt,
+                                                            float *y, int64_t y_stride) {
 #if defined(__AVX2__)
     __m256 acc[M_TILE], mins[M_TILE];
     for (int t = 0; t < mt; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
 #else
     float acc[M_TILE] = {0};
 #endif
@@ -298,44 +340,15 @@ static inline __attribute__((always_inline)) void tile_q4_k(const uint8_t *w, in
         uint8_t sc[8], mn[8];
         k4_scale_min(blk + 4, sc, mn);
 #if defined(__AVX2__)
-#if defined(WIDE)
-        __m512i uz[4];  /* the 256 weights' nibbles, 64 a vector, in order */
-        for (int j = 0; j < 4; ++j) {
-            __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            uz[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bits, low4)),
-                                       _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4), 1);
-        }
-#else
-        __m256i u[8];  /* the 256 weights' nibbles, 32 a vector, in order */
-        for (int j = 0; j < 4; ++j) {
-            __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            u[2 * j] = _mm256_and_si256(bits, low4);
-            u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
-        }
-#endif
+        weights256 W = from_nibbles(qs);
         __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(d), bytes_to_floats(sc));
         __m128i mn8 = _mm_loadl_epi64((const __m128i *)mn);
         __m128i twice = _mm_unpacklo_epi8(mn8, mn8);  /* each minimum twice: against the 16-sums of its 32 */
         __m256 m_lo = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(twice)));
         __m256 m_hi = _mm256_mul_ps(_mm256_set1_ps(dmin),
                                     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(twice, 8))));
-        for (int t = 0; t < mt; ++t) {
-            const int8_t *qa = x[t].q + b * QK_K;
-            __m256 f = _mm256_mul_ps(dsc, _mm256_loadu_ps(x[t].d + 8 * b));  /* d * sc_j * xd_j, j = 0..7 */
-#if defined(WIDE)
-            __m512i pz[4];
-            for (int j = 0; j < 4; ++j)
-                pz[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uz[j], _mm512_loadu_si512((const void *)(qa + 64 * j)));
-            __m256i sums = pair_sums(pz[0], pz[1], pz[2], pz[3]);
-#else
-            __m256i p[8];
-            for (int j = 0; j < 8; ++j) p[j] = dot4(u[j], _mm256_loadu_si256((const __m256i *)(qa + 32 * j)));
-            __m256i sums = lane_sums(p);
-#endif
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, acc[t]);
-            mins[t] = _mm256_fmadd_ps(m_lo, _mm256_loadu_ps(x[t].sum + 16 * b), mins[t]);
-            mins[t] = _mm256_fmadd_ps(m_hi, _mm256_loadu_ps(x[t].sum + 16 * b + 8), mins[t]);
-        }
+        for (int t = 0; t < mt; ++t)  /* d * sc_j * xd_j per 32; the minimums against the 16-sums */
+            accumulate(&acc[t], &mins[t], dots256(&W, x[t].q + b * QK_K), &x[t], b, dsc, m_lo, m_hi);
 #else
         for (int t = 0; t < mt; ++t) {
             const int8_t *qa = x[t].q + b * QK_K;
@@ -351,18 +364,17 @@ static inline __attribute__((always_inline)) void tile_q4_k(const uint8_t *w, in
         }
 #endif
     }
-    for (int t = 0; t < mt; ++t) {
 #if defined(__AVX2__)
-        y[t * y_stride] = hsum8(acc[t]) - hsum8(mins[t]);
+    finish(y, y_stride, acc, mins, mt);
 #else
-        y[t * y_stride] = acc[t];
+    for (int t = 0; t < mt; ++t) y[t * y_stride] = acc[t];
 #endif
-    }
 }
 
 /* One weight row of Q6_K blocks against activation rows (as tile_q4_k). Per 32 weights (two scales of 16, one
    activation scale): d * xd_i * sum_g sc_g * (u . q8) with u = q + 32, less 32 * d * sum_g sc_g * (sum of x). */
-static inline __attribute__((always_inline)) void tile_q6_k(const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y, int64_t y_stride) {
+static inline __attribute__((always_inline)) void tile_q6_k(const uint8_t *w, int64_t nb, const q8_row *x, int mt,
+                                                            float *y, int64_t y_stride) {
 #if defined(__AVX2__)
     __m256 acc[M_TILE], offs[M_TILE];
     for (int t = 0; t < mt; ++t) acc[t] = offs[t] = _mm256_setzero_ps();
@@ -404,21 +416,20 @@ static inline __attribute__((always_inline)) void tile_q6_k(const uint8_t *w, in
 #endif
         for (int t = 0; t < mt; ++t) {
             const int8_t *qa = x[t].q + b * QK_K;
-            __m256 f = _mm256_mul_ps(dv, _mm256_loadu_ps(x[t].d + 8 * b));  /* d * xd_i, i = 0..7 */
 #if defined(WIDE)
             __m512i pz[4];
             for (int i = 0; i < 4; ++i)
-                pz[i] = _mm512_madd_epi16(_mm512_maddubs_epi16(uz[i], _mm512_loadu_si512((const void *)(qa + 64 * i))), scz[i]);
+                pz[i] = _mm512_madd_epi16(
+                    _mm512_maddubs_epi16(uz[i], _mm512_loadu_si512((const void *)(qa + 64 * i))), scz[i]);
             __m256i sums = pair_sums(pz[0], pz[1], pz[2], pz[3]);
 #else
             __m256i p[8];
             for (int i = 0; i < 8; ++i)
-                p[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], _mm256_loadu_si256((const __m256i *)(qa + 32 * i))), scv[i]);
+                p[i] = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(u[i], _mm256_loadu_si256((const __m256i *)(qa + 32 * i))), scv[i]);
             __m256i sums = lane_sums(p);
 #endif
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, acc[t]);
-            offs[t] = _mm256_fmadd_ps(ds_lo, _mm256_loadu_ps(x[t].sum + 16 * b), offs[t]);
-            offs[t] = _mm256_fmadd_ps(ds_hi, _mm256_loadu_ps(x[t].sum + 16 * b + 8), offs[t]);
+            accumulate(&acc[t], &offs[t], sums, &x[t], b, dv, ds_lo, ds_hi);  /* d * xd_i; 32 d sc_g per 16-sum */
         }
 #else
         for (int t = 0; t < mt; ++t) {
@@ -440,13 +451,11 @@ static inline __attribute__((always_inline)) void tile_q6_k(const uint8_t *w, in
         }
 #endif
     }
-    for (int t = 0; t < mt; ++t) {
 #if defined(__AVX2__)
-        y[t * y_stride] = hsum8(acc[t]) - hsum8(offs[t]);
+    finish(y, y_stride, acc, offs, mt);
 #else
-        y[t * y_stride] = acc[t];
+    for (int t = 0; t < mt; ++t) y[t * y_stride] = acc[t];
 #endif
-    }
 }
 
 int specrt_ggml_block_bytes(int type) {
@@ -493,7 +502,7 @@ static void dequantize_block(int type, const uint8_t *blk, float *out) {
         }
         return;
     }
-    group g;  /* Q5_0, Q5_1 through their unpacking: w = d * u + c */
+    group g;  /* Q5_0, Q5_1 through their unpacking: w = d * u - c */
     unpack32(type, blk, &g, 0);
     uint8_t u[256];
 #if defined(__AVX2__)
@@ -501,7 +510,7 @@ static void dequantize_block(int type, const uint8_t *blk, float *out) {
 #else
     memcpy(u, g.u, 256);
 #endif
-    for (int i = 0; i < specrt_ggml_block_weights(type); ++i) out[i] = g.d[i / 32] * (float)u[i] + g.c[i / 32];
+    for (int i = 0; i < specrt_ggml_block_weights(type); ++i) out[i] = g.d[i / 32] * (float)u[i] - g.c[i / 32];
 }
 
 void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, int64_t k, const float *x,

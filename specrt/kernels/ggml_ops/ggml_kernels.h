@@ -1,4 +1,4 @@
-/* GGUF K-quant matrix products (ggml_kernels.c): the calls the ONNX Runtime operators (ort_ops.c) and the tests make. */
+/* GGUF matrix products (ggml_kernels.c): the calls the ONNX Runtime operators (ort_ops.c) and the tests make. */
 #ifndef SPECRT_GGML_KERNELS_H
 #define SPECRT_GGML_KERNELS_H
 
@@ -6,7 +6,8 @@
 
 enum { SPECRT_Q5_0 = 6, SPECRT_Q5_1 = 7, SPECRT_Q4_K = 12, SPECRT_Q6_K = 14 };  /* ggml's type numbers */
 
-/* Bytes of one activation row of k values quantized for the products: k int8, a float scale per 32, a float sum per 16. */
+/* Bytes of one activation row of k values quantized for the products (k rounded up to 256): int8 values, a float
+   scale per 32, a float sum per 16. */
 int64_t specrt_q8k_row_bytes(int64_t k);
 void specrt_q8k_quantize(const float *x, int64_t k, uint8_t *out);
 int specrt_ggml_block_bytes(int type);   /* 0: a type these kernels do not take */

@@ -248,7 +248,8 @@ OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBaseTable *
     for (size_t i = 0; i < OP_COUNT; ++i) fill(&ops[i]);
     OrtDomain *domain = NULL;
     OrtStatus *failed = API(api, CREATE_CUSTOM_OP_DOMAIN, CreateDomainFn)("specrt.ggml", &domain);
-    for (size_t i = 0; !failed && i < OP_COUNT; ++i) failed = API(api, CUSTOM_OP_DOMAIN_ADD, DomainAddFn)(domain, &ops[i]);
+    for (size_t i = 0; !failed && i < OP_COUNT; ++i)
+        failed = API(api, CUSTOM_OP_DOMAIN_ADD, DomainAddFn)(domain, &ops[i]);
     if (!failed) failed = API(api, ADD_CUSTOM_OP_DOMAIN, AddDomainFn)(options, domain);
     return failed;
 }
