@@ -1,6 +1,7 @@
-"""specrt's GGUF operators (specrt/kernels/ggml_ops: MatMulQ4_K, MatMulQ6_K over the file's own blocks), held to gguf-py's
-dequantization (float activations) and to a numpy model of their 8-bit activation scheme; a row's result does not
-depend on the call; the plain C path equals the vector path; a bundle that needs them says so when they are missing."""
+"""specrt's GGUF operators (specrt/kernels/ggml_ops: MatMulQ4_K, MatMulQ6_K, MatMulQ5_0, MatMulQ5_1 over the file's
+own blocks), held to gguf-py's dequantization (float activations) and to a numpy model of their 8-bit activation
+scheme; a row's result does not depend on the call; the plain C and AVX-512 paths equal the AVX2 path; a bundle that
+needs them says so when they are missing."""
 
 from __future__ import annotations
 
