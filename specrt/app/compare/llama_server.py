@@ -57,6 +57,10 @@ def server_binary(log) -> Path:
         _compile(source, tmp / "build", root / "build.log")
         staged = tmp / "bin"
         shutil.copytree(tmp / "build" / "bin", staged)
+        shutil.rmtree(tmp / "build")  # the binary must run without its build folder
+        check = subprocess.run([str(staged / "llama-server"), "--version"], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise SystemUnavailable(f"the llama-server built here does not run: {check.stderr.strip()[-200:]}")
         if (root / "bin").exists():
             shutil.rmtree(root / "bin")
         os.replace(staged, root / "bin")
@@ -69,7 +73,9 @@ def _compile(source: Path, build: Path, log_path: Path) -> None:
     options = llama_cpp_build_env().get("CMAKE_ARGS", "").split()
     configure = ["cmake", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF",
                  "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-                 "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TOOLS=ON", *options]
+                 "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TOOLS=ON",
+                 "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary: it is moved out of the build folder
+                 *options]
     compile_ = ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(os.cpu_count() or 2)]
     with open(log_path, "w") as logf:
         for cmd in (configure, compile_):
