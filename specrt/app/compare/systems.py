@@ -3,9 +3,9 @@ and worker process (workers/). Registry: SYSTEMS.
 
 A system joins the precision groups it can run: onnxruntime-genai converts the source at fp32 and at int4 with
 its own model builder; llama.cpp and llama-server (llama_server.py) run the GGUF's own quantization (beside specrt's
-int4, or its gguf bundle); transformers and
-optimum run fp32 (beside specrt's fp32). Where the preferred group is not being measured, a system joins the
-first group, so its speedup is still relative to specrt's plain decoding in the same run.
+int4, or its gguf bundle); transformers and optimum run fp32 (beside specrt's fp32). Where the preferred group is not
+being measured, a system joins the first group, so its speedup is still relative to specrt's plain decoding in the
+same run.
 """
 
 from __future__ import annotations
