@@ -16,56 +16,36 @@ import time
 import numpy as np
 
 
-def _graph(tensors, kinds: list[str], ggml: bool):
-    """(model bytes, bytes of weights, K): every layer's `kinds` matrices as one graph, summed into one output."""
-    from onnx import TensorProto, helper, numpy_helper
+def _graph(path: str, tensors, kinds: list[str], ggml: bool):
+    """(model bytes, bytes of weights, K): every layer's `kinds` matrices written as conversion writes them (the
+    target graph's builder, with or without the operators), summed into one output."""
+    from onnx import TensorProto
 
     from specrt.convert.gguf_exact import exact_weight
-    from specrt.convert.onnx_graph import MS_DOMAIN
+    from specrt.convert.target_graph import GraphOptions, _TargetBuilder
     from specrt.kernels import ggml_ops
+    from specrt.models.config import config_from_hf
+    from specrt.models.gguf_loader import load_gguf
 
-    nodes, inits, outs, total, k = [], [], [], 0, None
+    builder = _TargetBuilder(config_from_hf(load_gguf(path)[0]), {},
+                             GraphOptions(precision="gguf", ggml_operators=ggml), None)
+    outs, k = [], None
     for t in tensors:
         if not any(f".{kind}.weight" in t.name for kind in kinds) or t.tensor_type.name not in ggml_ops.OPS:
             continue
         n, k_t = int(t.shape[1]), int(t.shape[0])
         if k not in (None, k_t):
             continue  # one input width per graph
-        k = k_t
-        raw = np.ascontiguousarray(t.data).view(np.uint8).reshape(n, -1)
-        name = t.name.replace(".", "_")
-        if ggml:
-            inits.append(numpy_helper.from_array(raw, name))
-            total += raw.nbytes
-            nodes.append(helper.make_node(ggml_ops.OPS[t.tensor_type.name], ["A", name], [name + "_y"],
-                                          domain=ggml_ops.DOMAIN))
-        else:
-            q = exact_weight(t.tensor_type.name, raw.tobytes(), (n, k), t.name)
-            parts = [numpy_helper.from_array(q.packed, name + "_q"), numpy_helper.from_array(q.scales, name + "_s"),
-                     numpy_helper.from_array(q.zero_points, name + "_z")]
-            inits += parts
-            total += sum(p.nbytes for p in (q.packed, q.scales, q.zero_points))
-            y = name + "_y"
-            nodes.append(helper.make_node("MatMulNBits", ["A", name + "_q", name + "_s", name + "_z"], [y],
-                                          domain=MS_DOMAIN, K=k, N=n, bits=q.bits, block_size=q.block_size,
-                                          accuracy_level=4))
-            if q.mins is not None:  # the minimums' correction, as convert/target_graph.py writes it
-                mins = numpy_helper.from_array(q.mins.reshape(n, -1).T.copy(), name + "_m")
-                inits.append(mins)
-                total += q.mins.nbytes
-                shape = helper.make_tensor(name + "_shape", TensorProto.INT64, [4], [0, 0, -1, q.block_size])
-                nodes += [helper.make_node("Reshape", ["A", name + "_shape"], [name + "_b"]),
-                          helper.make_node("ReduceSum", [name + "_b", "axis_last"], [name + "_bs"], keepdims=0),
-                          helper.make_node("MatMul", [name + "_bs", name + "_m"], [name + "_c"]),
-                          helper.make_node("Sub", [y, name + "_c"], [name + "_yc"])]
-                inits.append(shape)
-        outs.append(nodes[-1].output[0])
-    inits.append(helper.make_tensor("axis_last", TensorProto.INT64, [1], [-1]))
-    nodes.append(helper.make_node("Sum", outs, ["Y"]) if len(outs) > 1 else helper.make_node("Identity", outs, ["Y"]))
-    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, "S", k])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
-    imports = [helper.make_opsetid("", 17), helper.make_opsetid(MS_DOMAIN, 1), helper.make_opsetid(ggml_ops.DOMAIN, 1)]
-    return helper.make_model(graph, opset_imports=imports).SerializeToString(), total, k
+        if k is None:
+            k = k_t
+            builder.g.add_input("A", TensorProto.FLOAT, [1, "S", k])
+        raw = np.ascontiguousarray(t.data).view(np.uint8)
+        weight = exact_weight(t.tensor_type.name, raw.tobytes(), (n, k), t.name)
+        outs.append(builder.matmul_nbits("A", [t.name], [weight], t.name.replace(".", "_"), None))
+    builder.g.op("Sum", outs, outputs=["Y"])
+    builder.g.add_output("Y", TensorProto.FLOAT, None)
+    total = sum(len(init.raw_data) for init in builder.g.initializers)
+    return builder.g.model().SerializeToString(), total, k
 
 
 def main() -> None:
@@ -88,7 +68,7 @@ def main() -> None:
     rows = [int(r) for r in args.rows.split(",")]
     sessions = {}
     for label, ggml in (("specrt ggml_ops", True), ("MatMulNBits forms", False)):
-        model, total, k = _graph(tensors, args.kinds.split(","), ggml)
+        model, total, k = _graph(args.gguf, tensors, args.kinds.split(","), ggml)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = args.threads
         ggml_ops.register(opts)

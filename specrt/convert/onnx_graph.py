@@ -17,8 +17,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from specrt.kernels import ggml_ops
+
 MS_DOMAIN = "com.microsoft"
-GGML_DOMAIN = "specrt.ggml"  # specrt's own operators (specrt/kernels/ggml_ops)
 OPSET = 21
 
 NP_TO_ONNX = {
@@ -172,7 +173,7 @@ def float_activation_twin(path: Path, router_outputs: bool = False) -> Path | tu
     router_outputs, every MoE layer's router logits [N, E] are also outputs, returned as {layer: output name}."""
     model = onnx.load(str(path), load_external_data=False)
     for node in walk_nodes(model.graph):
-        if node.op_type in ("MatMulNBits", "QMoE") or node.domain == GGML_DOMAIN:  # specrt/kernels/ggml_ops's take it too
+        if node.op_type in ("MatMulNBits", "QMoE") or node.domain == ggml_ops.DOMAIN:  # the GGUF operators take it too
             for attr in node.attribute:
                 if attr.name == "accuracy_level":
                     attr.i = 0

