@@ -524,9 +524,11 @@ void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t n_lo, int64_t n_
             dequantize_block(type, w + n * row_bytes + b * size, block);
             for (int64_t m = 0; m < m_count; ++m) {
                 const float *xb = x + m * k + b * per;
-                float s = 0.0f;
-                for (int i = 0; i < per; ++i) s += block[i] * xb[i];
-                y[m * n_total + n] += s;
+                float part[8] = {0};  /* eight running sums: the compiler keeps them in one vector */
+                for (int i = 0; i < per; i += 8)
+                    for (int l = 0; l < 8; ++l) part[l] += block[i + l] * xb[i + l];
+                y[m * n_total + n] +=
+                    ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
             }
         }
     }
