@@ -1,7 +1,7 @@
 """specrt's GGUF operators (specrt/kernels/ggml_ops: MatMulQ4_K, MatMulQ6_K, MatMulQ5_0, MatMulQ5_1 over the file's
 own blocks), held to gguf-py's dequantization (float activations) and to a numpy model of their 8-bit activation
-scheme; a row's result does not depend on the call; the plain C and AVX-512 paths equal the AVX2 path; a bundle that
-needs them says so when they are missing."""
+scheme; a row's result does not depend on the call; the plain C and AVX-512 paths equal the AVX2 path; the
+interleaved layout is the same in C and numpy; a bundle that needs them says so when they are missing."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from specrt.kernels import ggml_ops
+from specrt.kernels.ggml_ops import layout
 from tests.test_gguf_exact import gguf_dequantized, random_blocks
 
 pytestmark = pytest.mark.skipif(not ggml_ops.enabled(), reason="no C compiler here: specrt's GGUF operators")
@@ -23,10 +24,13 @@ P = ctypes.c_void_p
 
 
 def _product(lib, qtype: str, x: np.ndarray, blocks: np.ndarray, n: int, float_activations: bool) -> np.ndarray:
+    """x @ W^T through the library, W given as the file's blocks [n, row bytes] (interleaved here, as conversion
+    writes them)."""
     x = np.ascontiguousarray(x, np.float32)
     y = np.zeros((x.shape[0], n), np.float32)
+    packed = layout.interleave(qtype, blocks)
     rc = lib.specrt_ggml_matmul(TYPE_NUMBER[qtype], x.ctypes.data_as(P), ctypes.c_int64(x.shape[0]),
-                                ctypes.c_int64(x.shape[1]), blocks.ctypes.data_as(P), ctypes.c_int64(n),
+                                ctypes.c_int64(x.shape[1]), packed.ctypes.data_as(P), ctypes.c_int64(n),
                                 y.ctypes.data_as(P), int(float_activations))
     assert rc == 0
     return y
@@ -85,8 +89,9 @@ def test_int8_activations_follow_their_scheme(lib, qtype):
 
 
 def test_the_plain_c_path_equals_the_vector_path(lib, tmp_path):
-    """Built without -march (no AVX2: the loops in plain C), the library computes the same integers; only the float
-    sums' order differs."""
+    """Built without -march (no AVX2: the loops in plain C, each row's block gathered back to the file's layout),
+    the library computes the same integers in the same float order: the same bits with 8-bit activations (float
+    activations: the compiler may fuse the float path's multiply-adds differently)."""
     here = Path(ggml_ops.__file__).parent
     plain = tmp_path / "plain.so"
     subprocess.run([ggml_ops._compiler(), "-O2", "-fPIC", "-shared", "-std=c11", "-o", str(plain),
@@ -97,7 +102,10 @@ def test_the_plain_c_path_equals_the_vector_path(lib, tmp_path):
         for float_activations in (False, True):
             a = _product(lib, qtype, x, blocks, w.shape[0], float_activations)
             b = _product(scalar, qtype, x, blocks, w.shape[0], float_activations)
-            assert np.abs(a - b).max() <= 1e-6 * np.abs(a).max(), (qtype, float_activations)
+            if float_activations:
+                assert np.abs(a - b).max() <= 1e-6 * np.abs(a).max(), qtype
+            else:
+                assert np.array_equal(a, b), qtype
 
 
 def _cpu_has(*flags: str) -> bool:
@@ -122,14 +130,15 @@ def test_the_wide_path_equals_the_avx2_path_bit_for_bit(lib, tmp_path):
         assert np.array_equal(wide, _product(avx2, qtype, x, blocks, w.shape[0], float_activations=False)), qtype
 
 
-def _session(qtype: str, blocks: np.ndarray, k: int, threads: int, level: int = 4):
+def _session(qtype: str, blocks: np.ndarray, k: int, threads: int, level: int = 4, rows: int | None = None):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    node = helper.make_node(ggml_ops.OPS[qtype], ["A", "B"], ["Y"], domain=ggml_ops.DOMAIN, accuracy_level=level)
+    node = helper.make_node(ggml_ops.OPS[qtype], ["A", "B"], ["Y"], domain=ggml_ops.DOMAIN, accuracy_level=level,
+                            N=len(blocks) if rows is None else rows)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, "S", k])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(blocks, "B")])
+                              [numpy_helper.from_array(layout.interleave(qtype, blocks), "B")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ggml_ops.DOMAIN, 1)])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
@@ -156,9 +165,21 @@ def test_a_row_is_the_same_in_any_call(qtype):
 
 def test_misshaped_blocks_are_a_clear_error():
     x, blocks, _ = _case("Q4_K")
-    session = _session("Q4_K", blocks[:, :-1].copy(), x.shape[1], threads=1)
-    with pytest.raises(Exception, match="B's rows are not K / block blocks of its type"):
+    session = _session("Q4_K", blocks, x.shape[1], threads=1, rows=len(blocks) + 8)  # one group more than B has
+    with pytest.raises(Exception, match="B is not N rows of K / block blocks of its type by 8"):
         session.run(None, {"A": x[None]})
+
+
+def test_a_graph_from_before_the_interleaving_asks_to_be_converted_again():
+    """A bundle written by the specrt before the rows were interleaved has operators without N: opening it says
+    what to do instead of multiplying by bytes in the wrong places."""
+    import onnxruntime as ort
+
+    _, blocks, _ = _case("Q6_K")
+    opts = ort.SessionOptions()
+    ggml_ops.register(opts)
+    with pytest.raises(Exception, match="converted by an earlier specrt, whose weights are not interleaved"):
+        ort.InferenceSession(_session_model_bytes(blocks), opts, providers=["CPUExecutionProvider"])
 
 
 def test_a_bundle_that_needs_the_operators_says_so_without_them(tmp_path, monkeypatch):
@@ -187,3 +208,18 @@ def _session_model_bytes(blocks: np.ndarray) -> bytes:
                               [numpy_helper.from_array(blocks, "B")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                    helper.make_opsetid(ggml_ops.DOMAIN, 1)]).SerializeToString()
+
+
+def test_the_layout_writer_and_the_kernels_agree(lib):
+    """ggml_ops/layout.py places each byte where ggml_kernels.c reads it (one map written twice: once in C for the
+    kernels, once in numpy for conversion), and reading back returns the file's blocks."""
+    lib.specrt_ggml_group_offset.restype = ctypes.c_int64
+    rng = np.random.default_rng(5)
+    for qtype, number in TYPE_NUMBER.items():
+        size = layout.BLOCK_BYTES[qtype]
+        c_map = [[lib.specrt_ggml_group_offset(number, r, j) for j in range(size)] for r in range(layout.ROWS)]
+        assert c_map == [[layout.offset(qtype, r, j) for j in range(size)] for r in range(layout.ROWS)], qtype
+        blocks = rng.integers(0, 256, (13, 3 * size), dtype=np.uint8)  # 13 rows: a last group of 5 and 3 padding
+        packed = layout.interleave(qtype, blocks)
+        assert packed.shape == (2, 3 * size * layout.ROWS)
+        assert np.array_equal(layout.deinterleave(qtype, packed, 13), blocks)

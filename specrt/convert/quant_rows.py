@@ -33,7 +33,7 @@ class QuantRows:
     step: int = 1
     mins: str = ""  # GGUF formats with per-block minimums: their initializer ([n_blocks, n], or [n, n_blocks] by row)
     mins_by_row: bool = False
-    ggml_type: str = ""  # qweight is the GGUF file's own blocks of this type [n, row bytes] (specrt's operators)
+    ggml_type: str = ""  # qweight: the GGUF file's own blocks of this type, rows interleaved by 8 (specrt's operators)
 
     @property
     def count(self) -> int:
@@ -62,8 +62,13 @@ class WrittenGraph:
         n = r.n if span is None else span[1] - span[0]
         if r.ggml_type:  # the file's own blocks: their exact form, as conversion read them
             from specrt.convert.gguf_exact import exact_weight
+            from specrt.kernels.ggml_ops.layout import ROWS, deinterleave
 
-            blocks = self.data.read(r.qweight, span).reshape(n, -1)[pick]
+            lo, hi = (0, r.n) if span is None else span[:2]
+            groups = (lo // ROWS, -(-hi // ROWS), -(-r.n // ROWS))  # the groups of 8 rows holding lo .. hi - 1
+            packed = self.data.read(r.qweight, groups).reshape(groups[1] - groups[0], -1)
+            rows = deinterleave(r.ggml_type, packed, (groups[1] - groups[0]) * ROWS)[lo - ROWS * groups[0]:][:n]
+            blocks = rows[pick]
             return exact_weight(r.ggml_type, blocks.tobytes(), (len(blocks), r.k))
         n_blocks = -(-r.k // r.block_size)
         packed = self.data.read(r.qweight, span).reshape(n, n_blocks, r.block_size * r.bits // 8)[pick]

@@ -249,14 +249,16 @@ class _TargetBuilder:
                     bias) -> str:
         """x @ concat(parts).T (+ bias) in specrt's operator for the GGUF type, over the file's own blocks."""
         from specrt.kernels import ggml_ops
+        from specrt.kernels.ggml_ops.layout import interleave
 
-        blocks = self.g.weight(out_name + ".ggml", q.ggml_blocks)  # uint8 [N, K / 256 * block bytes]
+        # the file's blocks, rows interleaved by 8: uint8 [ceil(N / 8), K / block * block bytes * 8]
+        blocks = self.g.weight(out_name + ".ggml", interleave(q.ggml_type, q.ggml_blocks))
         row = 0
         for n, part in zip(names, parts):
             self.quant_rows[n + ".weight"] = QuantRows(blocks, "", "", row, row + part.n, q.n, q.k, q.block_size,
                                                        q.bits, ggml_type=q.ggml_type)
             row += part.n
-        y = self.g.op(ggml_ops.OPS[q.ggml_type], [x, blocks], domain=ggml_ops.DOMAIN, name=out_name,
+        y = self.g.op(ggml_ops.OPS[q.ggml_type], [x, blocks], domain=ggml_ops.DOMAIN, name=out_name, N=q.n,
                       accuracy_level=self.opts.accuracy_level)
         return self.g.op("Add", [y, self.g.weight(out_name + ".bias", bias.astype(self.dtype))]) if bias is not None else y
 

@@ -14,8 +14,8 @@
    (least significant first), 16 bytes of nibbles (the first 16 weights low); w = d * (q - 16). Q5_1 24 = fp16 d,
    fp16 m, then as Q5_0; w = d * q + m.
 
-   The vector paths need AVX2 (and use AVX-512 VNNI's dot product where the compiler may); without them the same
-   integers are computed in plain C. */
+   The vector path needs AVX2 (and uses AVX-512 VNNI's dot product where the compiler may: the same integers);
+   without it the same integers and the same float operations run in plain C. */
 
 #include <math.h>
 #include <stdint.h>
@@ -88,8 +88,6 @@ void specrt_q8k_quantize(const float *x, int64_t k, uint8_t *out) {
     }
 }
 
-#define M_TILE 8  /* activation rows multiplied by a weight block while it is unpacked */
-
 /* An activation row quantized for the products (specrt_q8k_quantize's layout). */
 typedef struct {
     const int8_t *q;    /* [k] */
@@ -114,349 +112,25 @@ static inline float fp16(const uint8_t *p) {
 #endif
 }
 
-#if defined(__AVX2__)
-static inline float hsum8(__m256 v) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
+/* Weight rows are interleaved by 8 in the bundle (as llama.cpp repacks Q4_K for its CPU kernels): a group holds 8
+   rows' block b side by side, so that one broadcast of 4 activation bytes meets 4 weights of each of the 8 rows
+   in one vector, a 32-bit lane per row, and each row's sums stay in its own lane with no horizontal additions;
+   the unpacking of a group's block is shared by every activation row of the call. The bytes are the file's, only
+   placed elsewhere (specrt_ggml_group_offset; ggml_ops/layout.py writes them): of row r (0..7) in a group's block,
+   Q4_K (1152 bytes): fp16 d at 2r, fp16 dmin at 16 + 2r, the 12 scale bytes as 3 words (word w at 32 + 4 (8w + r)),
+     qs[32p + 4c + i] (p < 4 pairs of sub-blocks, c < 8, i < 4) at 128 + 4 (8 (8p + c) + r) + i;
+   Q6_K (1680): ql[64h + 32a + 4c + i] at 4 (8 (8 (2h + a) + c) + r) + i, qh[32h + 4c + i] at
+     1024 + 4 (8 (8h + c) + r) + i, scale s at 1536 + 8s + r, fp16 d at 1664 + 2r;
+   Q5_0 (176) / Q5_1 (192): fp16 d at 2r, (Q5_1: fp16 m at 16 + 2r), the fifth bits' word at H + 4r, qs[4c + i]
+     at H + 32 + 4 (8c + r) + i, H = 16 (Q5_0) or 32 (Q5_1).
+   A row count that is not a multiple of 8 is padded with zero rows, which no output reads. */
 
-/* Eight vectors of 8 int32 -> one vector whose lane i is the sum of p[i]'s lanes. */
-static inline __m256i lane_sums(const __m256i p[8]) {
-    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-    /* a: p0..p3's low-half sums, then their high-half sums; b: p4..p7's */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
-/* u (unsigned bytes) . q (signed bytes) per 4 bytes -> 8 int32. */
-static inline __m256i dot4(__m256i u, __m256i q) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
-#endif
-}
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-#define WIDE 1
-/* Four vectors of 16 int32, each two groups of 8 (p[i]: groups 2i, 2i + 1) -> the 8 groups' sums in order: what
-   lane_sums gives for the same products, with fewer, wider steps. */
-static inline __m256i pair_sums(__m512i p0, __m512i p1, __m512i p2, __m512i p3) {
-    __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(p0, p1), _mm512_unpackhi_epi32(p0, p1));
-    __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(p2, p3), _mm512_unpackhi_epi32(p2, p3));
-    /* per 128-bit chunk c: the sums of that chunk of p0, p1, p2, p3 */
-    __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-    /* chunks 0 + 1 hold groups 0, 2, 4, 6; chunks 2 + 3 groups 1, 3, 5, 7 */
-    __m512i d = _mm512_add_epi32(c, _mm512_shuffle_i32x4(c, c, _MM_SHUFFLE(2, 3, 0, 1)));
-    __m256i e = _mm512_castsi512_si256(_mm512_shuffle_i32x4(d, d, _MM_SHUFFLE(2, 0, 2, 0)));
-    return _mm256_permutevar8x32_epi32(e, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-#endif
-
-/* 8 bytes -> 8 floats. */
-static inline __m256 bytes_to_floats(const uint8_t *p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-}
-
-/* 256 unsigned weight values in the order of their activations, ready for dots256: 8 vectors of 32, or (WIDE) 4 of
-   64. */
-typedef struct {
-#if defined(WIDE)
-    __m512i z[4];
-#else
-    __m256i u[8];
-#endif
-} weights256;
-
-static inline __attribute__((always_inline)) weights256 from_vectors(const __m256i u[8]) {
-    weights256 w;
-#if defined(WIDE)
-    for (int j = 0; j < 4; ++j) w.z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(u[2 * j]), u[2 * j + 1], 1);
-#else
-    for (int j = 0; j < 8; ++j) w.u[j] = u[j];
-#endif
-    return w;
-}
-
-/* Q4_K's 128 bytes of nibbles: per 64 weights, 32 bytes whose low nibbles are the first 32 and high the next. */
-static inline __attribute__((always_inline)) weights256 from_nibbles(const uint8_t *qs) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256i u[8];
-    for (int j = 0; j < 4; ++j) {
-        __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-        u[2 * j] = _mm256_and_si256(bits, low4);
-        u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
-    }
-    return from_vectors(u);
-}
-
-/* The 8 dot products of each 32 weights with their 32 activations (signed bytes at qa), lane j for the j-th 32. */
-static inline __attribute__((always_inline)) __m256i dots256(const weights256 *w, const int8_t *qa) {
-#if defined(WIDE)
-    __m512i p[4];
-    for (int j = 0; j < 4; ++j)
-        p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->z[j], _mm512_loadu_si512((const void *)(qa + 64 * j)));
-    return pair_sums(p[0], p[1], p[2], p[3]);
-#else
-    __m256i p[8];
-    for (int j = 0; j < 8; ++j) p[j] = dot4(w->u[j], _mm256_loadu_si256((const __m256i *)(qa + 32 * j)));
-    return lane_sums(p);
-#endif
-}
-
-/* One activation row's share of 256 weights: its 8 dot products `sums` (lane j: the j-th 32) times scale_j * xd_j
-   into acc; the activations' 16-sums times lo (the first 8) and hi (the next 8) into extra. */
-static inline __attribute__((always_inline)) void accumulate(__m256 *acc, __m256 *extra, __m256i sums,
-                                                             const q8_row *x, int64_t g, __m256 scale, __m256 lo,
-                                                             __m256 hi) {
-    __m256 f = _mm256_mul_ps(scale, _mm256_loadu_ps(x->d + 8 * g));
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, *acc);
-    *extra = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x->sum + 16 * g), *extra);
-    *extra = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x->sum + 16 * g + 8), *extra);
-}
-/* Each activation row's output: its weighted dot products less its minimums' (or offsets') share. */
-static inline void finish(float *y, int64_t y_stride, const __m256 *acc, const __m256 *extra, int mt) {
-    for (int t = 0; t < mt; ++t) y[t * y_stride] = hsum8(acc[t]) - hsum8(extra[t]);
-}
-#endif
-
-/* The 32-block formats (Q5_0, Q5_1) in groups of 8 blocks, each block j: w = d_j * u - c_j with u unsigned bytes
-   (Q5_0: c = 16 d; Q5_1: c = -m). A row's last group may hold fewer blocks: the rest are zero weights
-   against the activations' zero padding. */
-typedef struct {
-#if defined(__AVX2__)
-    __m256i u[8];
-#else
-    uint8_t u[256];
-#endif
-    float d[8], c[8];
-} group;
-
-/* Block j's 32 values u (16 bytes of nibbles, the first 16 weights in the low ones, and a fifth bit per weight in
-   4 bytes before them, least significant first), and its d and c. */
-static inline void unpack32(int type, const uint8_t *blk, group *out, int j) {
-    float d = fp16(blk);
-    int has_min = type == SPECRT_Q5_1;
-    const uint8_t *qs = blk + 2 + (has_min ? 2 : 0) + 4;
-    uint32_t high;
-    memcpy(&high, blk + 2 + (has_min ? 2 : 0), 4);
-    out->d[j] = d;
-    out->c[j] = has_min ? -fp16(blk + 2) : d * 16.0f;
-#if defined(__AVX2__)
-    __m128i bytes = _mm_loadu_si128((const __m128i *)qs), low4 = _mm_set1_epi8(0x0F);
-    __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), _mm_and_si128(bytes, low4));
-    {  /* bit i of `high` -> 16 in byte i */
-        __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)high),
-                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                              2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-        __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-        u = _mm256_or_si256(u, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
-                                                _mm256_set1_epi8(0x10)));
-    }
-    out->u[j] = u;
-#else
-    for (int i = 0; i < 16; ++i) {
-        out->u[32 * j + i] = qs[i] & 0x0F;
-        out->u[32 * j + 16 + i] = qs[i] >> 4;
-    }
-    for (int i = 0; i < 32; ++i) out->u[32 * j + i] |= ((high >> i) & 1) << 4;
-#endif
-}
-
-/* Group g (blocks 8g .. 8g + 7) of a row of a 32-block format, k weights long. */
-static inline void unpack_group(int type, const uint8_t *row, int64_t g, int64_t k, group *out) {
-    int size = specrt_ggml_block_bytes(type);
-    int64_t first = 8 * g, count = k / 32 - first < 8 ? k / 32 - first : 8;
-    for (int j = 0; j < 8; ++j) {
-        if (j < count) {
-            unpack32(type, row + (first + j) * size, out, j);
-        } else {
-            out->d[j] = out->c[j] = 0.0f;
-#if defined(__AVX2__)
-            out->u[j] = _mm256_setzero_si256();
-#else
-            memset(out->u + 32 * j, 0, 32);
-#endif
-        }
-    }
-}
-
-/* One weight row against activation rows x[0 .. mt - 1] (mt <= M_TILE): y[t * y_stride]. Per sub-block j (one
-   weight scale, one activation scale): d_j * xd_j * (u . q8) + c_j * (sum of x). */
-static inline __attribute__((always_inline)) void tile_groups(int type, const uint8_t *w, int64_t k, const q8_row *x,
-                                                              int mt, float *y, int64_t y_stride) {
-    int64_t groups = (k + QK_K - 1) / QK_K;
-    group G;
-#if defined(__AVX2__)
-    __m256 acc[M_TILE], cacc[M_TILE];
-    for (int t = 0; t < mt; ++t) acc[t] = cacc[t] = _mm256_setzero_ps();
-    const __m256i first_half = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-    const __m256i second_half = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
-#else
-    float acc[M_TILE] = {0};
-#endif
-    for (int64_t g = 0; g < groups; ++g) {
-        unpack_group(type, w, g, k, &G);
-#if defined(__AVX2__)
-        __m256 d8 = _mm256_loadu_ps(G.d), c8 = _mm256_loadu_ps(G.c);
-        /* each c twice: against the 16-sums of its 32 activations */
-        __m256 c_lo = _mm256_permutevar8x32_ps(c8, first_half), c_hi = _mm256_permutevar8x32_ps(c8, second_half);
-        weights256 W = from_vectors(G.u);
-        for (int t = 0; t < mt; ++t)
-            accumulate(&acc[t], &cacc[t], dots256(&W, x[t].q + g * QK_K), &x[t], g, d8, c_lo, c_hi);
-#else
-        for (int t = 0; t < mt; ++t) {
-            const int8_t *qa = x[t].q + g * QK_K;
-            for (int j = 0; j < 8; ++j) {
-                int dot = 0;
-                for (int l = 0; l < 32; ++l) dot += G.u[32 * j + l] * qa[32 * j + l];
-                acc[t] += G.d[j] * x[t].d[8 * g + j] * (float)dot;
-                acc[t] -= G.c[j] * (x[t].sum[16 * g + 2 * j] + x[t].sum[16 * g + 2 * j + 1]);
-            }
-        }
-#endif
-    }
-#if defined(__AVX2__)
-    finish(y, y_stride, acc, cacc, mt);
-#else
-    for (int t = 0; t < mt; ++t) y[t * y_stride] = acc[t];
-#endif
-}
-
-/* One weight row of Q4_K blocks against activation rows x[0 .. mt - 1] (mt <= M_TILE): y[t * y_stride].
-   Per 32 weights (one sub-block, one activation scale): d * sc_j * xd_j * (q4 . q8) - dmin * m_j * (sum of x). */
-static inline __attribute__((always_inline)) void tile_q4_k(const uint8_t *w, int64_t nb, const q8_row *x, int mt,
-                                                            float *y, int64_t y_stride) {
-#if defined(__AVX2__)
-    __m256 acc[M_TILE], mins[M_TILE];
-    for (int t = 0; t < mt; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
-#else
-    float acc[M_TILE] = {0};
-#endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *blk = w + b * 144, *qs = blk + 16;
-        float d = fp16(blk), dmin = fp16(blk + 2);
-        uint8_t sc[8], mn[8];
-        k4_scale_min(blk + 4, sc, mn);
-#if defined(__AVX2__)
-        weights256 W = from_nibbles(qs);
-        __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(d), bytes_to_floats(sc));
-        __m128i mn8 = _mm_loadl_epi64((const __m128i *)mn);
-        __m128i twice = _mm_unpacklo_epi8(mn8, mn8);  /* each minimum twice: against the 16-sums of its 32 */
-        __m256 m_lo = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(twice)));
-        __m256 m_hi = _mm256_mul_ps(_mm256_set1_ps(dmin),
-                                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(twice, 8))));
-        for (int t = 0; t < mt; ++t)  /* d * sc_j * xd_j per 32; the minimums against the 16-sums */
-            accumulate(&acc[t], &mins[t], dots256(&W, x[t].q + b * QK_K), &x[t], b, dsc, m_lo, m_hi);
-#else
-        for (int t = 0; t < mt; ++t) {
-            const int8_t *qa = x[t].q + b * QK_K;
-            for (int j = 0; j < 8; ++j) {
-                int dot = 0;
-                for (int l = 0; l < 32; ++l) {
-                    uint8_t byte = qs[32 * (j / 2) + l];
-                    dot += ((j & 1) ? (byte >> 4) : (byte & 0x0F)) * qa[32 * j + l];
-                }
-                acc[t] += d * (float)sc[j] * x[t].d[8 * b + j] * (float)dot;
-                acc[t] -= dmin * (float)mn[j] * (x[t].sum[16 * b + 2 * j] + x[t].sum[16 * b + 2 * j + 1]);
-            }
-        }
-#endif
-    }
-#if defined(__AVX2__)
-    finish(y, y_stride, acc, mins, mt);
-#else
-    for (int t = 0; t < mt; ++t) y[t * y_stride] = acc[t];
-#endif
-}
-
-/* One weight row of Q6_K blocks against activation rows (as tile_q4_k). Per 32 weights (two scales of 16, one
-   activation scale): d * xd_i * sum_g sc_g * (u . q8) with u = q + 32, less 32 * d * sum_g sc_g * (sum of x). */
-static inline __attribute__((always_inline)) void tile_q6_k(const uint8_t *w, int64_t nb, const q8_row *x, int mt,
-                                                            float *y, int64_t y_stride) {
-#if defined(__AVX2__)
-    __m256 acc[M_TILE], offs[M_TILE];
-    for (int t = 0; t < mt; ++t) acc[t] = offs[t] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
-#else
-    float acc[M_TILE] = {0};
-#endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *blk = w + b * 210, *ql = blk, *qh = blk + 128;
-        const int8_t *sc = (const int8_t *)(blk + 192);
-        float d = fp16(blk + 208);
-#if defined(__AVX2__)
-        __m256i u[8];  /* the 256 weights' 6-bit values (0..63), 32 a vector, in order */
-        for (int half = 0; half < 2; ++half) {
-            __m256i la = _mm256_loadu_si256((const __m256i *)(ql + 64 * half));
-            __m256i lb = _mm256_loadu_si256((const __m256i *)(ql + 64 * half + 32));
-            __m256i hv = _mm256_loadu_si256((const __m256i *)(qh + 32 * half));
-            u[4 * half] = _mm256_or_si256(_mm256_and_si256(la, low4), _mm256_slli_epi16(_mm256_and_si256(hv, low2), 4));
-            u[4 * half + 1] = _mm256_or_si256(_mm256_and_si256(lb, low4),
-                                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), low2), 4));
-            u[4 * half + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), low4),
-                                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), low2), 4));
-            u[4 * half + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), low4),
-                                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), low2), 4));
-        }
-        __m256i scv[8];  /* per vector: its first 16 weights' scale in the low lanes, the next 16's in the high */
-        for (int i = 0; i < 8; ++i) scv[i] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * i + 1]), _mm_set1_epi16(sc[2 * i]));
-        __m256i sc32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc));
-        __m256 ds_lo = _mm256_mul_ps(_mm256_set1_ps(32.0f * d), _mm256_cvtepi32_ps(sc32));
-        sc32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8)));
-        __m256 ds_hi = _mm256_mul_ps(_mm256_set1_ps(32.0f * d), _mm256_cvtepi32_ps(sc32));
-        __m256 dv = _mm256_set1_ps(d);
-#if defined(WIDE)
-        __m512i uz[4], scz[4];  /* u and scv two by two */
-        for (int i = 0; i < 4; ++i) {
-            uz[i] = _mm512_inserti64x4(_mm512_castsi256_si512(u[2 * i]), u[2 * i + 1], 1);
-            scz[i] = _mm512_inserti64x4(_mm512_castsi256_si512(scv[2 * i]), scv[2 * i + 1], 1);
-        }
-#endif
-        for (int t = 0; t < mt; ++t) {
-            const int8_t *qa = x[t].q + b * QK_K;
-#if defined(WIDE)
-            __m512i pz[4];
-            for (int i = 0; i < 4; ++i)
-                pz[i] = _mm512_madd_epi16(
-                    _mm512_maddubs_epi16(uz[i], _mm512_loadu_si512((const void *)(qa + 64 * i))), scz[i]);
-            __m256i sums = pair_sums(pz[0], pz[1], pz[2], pz[3]);
-#else
-            __m256i p[8];
-            for (int i = 0; i < 8; ++i)
-                p[i] = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(u[i], _mm256_loadu_si256((const __m256i *)(qa + 32 * i))), scv[i]);
-            __m256i sums = lane_sums(p);
-#endif
-            accumulate(&acc[t], &offs[t], sums, &x[t], b, dv, ds_lo, ds_hi);  /* d * xd_i; 32 d sc_g per 16-sum */
-        }
-#else
-        for (int t = 0; t < mt; ++t) {
-            const int8_t *qa = x[t].q + b * QK_K;
-            int dots[8] = {0};
-            for (int half = 0; half < 2; ++half) {
-                for (int l = 0; l < 32; ++l) {
-                    const uint8_t a0 = ql[64 * half + l], a1 = ql[64 * half + 32 + l], h = qh[32 * half + l];
-                    int v[4] = {(a0 & 15) | ((h & 3) << 4), (a1 & 15) | (((h >> 2) & 3) << 4),
-                                (a0 >> 4) | (((h >> 4) & 3) << 4), (a1 >> 4) | (((h >> 6) & 3) << 4)};
-                    for (int i = 0; i < 4; ++i) {
-                        int pos = 128 * half + 32 * i + l;
-                        dots[pos / 32] += sc[pos / 16] * v[i] * qa[pos];
-                    }
-                }
-            }
-            for (int i = 0; i < 8; ++i) acc[t] += d * x[t].d[8 * b + i] * (float)dots[i];
-            for (int g = 0; g < 16; ++g) acc[t] -= 32.0f * d * (float)sc[g] * x[t].sum[16 * b + g];
-        }
-#endif
-    }
-#if defined(__AVX2__)
-    finish(y, y_stride, acc, offs, mt);
-#else
-    for (int t = 0; t < mt; ++t) y[t * y_stride] = acc[t];
-#endif
-}
+#define ROWS 8    /* weight rows in a group */
+/* Activation rows multiplied by a group's block while it is unpacked, at most (the accumulators of a tile stay in
+   registers): Q6_K's unpacking costs more than the others', which pays for a taller tile. */
+#define M_TILE 8
+#define TILE_Q6_K 8
+#define TILE_OTHER 4  /* measured: 8 no faster for Q4_K and Q5_0 */
 
 int specrt_ggml_block_bytes(int type) {
     switch (type) {
@@ -469,6 +143,327 @@ int specrt_ggml_block_bytes(int type) {
 }
 
 int specrt_ggml_block_weights(int type) { return type == SPECRT_Q4_K || type == SPECRT_Q6_K ? QK_K : 32; }
+
+int64_t specrt_ggml_group_offset(int type, int r, int j) {
+    int i = j % 4;
+    switch (type) {
+    case SPECRT_Q4_K:
+        if (j < 4) return 16 * (j / 2) + 2 * r + j % 2;
+        if (j < 16) return 32 + 4 * (8 * ((j - 4) / 4) + r) + i;
+        return 128 + 4 * (8 * ((j - 16) / 4) + r) + i;  /* (j - 16) / 4 = 8p + c */
+    case SPECRT_Q6_K:
+        if (j < 128) return 4 * (8 * (j / 4) + r) + i;  /* j / 4 = 8 (2h + a) + c */
+        if (j < 192) return 1024 + 4 * (8 * ((j - 128) / 4) + r) + i;
+        if (j < 208) return 1536 + 8 * (j - 192) + r;
+        return 1664 + 2 * r + (j - 208);
+    default: {
+        int has_min = type == SPECRT_Q5_1, h = has_min ? 32 : 16;
+        if (j < 2 || (has_min && j < 4)) return 16 * (j / 2) + 2 * r + j % 2;
+        int bits = has_min ? 4 : 2;
+        if (j < bits + 4) return h + 4 * r + (j - bits);
+        return h + 32 + 4 * (8 * ((j - bits - 4) / 4) + r) + (j - bits - 4) % 4;
+    }
+    }
+}
+
+/* specrt_ggml_group_offset per format, as tables (filled when the library loads). */
+static int16_t group_map[4][ROWS][210];
+
+static int map_index(int type) { return type == SPECRT_Q5_0 ? 0 : type == SPECRT_Q5_1 ? 1 : type == SPECRT_Q4_K ? 2 : 3; }
+
+__attribute__((constructor)) static void fill_group_maps(void) {
+    static const int types[4] = {SPECRT_Q5_0, SPECRT_Q5_1, SPECRT_Q4_K, SPECRT_Q6_K};
+    for (int t = 0; t < 4; ++t)
+        for (int r = 0; r < ROWS; ++r)
+            for (int j = 0; j < specrt_ggml_block_bytes(types[t]); ++j)
+                group_map[t][r][j] = (int16_t)specrt_ggml_group_offset(types[t], r, j);
+}
+
+/* Row r's block as the file holds it, from a group's block. */
+static void gather_block(int type, const uint8_t *group, int r, uint8_t *out) {
+    const int16_t *at = group_map[map_index(type)][r];
+    for (int j = 0; j < specrt_ggml_block_bytes(type); ++j) out[j] = group[at[j]];
+}
+
+#define AI __attribute__((always_inline))
+
+#if defined(__AVX2__)
+/* Four activation bytes in every 32-bit lane. */
+typedef int32_t loose_i32 __attribute__((aligned(1), may_alias));  /* any 4 bytes as an int32 */
+
+/* acc + per lane the dot product of 4 unsigned bytes of u with 4 signed bytes of q. */
+static inline AI __m256i dot4(__m256i acc, __m256i u, __m256i q) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, q);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* 8 fp16 -> 8 floats. */
+static inline AI __m256 halves8(const uint8_t *p) {
+#if defined(__F16C__)
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+#else
+    float f[8];
+    for (int i = 0; i < 8; ++i) f[i] = half_to_float(p + 2 * i);
+    return _mm256_loadu_ps(f);
+#endif
+}
+
+static inline AI __m256i load32(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* Four activation bytes in every lane. */
+#define bcast4(p) _mm256_set1_epi32(*(const loose_i32 *)(p))
+
+/* Bits s .. s + 3 of each lane's word -> 16 in that lane's bytes 0 .. 3 (0 where the bit is clear). */
+static inline AI __m256i fifth_bits(__m256i words, int s) {
+    const __m256i first_byte = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                                0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m256i bit = _mm256_set1_epi32(0x08040201);
+    __m256i spread = _mm256_shuffle_epi8(_mm256_srli_epi32(words, s), first_byte);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* Each output row's lane: its sums less its minimums' (or offsets') share, for the valid rows. */
+static inline AI void store_rows(float *y, int64_t y_stride, const __m256 *acc, const __m256 *less, int mt, int rows) {
+    for (int t = 0; t < mt; ++t) {
+        float out[ROWS];
+        _mm256_storeu_ps(out, _mm256_sub_ps(acc[t], less[t]));
+        for (int r = 0; r < rows; ++r) y[t * y_stride + r] = out[r];
+    }
+}
+
+/* Q4_K rows against activation rows x[0 .. mt - 1]: y[t * y_stride + r]. Per sub-block j of 32 (one weight scale,
+   one activation scale): d sc_j * xd_j * (q4 . q8) into acc; dmin m_j times the activations' two 16-sums into
+   mins. */
+static inline AI void q4_k_group(const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y,
+                                   int64_t y_stride, int rows) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), byte = _mm256_set1_epi32(0xFF);
+    const __m256i six = _mm256_set1_epi32(0x3F3F3F3F), four = _mm256_set1_epi32(0x0F0F0F0F), two = _mm256_set1_epi32(0x03030303);
+    __m256 acc[M_TILE], mins[M_TILE];
+    for (int t = 0; t < mt; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = w + b * 1152, *qs = blk + 128;
+        __m256 d = halves8(blk), dmin = halves8(blk + 16);
+        __m256i u0 = load32(blk + 32), u1 = load32(blk + 64), u2 = load32(blk + 96);
+        /* as k4_scale_min, a row a lane: scales 0-3 and 4-7, minimums 0-3 and 4-7, a byte each */
+        __m256i sc[2] = {_mm256_and_si256(u0, six), _mm256_or_si256(_mm256_and_si256(u2, four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4))};
+        __m256i mn[2] = {_mm256_and_si256(u1, six), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4))};
+        for (int p = 0; p < 4; ++p) {  /* sub-blocks 2p (low nibbles) and 2p + 1 (high) */
+            const int sh = 16 * (p & 1);
+            __m256 dsc0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(sc[p >> 1], sh), byte)));
+            __m256 dsc1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(sc[p >> 1], sh + 8), byte)));
+            __m256 dmn0 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mn[p >> 1], sh), byte)));
+            __m256 dmn1 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mn[p >> 1], sh + 8), byte)));
+            __m256i lo[M_TILE], hi[M_TILE];
+            for (int t = 0; t < mt; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
+            for (int c = 0; c < 8; ++c) {
+                __m256i v = load32(qs + 256 * p + 32 * c);
+                __m256i l = _mm256_and_si256(v, low4), h = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                for (int t = 0; t < mt; ++t) {
+                    const int8_t *qa = x[t].q + QK_K * b + 64 * p + 4 * c;
+                    lo[t] = dot4(lo[t], l, bcast4(qa));
+                    hi[t] = dot4(hi[t], h, bcast4(qa + 32));
+                }
+            }
+            for (int t = 0; t < mt; ++t) {
+                int64_t j = 8 * b + 2 * p;
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo[t]), _mm256_mul_ps(dsc0, _mm256_set1_ps(x[t].d[j])), acc[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi[t]), _mm256_mul_ps(dsc1, _mm256_set1_ps(x[t].d[j + 1])), acc[t]);
+                mins[t] = _mm256_fmadd_ps(dmn0, _mm256_set1_ps(x[t].sum[2 * j]), mins[t]);
+                mins[t] = _mm256_fmadd_ps(dmn0, _mm256_set1_ps(x[t].sum[2 * j + 1]), mins[t]);
+                mins[t] = _mm256_fmadd_ps(dmn1, _mm256_set1_ps(x[t].sum[2 * j + 2]), mins[t]);
+                mins[t] = _mm256_fmadd_ps(dmn1, _mm256_set1_ps(x[t].sum[2 * j + 3]), mins[t]);
+            }
+        }
+    }
+    store_rows(y, y_stride, acc, mins, mt, rows);
+}
+
+/* Q6_K rows (as q4_k). Per sub-block j of 32 (two weight scales of 16, one activation scale): d xd_j * sum_g sc_g
+   (u . q8) with u = q + 32 into acc; 32 d sc_g times the activations' 16-sums into offs. */
+static inline AI void q6_k_group(const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y,
+                                   int64_t y_stride, int rows) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    __m256 acc[M_TILE], offs[M_TILE];
+    for (int t = 0; t < mt; ++t) acc[t] = offs[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = w + b * 1680, *ql = blk, *qh = blk + 1024, *sc = blk + 1536;
+        __m256 d = halves8(blk + 1664), d32 = _mm256_mul_ps(_mm256_set1_ps(32.0f), d);
+        for (int j = 0; j < 8; ++j) {  /* weights 32j .. 32j + 31: half h, ql part s & 1, nibble and qh bits by s */
+            const int h = j / 4, s = j % 4;
+            __m256i first[M_TILE], second[M_TILE];  /* the sub-block's two scale groups' integer dot products */
+            for (int t = 0; t < mt; ++t) first[t] = second[t] = _mm256_setzero_si256();
+            for (int c = 0; c < 8; ++c) {
+                __m256i lv = load32(ql + 32 * (8 * (2 * h + (s & 1)) + c)), hv = load32(qh + 32 * (8 * h + c));
+                /* u: the low nibble (s < 2) or the high one, and qh's bits 2s, 2s + 1 as bits 4, 5 */
+                __m256i low = s < 2 ? _mm256_and_si256(lv, low4) : _mm256_and_si256(_mm256_srli_epi16(lv, 4), low4);
+                __m256i top = s == 0 ? _mm256_slli_epi16(hv, 4) : s == 1 ? _mm256_slli_epi16(hv, 2) : s == 2 ? hv : _mm256_srli_epi16(hv, 2);
+                __m256i u = _mm256_or_si256(low, _mm256_and_si256(top, bits45));
+                for (int t = 0; t < mt; ++t) {
+                    __m256i q = bcast4(x[t].q + QK_K * b + 32 * j + 4 * c);
+                    if (c < 4) first[t] = dot4(first[t], u, q);
+                    else second[t] = dot4(second[t], u, q);
+                }
+            }
+            __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j))), s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j + 8)));
+            __m256 o0 = _mm256_mul_ps(d32, _mm256_cvtepi32_ps(s0)), o1 = _mm256_mul_ps(d32, _mm256_cvtepi32_ps(s1));
+            for (int t = 0; t < mt; ++t) {
+                __m256i sum = _mm256_add_epi32(_mm256_mullo_epi32(first[t], s0), _mm256_mullo_epi32(second[t], s1));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(x[t].d[8 * b + j])), acc[t]);
+                offs[t] = _mm256_fmadd_ps(o0, _mm256_set1_ps(x[t].sum[16 * b + 2 * j]), offs[t]);
+                offs[t] = _mm256_fmadd_ps(o1, _mm256_set1_ps(x[t].sum[16 * b + 2 * j + 1]), offs[t]);
+            }
+        }
+    }
+    store_rows(y, y_stride, acc, offs, mt, rows);
+}
+
+/* Rows of a 32-weight format (Q5_0, Q5_1): w = d u - c per block (Q5_0: c = 16 d; Q5_1: c = -m); d xd_b (u . q8)
+   into acc, c times the activations' two 16-sums into cs. */
+static inline AI void q5_group(int type, const uint8_t *w, int64_t nb, const q8_row *x, int mt,
+                                 float *y, int64_t y_stride, int rows) {
+    const int has_min = type == SPECRT_Q5_1, words = has_min ? 32 : 16, size = ROWS * specrt_ggml_block_bytes(type);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[M_TILE], cs[M_TILE];
+    for (int t = 0; t < mt; ++t) acc[t] = cs[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = w + b * size, *qs = blk + words + 32;
+        __m256 d = halves8(blk);
+        __m256 c = has_min ? _mm256_sub_ps(_mm256_setzero_ps(), halves8(blk + 16)) : _mm256_mul_ps(d, _mm256_set1_ps(16.0f));
+        __m256i hbits = load32(blk + words), sums[M_TILE];
+        for (int t = 0; t < mt; ++t) sums[t] = _mm256_setzero_si256();
+        for (int q = 0; q < 4; ++q) {
+            __m256i v = load32(qs + 32 * q);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(v, low4), fifth_bits(hbits, 4 * q));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), fifth_bits(hbits, 16 + 4 * q));
+            for (int t = 0; t < mt; ++t) {
+                const int8_t *qa = x[t].q + 32 * b + 4 * q;
+                sums[t] = dot4(dot4(sums[t], lo, bcast4(qa)), hi, bcast4(qa + 16));
+            }
+        }
+        for (int t = 0; t < mt; ++t) {
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), _mm256_mul_ps(d, _mm256_set1_ps(x[t].d[b])), acc[t]);
+            cs[t] = _mm256_fmadd_ps(c, _mm256_set1_ps(x[t].sum[2 * b]), cs[t]);
+            cs[t] = _mm256_fmadd_ps(c, _mm256_set1_ps(x[t].sum[2 * b + 1]), cs[t]);
+        }
+    }
+    store_rows(y, y_stride, acc, cs, mt, rows);
+}
+
+
+#else /* plain C: each row's block gathered back to the file's layout, the same integers, the same float order */
+
+/* The integer dot products of one block with its activations per 32 (K-quants: 8; Q6_K already scaled per 16),
+   and the block's float factors: out = sum_j f[j] * xd_j * dots[j] - sum_g o[g] * (the g-th 16-sum). */
+static void block_terms(int type, const uint8_t *blk, const int8_t *qa, int dots[8], float f[8], float o[16]) {
+    memset(dots, 0, 8 * sizeof(int));
+    if (type == SPECRT_Q4_K) {
+        float d = half_to_float(blk), dmin = half_to_float(blk + 2);
+        uint8_t sc[8], mn[8];
+        k4_scale_min(blk + 4, sc, mn);
+        for (int j = 0; j < 8; ++j) {
+            for (int l = 0; l < 32; ++l) {
+                uint8_t byte = blk[16 + 32 * (j / 2) + l];
+                dots[j] += ((j & 1) ? (byte >> 4) : (byte & 0x0F)) * qa[32 * j + l];
+            }
+            f[j] = d * (float)sc[j];
+            o[2 * j] = o[2 * j + 1] = dmin * (float)mn[j];
+        }
+    } else if (type == SPECRT_Q6_K) {
+        const uint8_t *ql = blk, *qh = blk + 128;
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        float d = half_to_float(blk + 208);
+        for (int half = 0; half < 2; ++half) {
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t a0 = ql[64 * half + l], a1 = ql[64 * half + 32 + l], h = qh[32 * half + l];
+                int v[4] = {(a0 & 15) | ((h & 3) << 4), (a1 & 15) | (((h >> 2) & 3) << 4),
+                            (a0 >> 4) | (((h >> 4) & 3) << 4), (a1 >> 4) | (((h >> 6) & 3) << 4)};
+                for (int i = 0; i < 4; ++i) {
+                    int pos = 128 * half + 32 * i + l;
+                    dots[pos / 32] += sc[pos / 16] * v[i] * qa[pos];
+                }
+            }
+        }
+        for (int j = 0; j < 8; ++j) f[j] = d;
+        for (int g = 0; g < 16; ++g) o[g] = 32.0f * d * (float)sc[g];
+    } else {
+        int has_min = type == SPECRT_Q5_1;
+        float d = half_to_float(blk), c = has_min ? -half_to_float(blk + 2) : d * 16.0f;
+        const uint8_t *qs = blk + (has_min ? 8 : 6);
+        uint32_t high;
+        memcpy(&high, blk + (has_min ? 4 : 2), 4);
+        for (int l = 0; l < 16; ++l) {
+            dots[0] += ((qs[l] & 0x0F) | (((high >> l) & 1) << 4)) * qa[l];
+            dots[0] += ((qs[l] >> 4) | (((high >> (16 + l)) & 1) << 4)) * qa[16 + l];
+        }
+        f[0] = d;
+        o[0] = o[1] = c;
+    }
+}
+
+static void scalar_group(int type, const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y,
+                         int64_t y_stride, int rows) {
+    int size = specrt_ggml_block_bytes(type), per = specrt_ggml_block_weights(type), subs = per / 32;
+    uint8_t blk[210];
+    for (int r = 0; r < rows; ++r) {
+        for (int t = 0; t < mt; ++t) {
+            float acc = 0.0f, less = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+                int dots[8];
+                float f[8], o[16];
+                gather_block(type, w + b * ROWS * size, r, blk);
+                block_terms(type, blk, x[t].q + per * b, dots, f, o);
+                for (int j = 0; j < subs; ++j) acc = fmaf((float)dots[j], f[j] * x[t].d[subs * b + j], acc);
+                for (int g = 0; g < 2 * subs; ++g) less = fmaf(o[g], x[t].sum[2 * subs * b + g], less);
+            }
+            y[t * y_stride + r] = acc - less;
+        }
+    }
+}
+#endif
+
+void specrt_ggml_rows(int type, const uint8_t *w, int64_t g_lo, int64_t g_hi, int64_t k, const uint8_t *act,
+                      int64_t m_count, float *y, int64_t n_total) {
+    int64_t stride = specrt_q8k_row_bytes(k), nb = k / specrt_ggml_block_weights(type);
+    int64_t group_bytes = nb * ROWS * specrt_ggml_block_bytes(type);
+    const int tile = type == SPECRT_Q6_K ? TILE_Q6_K : TILE_OTHER;
+    for (int64_t m0 = 0; m0 < m_count; m0 += tile) {
+        int mt = (int)(m_count - m0 < tile ? m_count - m0 : tile);
+        q8_row x[M_TILE];
+        for (int t = 0; t < mt; ++t) x[t] = q8_at(act, stride, k, m0 + t);
+        for (int64_t g = g_lo; g < g_hi; ++g) {
+            const uint8_t *grp = w + g * group_bytes;
+            float *out = y + m0 * n_total + ROWS * g;
+            int rows = (int)(n_total - ROWS * g < ROWS ? n_total - ROWS * g : ROWS);
+#if defined(__AVX2__)
+            /* a copy of the loop per format and tile height, both known: the accumulators stay in registers */
+#define UP_TO_4(call)       \
+    case 1: call(1); break; \
+    case 2: call(2); break; \
+    case 3: call(3); break; \
+    case 4: call(4); break;
+#define UP_TO_8(call)       \
+    UP_TO_4(call)           \
+    case 5: call(5); break; \
+    case 6: call(6); break; \
+    case 7: call(7); break; \
+    case 8: call(8); break;
+#define Q6_K_AT(n) q6_k_group(grp, nb, x, n, out, n_total, rows)
+#define Q4_K_AT(n) q4_k_group(grp, nb, x, n, out, n_total, rows)
+#define Q5_AT(n) q5_group(type, grp, nb, x, n, out, n_total, rows)
+            switch (type) {
+            case SPECRT_Q6_K: switch (mt) { UP_TO_8(Q6_K_AT) } break;
+            case SPECRT_Q4_K: switch (mt) { UP_TO_4(Q4_K_AT) } break;
+            default: switch (mt) { UP_TO_4(Q5_AT) }
+            }
+#else
+            scalar_group(type, grp, nb, x, mt, out, n_total, rows);
+#endif
+        }
+    }
+}
 
 /* One block's weights as floats, as ggml dequantizes them. */
 static void dequantize_block(int type, const uint8_t *blk, float *out) {
@@ -502,33 +497,37 @@ static void dequantize_block(int type, const uint8_t *blk, float *out) {
         }
         return;
     }
-    group g;  /* Q5_0, Q5_1 through their unpacking: w = d * u - c */
-    unpack32(type, blk, &g, 0);
-    uint8_t u[256];
-#if defined(__AVX2__)
-    for (int j = 0; j < 8; ++j) _mm256_storeu_si256((__m256i *)(u + 32 * j), g.u[j]);
-#else
-    memcpy(u, g.u, 256);
-#endif
-    for (int i = 0; i < specrt_ggml_block_weights(type); ++i) out[i] = g.d[i / 32] * (float)u[i] - g.c[i / 32];
+    int has_min = type == SPECRT_Q5_1;  /* Q5_0: w = d * (u - 16); Q5_1: w = d * u + m */
+    float d = fp16(blk), c = has_min ? -fp16(blk + 2) : d * 16.0f;
+    const uint8_t *qs = blk + (has_min ? 8 : 6);
+    uint32_t high;
+    memcpy(&high, blk + (has_min ? 4 : 2), 4);
+    for (int l = 0; l < 16; ++l) {
+        out[l] = d * (float)((qs[l] & 0x0F) | (((high >> l) & 1) << 4)) - c;
+        out[16 + l] = d * (float)((qs[l] >> 4) | (((high >> (16 + l)) & 1) << 4)) - c;
+    }
 }
 
-void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, int64_t k, const float *x,
+void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t g_lo, int64_t g_hi, int64_t k, const float *x,
                             int64_t m_count, float *y, int64_t n_total) {
     int per = specrt_ggml_block_weights(type), size = specrt_ggml_block_bytes(type);
-    int64_t nb = k / per, row_bytes = nb * size;
+    int64_t nb = k / per;
+    uint8_t blk[210];
     float block[QK_K];
-    for (int64_t n = n_lo; n < n_hi; ++n) {
-        for (int64_t m = 0; m < m_count; ++m) y[m * n_total + n] = 0.0f;
-        for (int64_t b = 0; b < nb; ++b) {
-            dequantize_block(type, w + n * row_bytes + b * size, block);
-            for (int64_t m = 0; m < m_count; ++m) {
-                const float *xb = x + m * k + b * per;
-                float part[8] = {0};  /* eight running sums: the compiler keeps them in one vector */
-                for (int i = 0; i < per; i += 8)
-                    for (int l = 0; l < 8; ++l) part[l] += block[i + l] * xb[i + l];
-                y[m * n_total + n] +=
-                    ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+    for (int64_t g = g_lo; g < g_hi; ++g) {
+        for (int64_t n = ROWS * g; n < ROWS * g + ROWS && n < n_total; ++n) {
+            for (int64_t m = 0; m < m_count; ++m) y[m * n_total + n] = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+                gather_block(type, w + (g * nb + b) * ROWS * size, (int)(n - ROWS * g), blk);
+                dequantize_block(type, blk, block);
+                for (int64_t m = 0; m < m_count; ++m) {
+                    const float *xb = x + m * k + b * per;
+                    float part[8] = {0};  /* eight running sums: the compiler keeps them in one vector */
+                    for (int i = 0; i < per; i += 8)
+                        for (int l = 0; l < 8; ++l) part[l] += block[i + l] * xb[i + l];
+                    y[m * n_total + n] +=
+                        ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+                }
             }
         }
     }
@@ -539,55 +538,20 @@ void specrt_ggml_dequantize(int type, const uint8_t *w, int64_t blocks, float *o
     for (int64_t b = 0; b < blocks; ++b) dequantize_block(type, w + b * specrt_ggml_block_bytes(type), out + b * per);
 }
 
-void specrt_ggml_rows(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, int64_t k, const uint8_t *act,
-                      int64_t m_count, float *y, int64_t n_total) {
-    int64_t stride = specrt_q8k_row_bytes(k);
-    int64_t row_bytes = k / specrt_ggml_block_weights(type) * specrt_ggml_block_bytes(type);
-    for (int64_t m0 = 0; m0 < m_count; m0 += M_TILE) {
-        int mt = (int)(m_count - m0 < M_TILE ? m_count - m0 : M_TILE);
-        q8_row x[M_TILE];
-        for (int t = 0; t < mt; ++t) x[t] = q8_at(act, stride, k, m0 + t);
-        for (int64_t n = n_lo; n < n_hi; ++n) {
-            const uint8_t *row = w + n * row_bytes;
-            float *out = y + m0 * n_total + n;
-            /* a copy of the loop per format and tile height, both known: the accumulators stay in registers */
-#define TILES(call)                                                                                                  \
-    switch (mt) {                                                                                                    \
-    case 1: call(1); break;                                                                                          \
-    case 2: call(2); break;                                                                                          \
-    case 3: call(3); break;                                                                                          \
-    case 4: call(4); break;                                                                                          \
-    case 5: call(5); break;                                                                                          \
-    case 6: call(6); break;                                                                                          \
-    case 7: call(7); break;                                                                                          \
-    default: call(8);                                                                                                \
-    }
-#define Q6_K_TILE(rows) tile_q6_k(row, k / QK_K, x, rows, out, n_total)
-#define Q4_K_TILE(rows) tile_q4_k(row, k / QK_K, x, rows, out, n_total)
-#define Q5_0_TILE(rows) tile_groups(SPECRT_Q5_0, row, k, x, rows, out, n_total)
-#define Q5_1_TILE(rows) tile_groups(SPECRT_Q5_1, row, k, x, rows, out, n_total)
-            switch (type) {
-            case SPECRT_Q6_K: TILES(Q6_K_TILE) break;
-            case SPECRT_Q4_K: TILES(Q4_K_TILE) break;
-            case SPECRT_Q5_0: TILES(Q5_0_TILE) break;
-            default: TILES(Q5_1_TILE)
-            }
-        }
-    }
-}
+int64_t specrt_ggml_groups(int64_t n) { return (n + ROWS - 1) / ROWS; }
 
 int specrt_ggml_matmul(int type, const float *x, int64_t m_count, int64_t k, const uint8_t *w, int64_t n, float *y,
                        int float_activations) {
     if (specrt_ggml_block_bytes(type) == 0 || k % specrt_ggml_block_weights(type)) return 1;
     if (float_activations) {
-        specrt_ggml_rows_float(type, w, 0, n, k, x, m_count, y, n);
+        specrt_ggml_rows_float(type, w, 0, specrt_ggml_groups(n), k, x, m_count, y, n);
         return 0;
     }
     int64_t stride = specrt_q8k_row_bytes(k);
     uint8_t *act = (uint8_t *)malloc((size_t)(stride * (m_count ? m_count : 1)));
     if (!act) return 2;
     for (int64_t m = 0; m < m_count; ++m) specrt_q8k_quantize(x + m * k, k, act + m * stride);
-    specrt_ggml_rows(type, w, 0, n, k, act, m_count, y, n);
+    specrt_ggml_rows(type, w, 0, specrt_ggml_groups(n), k, act, m_count, y, n);
     free(act);
     return 0;
 }

@@ -12,15 +12,20 @@ int64_t specrt_q8k_row_bytes(int64_t k);
 void specrt_q8k_quantize(const float *x, int64_t k, uint8_t *out);
 int specrt_ggml_block_bytes(int type);   /* 0: a type these kernels do not take */
 int specrt_ggml_block_weights(int type); /* 256 (K-quants) or 32 */
-/* y[m, n] for n in [n_lo, n_hi), m < m_count: weight rows of `type` blocks against quantized activation rows. */
-void specrt_ggml_rows(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, int64_t k, const uint8_t *act,
+/* Where byte j of row r's block lies in a group's block (8 rows interleaved: ggml_kernels.c says how). */
+int64_t specrt_ggml_group_offset(int type, int r, int j);
+int64_t specrt_ggml_groups(int64_t n); /* groups of 8 rows holding n rows */
+/* y[m, n] for the rows of groups [g_lo, g_hi) below n_total, m < m_count: weight rows of `type` blocks, interleaved
+   by 8, against quantized activation rows. */
+void specrt_ggml_rows(int type, const uint8_t *w, int64_t g_lo, int64_t g_hi, int64_t k, const uint8_t *act,
                       int64_t m_count, float *y, int64_t n_total);
 /* The same with float activations (each block dequantized, then float dot products): conversion's exact check. */
-void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t n_lo, int64_t n_hi, int64_t k, const float *x,
+void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t g_lo, int64_t g_hi, int64_t k, const float *x,
                             int64_t m_count, float *y, int64_t n_total);
-/* `blocks` blocks of `type` -> blocks * 256 floats. */
+/* `blocks` blocks of `type` in the file's layout -> blocks * block weights floats. */
 void specrt_ggml_dequantize(int type, const uint8_t *w, int64_t blocks, float *out);
-/* The whole product, one thread (float_activations: as specrt_ggml_rows_float): 0 on success. */
+/* The whole product over interleaved weights, one thread (float_activations: as specrt_ggml_rows_float): 0 on
+   success. */
 int specrt_ggml_matmul(int type, const float *x, int64_t m_count, int64_t k, const uint8_t *w, int64_t n, float *y,
                        int float_activations);
 

@@ -2,9 +2,11 @@
    registered by SessionOptions.register_custom_ops_library (the entry point
    RegisterCustomOps below).
 
-   Y [..., N] float = A [..., K] float times B^T, B the GGUF tensor's own blocks [N, K / block * block bytes] uint8
-   (blocks of 32 weights, or 256 for the K-quants). Attribute accuracy_level: 0 float activations (each block
-   dequantized: conversion's exact check), else 8-bit activations per 32 (MatMulNBits' level 4).
+   Y [..., N] float = A [..., K] float times W^T, W the GGUF tensor's own blocks (of 32 weights, or 256 for the
+   K-quants) interleaved by 8 rows (ggml_kernels.c; ggml_ops/layout.py writes them): B [ceil(N / 8), K / block *
+   block bytes * 8] uint8. Attributes: N (required: the rows, which B's padding hides), accuracy_level (0: float
+   activations, each block dequantized: conversion's exact check; else 8-bit activations per 32, MatMulNBits'
+   level 4).
 
    Only what these operators call of ONNX Runtime's C API is declared here: the API is a table of function
    pointers whose order never changes between releases (new entries are appended), so a slot is named by its
@@ -110,6 +112,7 @@ typedef struct {
     const OrtApiTable *api;
     int type;  /* ggml's type number (ggml_kernels.h) */
     int float_activations;  /* attribute accuracy_level 0 (as MatMulNBits'): float activations, for exact checks */
+    int64_t n;  /* attribute N: the weight's rows */
 } Kernel;
 
 typedef struct {
@@ -119,12 +122,13 @@ typedef struct {
     const uint8_t *act;  /* the activations quantized, or NULL: float activations x */
     const float *x;
     float *y;
-    int64_t chunk;  /* output columns per task */
+    int64_t chunk;  /* groups of 8 output columns per task */
 } Job;
 
 static void run_chunk(void *data, size_t index) {
     const Job *job = (const Job *)data;
-    int64_t lo = (int64_t)index * job->chunk, hi = lo + job->chunk < job->n ? lo + job->chunk : job->n;
+    int64_t groups = specrt_ggml_groups(job->n), lo = (int64_t)index * job->chunk;
+    int64_t hi = lo + job->chunk < groups ? lo + job->chunk : groups;
     if (job->act)
         specrt_ggml_rows(job->type, job->w, lo, hi, job->k, job->act, job->m, job->y, job->n);
     else
@@ -152,12 +156,13 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
         return status(ORT_FAIL, "specrt.ggml: cannot read the inputs");
     int64_t a_dims[8], b_dims[8];
     int a_rank = dims_of(api, a_value, a_dims), b_rank = dims_of(api, b_value, b_dims);
-    if (a_rank < 1 || b_rank != 2) return status(ORT_INVALID_ARGUMENT, "specrt.ggml: A must be [..., K], B [N, bytes]");
-    int64_t k = a_dims[a_rank - 1], n = b_dims[0], m = 1;
+    if (a_rank < 1 || b_rank != 2)
+        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: A must be [..., K], B [N / 8, bytes * 8]");
+    int64_t k = a_dims[a_rank - 1], n = kernel->n, m = 1;
     for (int i = 0; i < a_rank - 1; ++i) m *= a_dims[i];
     int per = specrt_ggml_block_weights(kernel->type);
-    if (k % per || b_dims[1] != k / per * specrt_ggml_block_bytes(kernel->type))
-        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: B's rows are not K / block blocks of its type");
+    if (k % per || b_dims[0] != specrt_ggml_groups(n) || b_dims[1] != k / per * specrt_ggml_block_bytes(kernel->type) * 8)
+        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: B is not N rows of K / block blocks of its type by 8");
     int64_t y_dims[8];
     memcpy(y_dims, a_dims, sizeof(int64_t) * (size_t)a_rank);
     y_dims[a_rank - 1] = n;
@@ -176,8 +181,8 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
         if (!act) return status(ORT_FAIL, "specrt.ggml: out of memory for the quantized activations");
         for (int64_t i = 0; i < m; ++i) specrt_q8k_quantize((const float *)a + i * k, k, act + i * stride);
     }
-    Job job = {kernel->type, (const uint8_t *)b, n, k, m, act, (const float *)a, (float *)y, 16};
-    size_t chunks = (size_t)((n + job.chunk - 1) / job.chunk);
+    Job job = {kernel->type, (const uint8_t *)b, n, k, m, act, (const float *)a, (float *)y, 2};
+    size_t chunks = (size_t)((specrt_ggml_groups(n) + job.chunk - 1) / job.chunk);
     OrtStatus *failed = API(api, KERNEL_CONTEXT_PARALLEL_FOR, ParallelForFn)(context, run_chunk, chunks, 0, &job);
     free(act);
     return failed;
@@ -219,6 +224,14 @@ static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, cons
         level = 4;
     }
     kernel->float_activations = level == 0;
+    OrtStatus *no_rows = API(api, KERNEL_INFO_GET_ATTRIBUTE_INT64, AttributeIntFn)(info, "N", &kernel->n);
+    if (no_rows || kernel->n < 0) {
+        if (no_rows) API(api, RELEASE_STATUS, ReleaseStatusFn)(no_rows);
+        free(kernel);
+        return API(api, CREATE_STATUS, CreateStatusFn)(
+            ORT_INVALID_ARGUMENT, "specrt.ggml: the operator has no N: a bundle converted by an earlier specrt, whose "
+                                  "weights are not interleaved; convert it again");
+    }
     *out = kernel;
     return NULL;
 }
