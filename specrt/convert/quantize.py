@@ -35,7 +35,7 @@ class QuantWeight:
     # (q - zero_point) - min; convert/gguf_exact.py); None for specrt's own quantization
     mins: np.ndarray | None = None
     # the same weights as the GGUF file's own blocks, where specrt's operators multiply by them (specrt/kernels/ggml_ops):
-    # the type ("Q4_K") and the bytes, uint8 [N, K / 256 * block bytes]; "" / None otherwise
+    # the type ("Q4_K") and the bytes, uint8 [N, K / block weights * block bytes]; "" / None otherwise
     ggml_type: str = ""
     ggml_blocks: np.ndarray | None = None
 

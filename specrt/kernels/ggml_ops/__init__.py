@@ -11,7 +11,7 @@ the weight rows interleaved by 8 (layout.py, as llama.cpp repacks for its CPU ke
 meets eight rows' weights in a vector, so a call of several tokens unpacks each block once for all of them.
 
 The library is compiled from the C sources beside this file on first use (`cc -O3 -march=native`: the machine's own
-vector instructions; AVX2 and AVX-512 VNNI paths, plain C without them) into the cache (~/.cache/specrt/ggml_ops/
+vector instructions; an AVX2 path using AVX-512 VNNI's dot product where the CPU has it, plain C without AVX2) into the cache (~/.cache/specrt/ggml_ops/
 <key>/, the key covering the sources, the compiler and the CPU's flags), as llama-cpp-python builds llama.cpp at
 install; written atomically. Without a C compiler it is unavailable: conversion keeps the MatMulNBits forms, and a
 bundle that uses the operators says in one line what is missing. SPECRT_GGML_OPS=0 turns it off (conversion then

@@ -169,7 +169,9 @@ int64_t specrt_ggml_group_offset(int type, int r, int j) {
 /* specrt_ggml_group_offset per format, as tables (filled when the library loads). */
 static int16_t group_map[4][ROWS][210];
 
-static int map_index(int type) { return type == SPECRT_Q5_0 ? 0 : type == SPECRT_Q5_1 ? 1 : type == SPECRT_Q4_K ? 2 : 3; }
+static int map_index(int type) {
+    return type == SPECRT_Q5_0 ? 0 : type == SPECRT_Q5_1 ? 1 : type == SPECRT_Q4_K ? 2 : 3;
+}
 
 __attribute__((constructor)) static void fill_group_maps(void) {
     static const int types[4] = {SPECRT_Q5_0, SPECRT_Q5_1, SPECRT_Q4_K, SPECRT_Q6_K};
@@ -185,10 +187,43 @@ static void gather_block(int type, const uint8_t *group, int r, uint8_t *out) {
     for (int j = 0; j < specrt_ggml_block_bytes(type); ++j) out[j] = group[at[j]];
 }
 
+/* A block's unsigned weight values in weight order (the file's layout): Q4_K 4 bits, Q6_K 6 bits (w = d sc (u - 32)),
+   Q5_0 and Q5_1 5 bits. Each block's scales are read where they are used. */
+static void block_values(int type, const uint8_t *blk, uint8_t *u) {
+    if (type == SPECRT_Q4_K) {  /* per 64 weights 32 bytes: the first 32 in the low nibbles */
+        for (int j = 0; j < 4; ++j) {
+            for (int l = 0; l < 32; ++l) {
+                uint8_t byte = blk[16 + 32 * j + l];
+                u[64 * j + l] = byte & 0x0F;
+                u[64 * j + 32 + l] = byte >> 4;
+            }
+        }
+    } else if (type == SPECRT_Q6_K) {  /* low nibbles in ql, two high bits each in qh */
+        const uint8_t *ql = blk, *qh = blk + 128;
+        for (int half = 0; half < 2; ++half) {
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t a0 = ql[64 * half + l], a1 = ql[64 * half + 32 + l], h = qh[32 * half + l];
+                u[128 * half + l] = (a0 & 15) | ((h & 3) << 4);
+                u[128 * half + 32 + l] = (a1 & 15) | (((h >> 2) & 3) << 4);
+                u[128 * half + 64 + l] = (a0 >> 4) | (((h >> 4) & 3) << 4);
+                u[128 * half + 96 + l] = (a1 >> 4) | (((h >> 6) & 3) << 4);
+            }
+        }
+    } else {  /* 16 bytes of nibbles (the first 16 weights low), the fifth bits in a word before them */
+        int has_min = type == SPECRT_Q5_1;
+        const uint8_t *qs = blk + (has_min ? 8 : 6);
+        uint32_t high;
+        memcpy(&high, blk + (has_min ? 4 : 2), 4);
+        for (int l = 0; l < 16; ++l) {
+            u[l] = (qs[l] & 0x0F) | (((high >> l) & 1) << 4);
+            u[16 + l] = (qs[l] >> 4) | (((high >> (16 + l)) & 1) << 4);
+        }
+    }
+}
+
 #define AI __attribute__((always_inline))
 
 #if defined(__AVX2__)
-/* Four activation bytes in every 32-bit lane. */
 typedef int32_t loose_i32 __attribute__((aligned(1), may_alias));  /* any 4 bytes as an int32 */
 
 /* acc + per lane the dot product of 4 unsigned bytes of u with 4 signed bytes of q. */
@@ -225,8 +260,19 @@ static inline AI __m256i fifth_bits(__m256i words, int s) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
+/* Byte `shift / 8` of each lane's word, as a float. */
+static inline AI __m256 lane_byte(__m256i words, int shift) {
+    return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(words, shift), _mm256_set1_epi32(0xFF)));
+}
+
+/* acc + x * y * z, the product x * y rounded first. */
+static inline AI __m256 fma_scaled(__m256 acc, __m256 x, __m256 y, float z) {
+    return _mm256_fmadd_ps(x, _mm256_mul_ps(y, _mm256_set1_ps(z)), acc);
+}
+
 /* Each output row's lane: its sums less its minimums' (or offsets') share, for the valid rows. */
-static inline AI void store_rows(float *y, int64_t y_stride, const __m256 *acc, const __m256 *less, int mt, int rows) {
+static inline AI void store_rows(float *y, int64_t y_stride, const __m256 *acc, const __m256 *less, int mt,
+                                 int rows) {
     for (int t = 0; t < mt; ++t) {
         float out[ROWS];
         _mm256_storeu_ps(out, _mm256_sub_ps(acc[t], less[t]));
@@ -238,9 +284,9 @@ static inline AI void store_rows(float *y, int64_t y_stride, const __m256 *acc, 
    one activation scale): d sc_j * xd_j * (q4 . q8) into acc; dmin m_j times the activations' two 16-sums into
    mins. */
 static inline AI void q4_k_group(const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y,
-                                   int64_t y_stride, int rows) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F), byte = _mm256_set1_epi32(0xFF);
-    const __m256i six = _mm256_set1_epi32(0x3F3F3F3F), four = _mm256_set1_epi32(0x0F0F0F0F), two = _mm256_set1_epi32(0x03030303);
+                                 int64_t y_stride, int rows) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), six = _mm256_set1_epi32(0x3F3F3F3F);
+    const __m256i four = _mm256_set1_epi32(0x0F0F0F0F), two = _mm256_set1_epi32(0x03030303);
     __m256 acc[M_TILE], mins[M_TILE];
     for (int t = 0; t < mt; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
@@ -248,14 +294,18 @@ static inline AI void q4_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
         __m256 d = halves8(blk), dmin = halves8(blk + 16);
         __m256i u0 = load32(blk + 32), u1 = load32(blk + 64), u2 = load32(blk + 96);
         /* as k4_scale_min, a row a lane: scales 0-3 and 4-7, minimums 0-3 and 4-7, a byte each */
-        __m256i sc[2] = {_mm256_and_si256(u0, six), _mm256_or_si256(_mm256_and_si256(u2, four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4))};
-        __m256i mn[2] = {_mm256_and_si256(u1, six), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), four), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4))};
+        __m256i sc[2] = {_mm256_and_si256(u0, six),
+                         _mm256_or_si256(_mm256_and_si256(u2, four),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4))};
+        __m256i mn[2] = {_mm256_and_si256(u1, six),
+                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), four),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4))};
         for (int p = 0; p < 4; ++p) {  /* sub-blocks 2p (low nibbles) and 2p + 1 (high) */
             const int sh = 16 * (p & 1);
-            __m256 dsc0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(sc[p >> 1], sh), byte)));
-            __m256 dsc1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(sc[p >> 1], sh + 8), byte)));
-            __m256 dmn0 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mn[p >> 1], sh), byte)));
-            __m256 dmn1 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mn[p >> 1], sh + 8), byte)));
+            __m256 dsc0 = _mm256_mul_ps(d, lane_byte(sc[p >> 1], sh));
+            __m256 dsc1 = _mm256_mul_ps(d, lane_byte(sc[p >> 1], sh + 8));
+            __m256 dmn0 = _mm256_mul_ps(dmin, lane_byte(mn[p >> 1], sh));
+            __m256 dmn1 = _mm256_mul_ps(dmin, lane_byte(mn[p >> 1], sh + 8));
             __m256i lo[M_TILE], hi[M_TILE];
             for (int t = 0; t < mt; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
             for (int c = 0; c < 8; ++c) {
@@ -269,8 +319,8 @@ static inline AI void q4_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
             }
             for (int t = 0; t < mt; ++t) {
                 int64_t j = 8 * b + 2 * p;
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo[t]), _mm256_mul_ps(dsc0, _mm256_set1_ps(x[t].d[j])), acc[t]);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi[t]), _mm256_mul_ps(dsc1, _mm256_set1_ps(x[t].d[j + 1])), acc[t]);
+                acc[t] = fma_scaled(acc[t], _mm256_cvtepi32_ps(lo[t]), dsc0, x[t].d[j]);
+                acc[t] = fma_scaled(acc[t], _mm256_cvtepi32_ps(hi[t]), dsc1, x[t].d[j + 1]);
                 mins[t] = _mm256_fmadd_ps(dmn0, _mm256_set1_ps(x[t].sum[2 * j]), mins[t]);
                 mins[t] = _mm256_fmadd_ps(dmn0, _mm256_set1_ps(x[t].sum[2 * j + 1]), mins[t]);
                 mins[t] = _mm256_fmadd_ps(dmn1, _mm256_set1_ps(x[t].sum[2 * j + 2]), mins[t]);
@@ -284,7 +334,7 @@ static inline AI void q4_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
 /* Q6_K rows (as q4_k). Per sub-block j of 32 (two weight scales of 16, one activation scale): d xd_j * sum_g sc_g
    (u . q8) with u = q + 32 into acc; 32 d sc_g times the activations' 16-sums into offs. */
 static inline AI void q6_k_group(const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y,
-                                   int64_t y_stride, int rows) {
+                                 int64_t y_stride, int rows) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
     __m256 acc[M_TILE], offs[M_TILE];
     for (int t = 0; t < mt; ++t) acc[t] = offs[t] = _mm256_setzero_ps();
@@ -298,8 +348,11 @@ static inline AI void q6_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
             for (int c = 0; c < 8; ++c) {
                 __m256i lv = load32(ql + 32 * (8 * (2 * h + (s & 1)) + c)), hv = load32(qh + 32 * (8 * h + c));
                 /* u: the low nibble (s < 2) or the high one, and qh's bits 2s, 2s + 1 as bits 4, 5 */
-                __m256i low = s < 2 ? _mm256_and_si256(lv, low4) : _mm256_and_si256(_mm256_srli_epi16(lv, 4), low4);
-                __m256i top = s == 0 ? _mm256_slli_epi16(hv, 4) : s == 1 ? _mm256_slli_epi16(hv, 2) : s == 2 ? hv : _mm256_srli_epi16(hv, 2);
+                __m256i low = _mm256_and_si256(s < 2 ? lv : _mm256_srli_epi16(lv, 4), low4);
+                __m256i top = s == 0   ? _mm256_slli_epi16(hv, 4)
+                              : s == 1 ? _mm256_slli_epi16(hv, 2)
+                              : s == 2 ? hv
+                                       : _mm256_srli_epi16(hv, 2);
                 __m256i u = _mm256_or_si256(low, _mm256_and_si256(top, bits45));
                 for (int t = 0; t < mt; ++t) {
                     __m256i q = bcast4(x[t].q + QK_K * b + 32 * j + 4 * c);
@@ -307,11 +360,12 @@ static inline AI void q6_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
                     else second[t] = dot4(second[t], u, q);
                 }
             }
-            __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j))), s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j + 8)));
+            __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j)));
+            __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j + 8)));
             __m256 o0 = _mm256_mul_ps(d32, _mm256_cvtepi32_ps(s0)), o1 = _mm256_mul_ps(d32, _mm256_cvtepi32_ps(s1));
             for (int t = 0; t < mt; ++t) {
                 __m256i sum = _mm256_add_epi32(_mm256_mullo_epi32(first[t], s0), _mm256_mullo_epi32(second[t], s1));
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(x[t].d[8 * b + j])), acc[t]);
+                acc[t] = fma_scaled(acc[t], _mm256_cvtepi32_ps(sum), d, x[t].d[8 * b + j]);
                 offs[t] = _mm256_fmadd_ps(o0, _mm256_set1_ps(x[t].sum[16 * b + 2 * j]), offs[t]);
                 offs[t] = _mm256_fmadd_ps(o1, _mm256_set1_ps(x[t].sum[16 * b + 2 * j + 1]), offs[t]);
             }
@@ -322,8 +376,8 @@ static inline AI void q6_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
 
 /* Rows of a 32-weight format (Q5_0, Q5_1): w = d u - c per block (Q5_0: c = 16 d; Q5_1: c = -m); d xd_b (u . q8)
    into acc, c times the activations' two 16-sums into cs. */
-static inline AI void q5_group(int type, const uint8_t *w, int64_t nb, const q8_row *x, int mt,
-                                 float *y, int64_t y_stride, int rows) {
+static inline AI void q5_group(int type, const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y,
+                               int64_t y_stride, int rows) {
     const int has_min = type == SPECRT_Q5_1, words = has_min ? 32 : 16, size = ROWS * specrt_ggml_block_bytes(type);
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 acc[M_TILE], cs[M_TILE];
@@ -331,20 +385,22 @@ static inline AI void q5_group(int type, const uint8_t *w, int64_t nb, const q8_
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = w + b * size, *qs = blk + words + 32;
         __m256 d = halves8(blk);
-        __m256 c = has_min ? _mm256_sub_ps(_mm256_setzero_ps(), halves8(blk + 16)) : _mm256_mul_ps(d, _mm256_set1_ps(16.0f));
+        __m256 c = has_min ? _mm256_sub_ps(_mm256_setzero_ps(), halves8(blk + 16))
+                           : _mm256_mul_ps(d, _mm256_set1_ps(16.0f));
         __m256i hbits = load32(blk + words), sums[M_TILE];
         for (int t = 0; t < mt; ++t) sums[t] = _mm256_setzero_si256();
         for (int q = 0; q < 4; ++q) {
             __m256i v = load32(qs + 32 * q);
             __m256i lo = _mm256_or_si256(_mm256_and_si256(v, low4), fifth_bits(hbits, 4 * q));
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), fifth_bits(hbits, 16 + 4 * q));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4),
+                                         fifth_bits(hbits, 16 + 4 * q));
             for (int t = 0; t < mt; ++t) {
                 const int8_t *qa = x[t].q + 32 * b + 4 * q;
                 sums[t] = dot4(dot4(sums[t], lo, bcast4(qa)), hi, bcast4(qa + 16));
             }
         }
         for (int t = 0; t < mt; ++t) {
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), _mm256_mul_ps(d, _mm256_set1_ps(x[t].d[b])), acc[t]);
+            acc[t] = fma_scaled(acc[t], _mm256_cvtepi32_ps(sums[t]), d, x[t].d[b]);
             cs[t] = _mm256_fmadd_ps(c, _mm256_set1_ps(x[t].sum[2 * b]), cs[t]);
             cs[t] = _mm256_fmadd_ps(c, _mm256_set1_ps(x[t].sum[2 * b + 1]), cs[t]);
         }
@@ -352,52 +408,33 @@ static inline AI void q5_group(int type, const uint8_t *w, int64_t nb, const q8_
     store_rows(y, y_stride, acc, cs, mt, rows);
 }
 
-
 #else /* plain C: each row's block gathered back to the file's layout, the same integers, the same float order */
 
 /* The integer dot products of one block with its activations per 32 (K-quants: 8; Q6_K already scaled per 16),
    and the block's float factors: out = sum_j f[j] * xd_j * dots[j] - sum_g o[g] * (the g-th 16-sum). */
 static void block_terms(int type, const uint8_t *blk, const int8_t *qa, int dots[8], float f[8], float o[16]) {
+    uint8_t u[QK_K];
+    block_values(type, blk, u);
     memset(dots, 0, 8 * sizeof(int));
     if (type == SPECRT_Q4_K) {
-        float d = half_to_float(blk), dmin = half_to_float(blk + 2);
+        float d = fp16(blk), dmin = fp16(blk + 2);
         uint8_t sc[8], mn[8];
         k4_scale_min(blk + 4, sc, mn);
+        for (int i = 0; i < QK_K; ++i) dots[i / 32] += u[i] * qa[i];
         for (int j = 0; j < 8; ++j) {
-            for (int l = 0; l < 32; ++l) {
-                uint8_t byte = blk[16 + 32 * (j / 2) + l];
-                dots[j] += ((j & 1) ? (byte >> 4) : (byte & 0x0F)) * qa[32 * j + l];
-            }
             f[j] = d * (float)sc[j];
             o[2 * j] = o[2 * j + 1] = dmin * (float)mn[j];
         }
     } else if (type == SPECRT_Q6_K) {
-        const uint8_t *ql = blk, *qh = blk + 128;
         const int8_t *sc = (const int8_t *)(blk + 192);
-        float d = half_to_float(blk + 208);
-        for (int half = 0; half < 2; ++half) {
-            for (int l = 0; l < 32; ++l) {
-                const uint8_t a0 = ql[64 * half + l], a1 = ql[64 * half + 32 + l], h = qh[32 * half + l];
-                int v[4] = {(a0 & 15) | ((h & 3) << 4), (a1 & 15) | (((h >> 2) & 3) << 4),
-                            (a0 >> 4) | (((h >> 4) & 3) << 4), (a1 >> 4) | (((h >> 6) & 3) << 4)};
-                for (int i = 0; i < 4; ++i) {
-                    int pos = 128 * half + 32 * i + l;
-                    dots[pos / 32] += sc[pos / 16] * v[i] * qa[pos];
-                }
-            }
-        }
+        float d = fp16(blk + 208);
+        for (int i = 0; i < QK_K; ++i) dots[i / 32] += sc[i / 16] * u[i] * qa[i];
         for (int j = 0; j < 8; ++j) f[j] = d;
         for (int g = 0; g < 16; ++g) o[g] = 32.0f * d * (float)sc[g];
     } else {
         int has_min = type == SPECRT_Q5_1;
-        float d = half_to_float(blk), c = has_min ? -half_to_float(blk + 2) : d * 16.0f;
-        const uint8_t *qs = blk + (has_min ? 8 : 6);
-        uint32_t high;
-        memcpy(&high, blk + (has_min ? 4 : 2), 4);
-        for (int l = 0; l < 16; ++l) {
-            dots[0] += ((qs[l] & 0x0F) | (((high >> l) & 1) << 4)) * qa[l];
-            dots[0] += ((qs[l] >> 4) | (((high >> (16 + l)) & 1) << 4)) * qa[16 + l];
-        }
+        float d = fp16(blk), c = has_min ? -fp16(blk + 2) : d * 16.0f;
+        for (int i = 0; i < 32; ++i) dots[0] += u[i] * qa[i];
         f[0] = d;
         o[0] = o[1] = c;
     }
@@ -467,44 +504,21 @@ void specrt_ggml_rows(int type, const uint8_t *w, int64_t g_lo, int64_t g_hi, in
 
 /* One block's weights as floats, as ggml dequantizes them. */
 static void dequantize_block(int type, const uint8_t *blk, float *out) {
+    uint8_t u[QK_K];
+    block_values(type, blk, u);
     if (type == SPECRT_Q6_K) {
-        const uint8_t *ql = blk, *qh = blk + 128;
         const int8_t *sc = (const int8_t *)(blk + 192);
         float d = fp16(blk + 208);
-        for (int half = 0; half < 2; ++half) {
-            for (int l = 0; l < 32; ++l) {
-                const uint8_t a0 = ql[64 * half + l], a1 = ql[64 * half + 32 + l], h = qh[32 * half + l];
-                int v[4] = {(a0 & 15) | ((h & 3) << 4), (a1 & 15) | (((h >> 2) & 3) << 4),
-                            (a0 >> 4) | (((h >> 4) & 3) << 4), (a1 >> 4) | (((h >> 6) & 3) << 4)};
-                for (int i = 0; i < 4; ++i) {
-                    int pos = 128 * half + 32 * i + l;
-                    out[pos] = d * (float)sc[pos / 16] * (float)(v[i] - 32);
-                }
-            }
-        }
-        return;
-    }
-    if (type == SPECRT_Q4_K) {
+        for (int i = 0; i < QK_K; ++i) out[i] = d * (float)sc[i / 16] * (float)(u[i] - 32);
+    } else if (type == SPECRT_Q4_K) {
         float d = fp16(blk), dmin = fp16(blk + 2);
         uint8_t sc[8], mn[8];
         k4_scale_min(blk + 4, sc, mn);
-        for (int j = 0; j < 4; ++j) {
-            for (int l = 0; l < 32; ++l) {
-                uint8_t byte = blk[16 + 32 * j + l];
-                out[64 * j + l] = d * sc[2 * j] * (float)(byte & 0x0F) - dmin * mn[2 * j];
-                out[64 * j + 32 + l] = d * sc[2 * j + 1] * (float)(byte >> 4) - dmin * mn[2 * j + 1];
-            }
-        }
-        return;
-    }
-    int has_min = type == SPECRT_Q5_1;  /* Q5_0: w = d * (u - 16); Q5_1: w = d * u + m */
-    float d = fp16(blk), c = has_min ? -fp16(blk + 2) : d * 16.0f;
-    const uint8_t *qs = blk + (has_min ? 8 : 6);
-    uint32_t high;
-    memcpy(&high, blk + (has_min ? 4 : 2), 4);
-    for (int l = 0; l < 16; ++l) {
-        out[l] = d * (float)((qs[l] & 0x0F) | (((high >> l) & 1) << 4)) - c;
-        out[16 + l] = d * (float)((qs[l] >> 4) | (((high >> (16 + l)) & 1) << 4)) - c;
+        for (int i = 0; i < QK_K; ++i) out[i] = d * sc[i / 32] * (float)u[i] - dmin * mn[i / 32];
+    } else {
+        int has_min = type == SPECRT_Q5_1;  /* Q5_0: w = d * (u - 16); Q5_1: w = d * u + m */
+        float d = fp16(blk), c = has_min ? -fp16(blk + 2) : d * 16.0f;
+        for (int i = 0; i < 32; ++i) out[i] = d * (float)u[i] - c;
     }
 }
 
@@ -531,11 +545,6 @@ void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t g_lo, int64_t g_
             }
         }
     }
-}
-
-void specrt_ggml_dequantize(int type, const uint8_t *w, int64_t blocks, float *out) {
-    int per = specrt_ggml_block_weights(type);
-    for (int64_t b = 0; b < blocks; ++b) dequantize_block(type, w + b * specrt_ggml_block_bytes(type), out + b * per);
 }
 
 int64_t specrt_ggml_groups(int64_t n) { return (n + ROWS - 1) / ROWS; }

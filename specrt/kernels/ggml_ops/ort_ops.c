@@ -161,7 +161,8 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
     int64_t k = a_dims[a_rank - 1], n = kernel->n, m = 1;
     for (int i = 0; i < a_rank - 1; ++i) m *= a_dims[i];
     int per = specrt_ggml_block_weights(kernel->type);
-    if (k % per || b_dims[0] != specrt_ggml_groups(n) || b_dims[1] != k / per * specrt_ggml_block_bytes(kernel->type) * 8)
+    int64_t group_row = k / per * specrt_ggml_block_bytes(kernel->type) * 8;  /* bytes of a group of 8 rows */
+    if (k % per || b_dims[0] != specrt_ggml_groups(n) || b_dims[1] != group_row)
         return status(ORT_INVALID_ARGUMENT, "specrt.ggml: B is not N rows of K / block blocks of its type by 8");
     int64_t y_dims[8];
     memcpy(y_dims, a_dims, sizeof(int64_t) * (size_t)a_rank);
