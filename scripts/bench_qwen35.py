@@ -7,7 +7,7 @@ Every configuration decodes the same prompts greedily from a reset cache, in one
 batch-invariant mode (`--batch-invariant`: every call rounds alike, so greedy speculation must equal plain decoding
 token for token, and the replay drafter's tokens are the run's own); plain decoding in the default mode is timed
 beside it.
-The replay drafter (scripts/replay_drafter.py) runs the bundle's MTP module for every draft, paying its real
+The replay drafter (specrt/app/bench_replay.py) runs the bundle's MTP module for every draft, paying its real
 cost, and then proposes plain decoding's own tokens, each right with the stated probability: the runtime's real
 speed at that acceptance on random weights, where the module itself accepts nothing. Any other bundle too (issue
 35's MoE targets): `--inner dflash` makes the replay pay the DFlash drafter's cost where the target has no MTP.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # scripts.replay_drafter
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # specrt from a checkout
 
 PROMPTS = ("Explain how a bicycle stays upright while moving.",
            "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -67,7 +67,7 @@ def replay_cost(engine, kept_values=(0, 1, 2, 3), reps: int = 5) -> dict[int, fl
 
 def main() -> None:
     import specrt
-    from scripts.replay_drafter import ReplayDrafter
+    from specrt.app.bench_replay import ReplayDrafter
     from specrt.app.api import make_drafter
     from specrt.runtime.sampling import SamplingParams
 

@@ -1,23 +1,25 @@
-"""Write an HF llama-family, Qwen3-MoE, Qwen3.5 or Gemma 4 folder (e.g. scripts/synthetic_model.py's target) as a pure
-Q4_0 GGUF for llama.cpp, streaming: one tensor is read, quantized and written at a time. A Qwen3.5 folder becomes
-llama.cpp's qwen35 layout (archs/qwen3_5_gguf.py; its MTP module and vision tower left out: plain decoding is
-compared); a Gemma 4 folder its gemma4 layout (archs/gemma4_gguf.py: rope_freqs added, experts stacked, the shared
-layers' unread k/v left out).
+"""Write an HF llama-family, Qwen3-MoE, Qwen3.5 or Gemma 4 folder (e.g. scripts/synthetic_model.py's target), or a
+preset drawn directly, as a GGUF for llama.cpp, streaming: one tensor is read, quantized and written at a time. A
+Qwen3.5 folder becomes llama.cpp's qwen35 layout (archs/qwen3_5_gguf.py; its MTP module and vision tower left out:
+plain decoding is compared); a Gemma 4 folder its gemma4 layout (archs/gemma4_gguf.py: rope_freqs added, experts
+stacked, the shared layers' unread k/v left out).
 
     python scripts/synthetic_gguf.py FOLDER OUT.gguf
     python scripts/synthetic_gguf.py --preset gemma4-26b-a4b OUT   # no bf16 folder: OUT/target.gguf drawn directly
                                                                    # (+ OUT/tokenizer, OUT/assistant)
+    python scripts/synthetic_gguf.py --preset llama-3.1-8b --quant q4_k_m OUT   # llama.cpp's Q4_K_M mix
 
 With --preset the weights are drawn tensor by tensor (each from a generator seeded by its name, with
 scripts/synthetic_model.py's values) and quantized as they are drawn: a model whose bf16 folder would not fit on the
 disk (26B-A4B: 50 GB) is written as its 14 GB GGUF, which both llama.cpp and `specrt convert` read.
 
-Every matrix becomes Q4_0 (32 weights per block: an fp16 scale and 4-bit values, llama.cpp's own layout), every
-norm stays F32; q/k rows are permuted to llama.cpp's interleaved rotary order; the tokenizer's vocabulary goes in
-as a BPE ("gpt2") token list. The same random weights as the specrt bundle, at about the same bits per weight
-(4.5), so that plain decoding speed compares engine with engine.
+--quant q4_0 (the default): every matrix becomes Q4_0 (32 weights per block: an fp16 scale and 4-bit values), every
+norm stays F32; the same random weights as a specrt bundle of the folder, at about the same bits per weight (4.5).
+--quant q4_k_m: llama.cpp's Q4_K_M types per tensor, filled with random valid blocks (scripts/synthetic_kquants.py;
+the drawn values are not read for those). Either way q/k rows are permuted to llama.cpp's interleaved rotary order,
+and the tokenizer's vocabulary goes in as a BPE ("gpt2") token list, so that plain decoding speed compares engine
+with engine on one file.
 """
-
 from __future__ import annotations
 
 import re
@@ -29,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main(folder: str, out: str, loaded=None) -> None:
+def main(folder: str, out: str, loaded=None, quant: str = "q4_0", seed: int = 0) -> None:
     import gguf
 
     sys.path.append(str(ROOT))
@@ -39,6 +41,13 @@ def main(folder: str, out: str, loaded=None) -> None:
     folder_path = Path(folder)
     loaded = loaded or sources.load(sources.resolve(folder))
     hf, cfg = loaded.hf_config, loaded.config
+    file_type = {"q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M}[quant]
+    kw = {"seed": seed}
+    if quant == "q4_k_m":
+        sys.path.append(str(ROOT / "scripts"))
+        from synthetic_kquants import Q4KMix
+
+        kw["mix"] = lambda names: Q4KMix(names, cfg.num_layers)
     hybrid = cfg.family == "qwen3_5"
     if hybrid:
         from specrt.archs import qwen3_5_gguf as gguf_qwen35
@@ -49,7 +58,7 @@ def main(folder: str, out: str, loaded=None) -> None:
         _tokenizer(writer, folder_path, cfg, gguf)
         _tensors(writer, loaded, gguf, lambda name: gguf_qwen35.gguf_name(name, text)[0],
                  lambda name, w: gguf_qwen35.gguf_tensor(name, w, text)[1],
-                 skip=lambda name: name.startswith("model.mtp."))
+                 skip=lambda name: name.startswith("model.mtp."), **kw)
         print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
         return
     if cfg.family == "gemma4":
@@ -57,7 +66,7 @@ def main(folder: str, out: str, loaded=None) -> None:
 
         writer = gguf.GGUFWriter(out, gguf_gemma4.ARCH)
         gguf_gemma4.write_metadata(writer, hf, cfg)
-        writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+        writer.add_file_type(file_type)
         _tokenizer(writer, folder_path, cfg, gguf)
 
         def unread(name: str) -> bool:  # a shared layer's k/v (the published checkpoint keeps them; nothing reads them)
@@ -73,7 +82,7 @@ def main(folder: str, out: str, loaded=None) -> None:
 
         _tensors(writer, loaded, gguf, gemma4_name, lambda name, w: np.ascontiguousarray(w, dtype=np.float32),
                  skip=lambda name: unread(name) or name == "lm_head.weight",
-                 extra={gguf_gemma4.ROPE_FREQS: gguf_gemma4.rope_freqs(cfg)})
+                 extra={gguf_gemma4.ROPE_FREQS: gguf_gemma4.rope_freqs(cfg)}, **kw)
         print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
         return
     arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3moe"}[cfg.model_type]
@@ -88,7 +97,7 @@ def main(folder: str, out: str, loaded=None) -> None:
     writer.add_value_length(cfg.head_dim)
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_rope_freq_base(float(hf.get("rope_theta", 10000.0)))
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    writer.add_file_type(file_type)
     if cfg.num_experts:  # qwen3moe: each projection's experts stacked in one tensor, the router as ffn_gate_inp
         writer.add_expert_count(cfg.num_experts)
         writer.add_expert_used_count(cfg.experts_per_token)
@@ -109,7 +118,7 @@ def main(folder: str, out: str, loaded=None) -> None:
             return gguf_name(name)
         return f"blk.{m.group(1)}.ffn_{m.group(2)}_exps.weight" if m.group(2) else f"blk.{m.group(1)}.ffn_gate_inp.weight"
 
-    _tensors(writer, loaded, gguf, name_of, value, skip=lambda name: False)
+    _tensors(writer, loaded, gguf, name_of, value, skip=lambda name: False, **kw)
     print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
 
 
@@ -134,15 +143,19 @@ def _tokenizer(writer, folder_path: Path, cfg, gguf) -> None:
     writer.add_eos_token_id(cfg.eos_token_ids[0])
 
 
-def _tensors(writer, loaded, gguf, name_of, value_of, skip, extra: dict | None = None) -> None:
-    """Every weight under name_of(hf_name) with value_of(hf_name, array), matrices as Q4_0 (the conv weight and
-    1-D tensors F32), header first, then one tensor at a time; the weights that share a GGUF name (an MoE layer's
-    experts) are stacked into one [E, rows, cols] tensor in their order; `extra` (GGUF name -> array) adds F32
-    tensors the weights lack (Gemma 4's rope_freqs)."""
+def _tensors(writer, loaded, gguf, name_of, value_of, skip, extra: dict | None = None, mix=None,
+             seed: int = 0) -> None:
+    """Every weight under name_of(hf_name) with value_of(hf_name, array), header first, then one tensor at a time;
+    the weights that share a GGUF name (an MoE layer's experts) are stacked into one [E, rows, cols] tensor in their
+    order; `extra` (GGUF name -> array) adds F32 tensors the weights lack (Gemma 4's rope_freqs). Without `mix`
+    every matrix is quantized to Q4_0 (the conv weight and 1-D tensors F32); with one (synthetic_kquants.Q4KMix)
+    each tensor gets the type it names, a K-quant one filled with random valid blocks (no weights read)."""
     members: dict[str, list[str]] = {}
     for name in loaded.weights:
         if not skip(name):
             members.setdefault(name_of(name), []).append(name)
+    if mix is not None:
+        mix = mix(list(members))
     infos = []
     for gname, names in members.items():
         if len(names) > 1:  # experts: numeric order (experts.10 after experts.9)
@@ -150,8 +163,12 @@ def _tensors(writer, loaded, gguf, name_of, value_of, skip, extra: dict | None =
         shape = tuple(loaded.weights.shape(names[0]))
         conv = names[0].endswith("conv1d.weight")
         stored = (shape[0], shape[2]) if conv else shape  # the conv weight is stored squeezed
-        qtype = gguf.GGMLQuantizationType.Q4_0 if len(stored) == 2 and not conv else gguf.GGMLQuantizationType.F32
-        infos.append((names, gname, (len(names), *stored) if len(names) > 1 else stored, qtype))
+        stored = (len(names), *stored) if len(names) > 1 else stored
+        if mix is None:
+            qname = "Q4_0" if len(stored) >= 2 and not conv else "F32"
+        else:
+            qname = mix(gname, stored, conv)
+        infos.append((names, gname, stored, getattr(gguf.GGMLQuantizationType, qname)))
     for gname, array in (extra or {}).items():
         infos.append(([], gname, tuple(array.shape), gguf.GGMLQuantizationType.F32))
     for _, gname, stored, qtype in infos:
@@ -166,12 +183,16 @@ def _tensors(writer, loaded, gguf, name_of, value_of, skip, extra: dict | None =
     for k, (names, gname, stored, qtype) in enumerate(infos, 1):
         if not names:
             writer.write_tensor_data(np.ascontiguousarray(extra[gname], dtype=np.float32))
-            continue
-        parts = []
-        for name in names:
-            w = value_of(name, loaded.weights[name])
-            parts.append(gguf.quants.quantize(w, qtype) if qtype != gguf.GGMLQuantizationType.F32 else w)
-        writer.write_tensor_data(parts[0] if len(parts) == 1 else np.stack(parts))
+        elif mix is not None and qtype != gguf.GGMLQuantizationType.F32:
+            from synthetic_kquants import random_blocks
+
+            writer.write_tensor_data(random_blocks(gname, stored, qtype.name, seed))
+        else:
+            parts = []
+            for name in names:
+                w = value_of(name, loaded.weights[name])
+                parts.append(gguf.quants.quantize(w, qtype) if qtype != gguf.GGMLQuantizationType.F32 else w)
+            writer.write_tensor_data(parts[0] if len(parts) == 1 else np.stack(parts))
         if k % 40 == 0 or k == len(infos):
             print(f"{k}/{len(infos)} tensors", file=sys.stderr)
     writer.close()
@@ -214,7 +235,7 @@ class DrawnWeights:
         return (bits.astype(np.uint32) << 16).view(np.float32).reshape(t.shape)
 
 
-def main_preset(preset: str, out: Path, layers: int | None, seed: int) -> None:
+def main_preset(preset: str, out: Path, layers: int | None, seed: int, quant: str = "q4_0") -> None:
     """OUT/tokenizer (config + tokenizer, no weights), OUT/target.gguf drawn directly, OUT/<drafter> (its HF folder)."""
     import json
 
@@ -223,39 +244,36 @@ def main_preset(preset: str, out: Path, layers: int | None, seed: int) -> None:
     import synthetic_model as sm
     from specrt.models.config import config_from_hf
 
-    config_of, _, write_drafter, drafter = sm.PRESETS[preset]
-    if preset != "gemma4-26b-a4b":
-        raise SystemExit("--preset draws gemma4-26b-a4b only (the others fit on the disk as bf16 folders)")
-    cfg = config_of(False)
-    if layers:
-        cfg["text_config"]["num_hidden_layers"] = layers
+    _, qk_norm, write_drafter, drafter = sm.PRESETS[preset]
+    cfg = sm.preset_config(preset, layers=layers)
     folder = out / "tokenizer"
     folder.mkdir(parents=True)
-    tensors = sm.gemma4_tensors(cfg)  # sets text_config.layer_types
+    tensors = sm.preset_tensors(cfg, qk_norm)
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     sm.write_tokenizer(folder, cfg, preset)
 
     class Drawn:  # what sources.load returns, as far as main reads it
         hf_config, config, weights = cfg, config_from_hf(cfg), DrawnWeights(tensors, seed)
 
-    main(str(folder), str(out / "target.gguf"), Drawn)
+    main(str(folder), str(out / "target.gguf"), Drawn, quant=quant, seed=seed)
     write_drafter(out / drafter, cfg, np.random.default_rng(seed))
     print(f"{drafter} drafter -> {out / drafter}", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
-        print(__doc__)
-        raise SystemExit(0 if len(sys.argv) > 1 else 2)
-    if sys.argv[1] == "--preset":
-        import argparse
+    import argparse
 
-        ap = argparse.ArgumentParser()
-        ap.add_argument("--preset", required=True)
-        ap.add_argument("out", type=Path)
-        ap.add_argument("--layers", type=int)
-        ap.add_argument("--seed", type=int, default=0)
-        a = ap.parse_args()
-        main_preset(a.preset, a.out, a.layers, a.seed)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", nargs="?", help="an HF folder (without --preset)")
+    ap.add_argument("out", type=Path, help="OUT.gguf, or with --preset a new folder")
+    ap.add_argument("--preset", help="a scripts/synthetic_model.py preset, drawn tensor by tensor")
+    ap.add_argument("--layers", type=int, help="with --preset: target layers (default: the published count)")
+    ap.add_argument("--quant", choices=["q4_0", "q4_k_m"], default="q4_0")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if a.preset:
+        main_preset(a.preset, a.out, a.layers, a.seed, a.quant)
+    elif a.folder:
+        main(a.folder, str(a.out), quant=a.quant, seed=a.seed)
     else:
-        main(sys.argv[1], sys.argv[2])
+        ap.error("give an HF folder or --preset")

@@ -656,6 +656,28 @@ PRESETS = {"llama-3.1-8b": (llama_31_8b, False, write_eagle3, "eagle3"),
            "gemma4-26b-a4b": (gemma4_26b_a4b, True, write_gemma4_assistant, "assistant")}
 
 
+def preset_config(preset: str, tiny: bool = False, layers: int | None = None) -> dict:
+    """The preset's HF config, at `layers` target layers where given (default: the published count)."""
+    cfg = PRESETS[preset][0](tiny)
+    if layers:
+        (cfg.get("text_config") or cfg)["num_hidden_layers"] = layers
+        text = cfg.get("text_config") or {}
+        if text.get("num_kv_shared_layers"):  # Gemma 4 E4B: the first 6 layers (the 6th full) keep their caches
+            if layers < 8:
+                raise SystemExit("gemma4-e4b needs --layers 8 or more (6 cached layers, then shared ones)")
+            text["num_kv_shared_layers"] = min(text["num_kv_shared_layers"], layers - 6)
+        if "max_window_layers" in cfg:
+            cfg["max_window_layers"] = layers
+    return cfg
+
+
+def preset_tensors(cfg: dict, qk_norm: bool) -> list[Tensor]:
+    """The target's tensors for a preset's config (Gemma 4's also set its text_config.layer_types)."""
+    if cfg.get("model_type") == "gemma4":
+        return gemma4_tensors(cfg)
+    return qwen35_tensors(cfg) if "text_config" in cfg else target_tensors(cfg, qk_norm)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("preset", choices=sorted(PRESETS))
@@ -665,25 +687,12 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     config_of, qk_norm, write_drafter, drafter = PRESETS[args.preset]
-    cfg = config_of(args.tiny)
-    if args.layers:
-        (cfg.get("text_config") or cfg)["num_hidden_layers"] = args.layers
-        text = cfg.get("text_config") or {}
-        if text.get("num_kv_shared_layers"):  # Gemma 4 E4B: the first 6 layers (the 6th full) keep their caches
-            if args.layers < 8:
-                raise SystemExit("gemma4-e4b needs --layers 8 or more (6 cached layers, then shared ones)")
-            text["num_kv_shared_layers"] = min(text["num_kv_shared_layers"], args.layers - 6)
-        if "max_window_layers" in cfg:
-            cfg["max_window_layers"] = args.layers
+    cfg = preset_config(args.preset, args.tiny, args.layers)
     rng = np.random.default_rng(args.seed)
     target = args.out / "target"
     target.mkdir(parents=True)
+    tensors = preset_tensors(cfg, qk_norm)
     (target / "config.json").write_text(json.dumps(cfg, indent=2))
-    if cfg.get("model_type") == "gemma4":
-        tensors = gemma4_tensors(cfg)
-        (target / "config.json").write_text(json.dumps(cfg, indent=2))  # with its layer_types
-    else:
-        tensors = qwen35_tensors(cfg) if "text_config" in cfg else target_tensors(cfg, qk_norm)
     print(f"{args.preset}: {sum(int(np.prod(t.shape)) for t in tensors) / 1e9:.2f}B parameters -> {target}",
           file=sys.stderr)
     write_sharded(target, tensors, rng)

@@ -347,6 +347,10 @@ def chat(model, system, schema, tools_file, tool_choice, max_new_tokens, tempera
                    "equals plain decoding's bit for bit) [default: off, as specrt.load]")
 @click.option("--draft-length", type=int, default=None, metavar="K",
               help="every drafter row drafts exactly K tokens per target call (adaptive length off) [default: adaptive]")
+@click.option("--synth-len", "synth_lengths", multiple=True, type=float, metavar="L",
+              help="a row at synthetic acceptance: L tokens a target call on average, the bundle's drafter paying "
+                   "its cost, plain decoding's output replayed (llama-server's --spec-synth-len L beside it; "
+                   "repeatable; drafts --draft-length tokens a call, default 3)")
 @click.option("--repeats", type=int, default=1, show_default=True, metavar="N",
               help="rounds per prompt, every other one in mirrored order; a row's tokens/s pools them (steadier "
                    "ratios on a noisy machine)")
@@ -356,7 +360,7 @@ def chat(model, system, schema, tools_file, tool_choice, max_new_tokens, tempera
 @click.option("--plot", "plot_out", type=click.Path(path_type=Path), default=None,
               help="write a PNG: tokens/s per system and dataset, acceptance by draft depth (needs matplotlib)")
 def bench(model, prompts_file, datasets, limit, max_new_tokens, drafters, precisions, compare, temperature, device,
-          batch_invariant, draft_length, repeats, json_out, markdown_out, plot_out):
+          batch_invariant, draft_length, synth_lengths, repeats, json_out, markdown_out, plot_out):
     """specrt's plain decoding vs each --drafter (and each --compare system) on the same prompts, interleaved."""
     import json as jsonlib
 
@@ -377,7 +381,8 @@ def bench(model, prompts_file, datasets, limit, max_new_tokens, drafters, precis
     try:
         report = run_bench(model, prompt_sets, [d for d in drafters if d != "none"], list(precisions) or ["int4"],
                            params, device=device, stages=stages, batch_invariant=batch_invariant,
-                           compare=list(dict.fromkeys(compare)), draft_length=draft_length, repeats=repeats)
+                           compare=list(dict.fromkeys(compare)), draft_length=draft_length, repeats=repeats,
+                           synth_lengths=list(dict.fromkeys(synth_lengths)))
     finally:
         stages.close()
     click.echo(format_table(report))

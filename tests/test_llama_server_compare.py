@@ -77,6 +77,13 @@ def test_rows_plain_spec_default_and_a_gguf_draft_model(tmp_path, monkeypatch):
     assert [(r.drafter, r.precision, r.config["args"]) for r in rows] == [
         ("none", "Q4_K_M", []), ("spec-default", "Q4_K_M", ["--spec-default"]),
         ("draft-simple", "Q4_K_M", ["--spec-type", "draft-simple", "-md", str(draft)])]
+    ctx.synth = {"lengths": [1.5, 2.0], "draft_tokens": 3}  # bench --synth-len 1.5 --synth-len 2
+    synth = [(r.drafter, r.config["args"]) for r in server.variants("gguf", ["gguf"], ctx, Path(sys.executable))[3:]]
+    assert synth == [(f"synth-{n}", ["--spec-type", "draft-simple", "-md", str(draft), "--spec-synth-len", n,
+                                     "--spec-draft-n-max", "3"]) for n in ("1.5", "2")]
+    ctx.draft_source = None  # no draft model: nothing drafts for its synthetic acceptance
+    with pytest.raises(systems.SystemUnavailable, match="--drafter draft-model:DRAFT.gguf"):
+        server.variants("gguf", ["gguf"], ctx, Path(sys.executable))
     hf = systems.CompareContext(bundle=tmp_path, source=tmp_path, source_kind="hf", source_sha256=None,
                                 draft_source=None, draft_kind=None, threads=2, n_ctx=1024)
     with pytest.raises(systems.SystemUnavailable, match="runs GGUF files"):

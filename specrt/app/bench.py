@@ -24,8 +24,10 @@ from pathlib import Path
 from specrt import drafter_kinds
 from specrt.bundle import MANIFEST, load_bundle
 from specrt.errors import SpecrtError
-from specrt.app.api import check_draft_length, check_drafter_name, make_drafter, resolve_bundle
+from specrt.app.api import (DEFAULT_BATCH_INVARIANT, check_draft_length, check_drafter_name, make_drafter,
+                            resolve_bundle)
 from specrt.app.bench_contestants import SpecrtContestant, start_external
+from specrt.app.bench_replay import DEFAULT_DRAFT_TOKENS
 from specrt.app.compare.environment import SystemUnavailable
 from specrt.runtime.drafter import common_prefix
 from specrt.runtime.engine import Engine
@@ -127,11 +129,13 @@ def rotation(items: list, i: int) -> list:
 def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str], precisions: list[str],
               params: SamplingParams, device: str = "auto", threads: int = 0, stages=None, log=_log,
               batch_invariant: bool | None = None, compare: list[str] = (), systems: dict | None = None,
-              draft_length: int | None = None, repeats: int = 1) -> dict:
+              draft_length: int | None = None, repeats: int = 1, synth_lengths: list[float] = ()) -> dict:
     """prompt_sets: dataset name -> prompts. compare: names in `systems` (default: compare.systems.SYSTEMS).
     batch_invariant: None runs each specrt row as specrt.load would (not batch-invariant); True or False sets it
     for every specrt row. draft_length: every drafter row drafts exactly this many
-    tokens per target call (None: adaptive). repeats: rounds per prompt (every other one in mirrored order)."""
+    tokens per target call (None: adaptive). repeats: rounds per prompt (every other one in mirrored order).
+    synth_lengths: a row per length L at synthetic acceptance (bench_replay.py; llama-server's --spec-synth-len L),
+    drafting draft_length tokens a call (default 3, llama-server's)."""
     from specrt.app.compare.systems import SYSTEMS
 
     systems = SYSTEMS if systems is None else systems
@@ -144,6 +148,13 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
         raise SpecrtError("--compare measures greedy decoding: use --temperature 0")
     if repeats < 1:
         raise SpecrtError("--repeats must be a positive integer")
+    synth_tokens = draft_length or DEFAULT_DRAFT_TOKENS
+    for length in synth_lengths:
+        if not 1.0 <= length <= synth_tokens + 1:
+            raise SpecrtError(f"--synth-len {length:g}: a mean tokens per call within [1, {synth_tokens + 1}] for "
+                              f"{synth_tokens} draft tokens")
+    if synth_lengths and not params.greedy:
+        raise SpecrtError("--synth-len replays greedy decoding: use --temperature 0")
     pythons, install_errors = _install(compare, systems, log)
     results = []
     if is_bundle(model):  # a bundle folder has one precision: its own
@@ -153,8 +164,12 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
         engine, objects, manifest, bundle = _load(model, precision, drafters, device, threads, stages, draft_length)
         precision = manifest.target.precision
         contestants = [SpecrtContestant(engine, name, obj, precision, batch_invariant) for name, obj in objects.items()]
+        if synth_lengths:
+            contestants += _replay_rows(engine, manifest, bundle, synth_lengths, synth_tokens, precision,
+                                        batch_invariant, device, threads)
+        synth = {"lengths": list(synth_lengths), "draft_tokens": synth_tokens} if synth_lengths else None
         externals, error_rows = start_external(compare, systems, pythons, install_errors, precision, groups,
-                                               manifest, bundle, engine, threads, log)
+                                               manifest, bundle, engine, threads, log, synth)
         try:
             contestants += externals
             for dataset, prompts in prompt_sets.items():
@@ -166,8 +181,23 @@ def run_bench(model: str, prompt_sets: dict[str, list[str]], drafters: list[str]
     return {"model": model, "datasets": {k: len(v) for k, v in prompt_sets.items()},
             "prompts": sum(len(v) for v in prompt_sets.values()), "max_new_tokens": params.max_new_tokens,
             "temperature": params.temperature, "batch_invariant": batch_invariant, "draft_length": draft_length,
-            "repeats": repeats,
+            "repeats": repeats, "synth_lengths": list(synth_lengths),
             "machine": machine_info(providers_for(device)), "results": results}
+
+
+def _replay_rows(engine, manifest, bundle, lengths, draft_tokens, precision, batch_invariant, device, threads):
+    """A synthetic-acceptance row per length, each paying the cost of the bundle's draft model (else its first
+    model drafter: EAGLE-3, MTP, DFlash, ...) for every draft."""
+    from specrt.app.bench_replay import ReplayContestant
+
+    kinds = [d.kind for d in manifest.drafters if d.known and drafter_kinds.KINDS[d.kind].exporter is not None]
+    if not kinds:
+        raise SpecrtError("--synth-len needs a drafter that drafts every step (a draft model, EAGLE-3, MTP, ...): "
+                          "this bundle has none; convert it with --drafter")
+    inner = next((k for k in kinds if drafter_kinds.KINDS[k].catalog_draft_model), kinds[0])
+    obj = make_drafter(inner, bundle, manifest, providers_for(device), threads)
+    exact = DEFAULT_BATCH_INVARIANT if batch_invariant is None else batch_invariant
+    return [ReplayContestant(engine, length, draft_tokens, obj, inner, precision, exact) for length in lengths]
 
 
 def _install(compare, systems, log) -> tuple[dict, dict]:

@@ -58,7 +58,7 @@ class WorkerContestant:
         self.worker.close()
 
 
-def compare_context(manifest, bundle: Path, engine, threads: int, log):
+def compare_context(manifest, bundle: Path, engine, threads: int, log, synth: dict | None = None):
     from specrt.app.compare.systems import CompareContext
 
     import os
@@ -74,7 +74,7 @@ def compare_context(manifest, bundle: Path, engine, threads: int, log):
 
     return CompareContext(bundle=bundle, source=source, source_kind=prov.get("source_kind"),
                           source_sha256=prov.get("source_sha256"), draft_source=draft_source, draft_kind=draft_kind,
-                          threads=threads or os.cpu_count() or 1, n_ctx=engine.max_context, log=log)
+                          threads=threads or os.cpu_count() or 1, n_ctx=engine.max_context, log=log, synth=synth)
 
 
 def _model_source(path: Path) -> Path | None:
@@ -93,9 +93,10 @@ def _model_source(path: Path) -> Path | None:
 
 
 def start_external(compare, systems, pythons, install_errors, group, groups, manifest, bundle, engine, threads,
-                   log) -> tuple[list[WorkerContestant], list[dict]]:
-    """Workers for every compared system's variants in this precision group, and rows for those that failed."""
-    ctx = compare_context(manifest, bundle, engine, threads, log)
+                   log, synth: dict | None = None) -> tuple[list[WorkerContestant], list[dict]]:
+    """Workers for every compared system's variants in this precision group, and rows for those that failed.
+    synth: {"lengths": [L, ...], "draft_tokens": K} where the run has synthetic-acceptance rows."""
+    ctx = compare_context(manifest, bundle, engine, threads, log, synth)
     started, errors = [], []
     for name in compare:
         system = systems[name]

@@ -37,6 +37,7 @@ class CompareContext:
     threads: int
     n_ctx: int
     log: object = print
+    synth: dict | None = None  # {"lengths": [L, ...], "draft_tokens": K}: synthetic-acceptance rows wanted
 
 
 @dataclass
@@ -373,7 +374,7 @@ def _key_of(path: Path) -> str:
 
 class LlamaServer(ExternalSystem):
     """llama-server (compare/llama_server.py builds it): plain, --spec-default, and a draft model where the
-    bundle's draft model came from a GGUF."""
+    bundle's draft model came from a GGUF (with it, a --spec-synth-len row per bench --synth-len)."""
 
     name = "llama-server"
     worker = "llama_server_worker.py"
@@ -393,9 +394,18 @@ class LlamaServer(ExternalSystem):
         base = {"binary": str(self.binary), "model": str(source), "threads": ctx.threads, "n_ctx": ctx.n_ctx}
         rows = [Variant("none", label, {**base, "args": []}),
                 Variant("spec-default", label, {**base, "args": ["--spec-default"]})]
-        if ctx.draft_kind == "gguf" and ctx.draft_source is not None and ctx.draft_source.exists():
+        has_draft = ctx.draft_kind == "gguf" and ctx.draft_source is not None and ctx.draft_source.exists()
+        if has_draft:
             rows.append(Variant("draft-simple", label,
                                 {**base, "args": ["--spec-type", "draft-simple", "-md", str(ctx.draft_source)]}))
+        for length in (ctx.synth or {}).get("lengths", ()):
+            # its synthetic acceptance drafts with the draft model (paying its cost) and accepts at random
+            if not has_draft:
+                raise SystemUnavailable("its synthetic-acceptance rows (--spec-synth-len) draft with a draft model: "
+                                        "convert the bundle with --drafter draft-model:DRAFT.gguf")
+            rows.append(Variant(f"synth-{length:g}", label, {**base, "args": [
+                "--spec-type", "draft-simple", "-md", str(ctx.draft_source), "--spec-synth-len", f"{length:g}",
+                "--spec-draft-n-max", str(ctx.synth["draft_tokens"])]}))
         return rows
 
 
