@@ -54,3 +54,21 @@ def test_synth_len_outside_the_draft_length_or_sampled_is_refused(fp32_bundle):
     with pytest.raises(SpecrtError, match="--temperature 0"):
         run_bench(str(fp32_bundle), {"p": ["hi"]}, [], ["fp32"], sampled, device="cpu", synth_lengths=[2.0],
                   log=lambda m: None)
+
+
+def test_another_systems_draft_count_gives_its_tokens_per_call():
+    """llama-server reports the drafts it made and those accepted: each decode call yields its own token and the
+    accepted drafts, so 64 tokens with 40 accepted are 63 decode-phase tokens over 23 calls."""
+    from specrt.app.bench import SystemRuns, summarize
+    from specrt.app.bench_contestants import Sample
+
+    plain = SystemRuns("specrt", "none", "gguf")
+    plain.add([Sample(list(range(64)), 10.0)])
+    other = SystemRuns("llama-server", "synth-3", "Q4_K_M")
+    other.add([Sample(list(range(64)), 20.0, draft=(60, 40))])
+    rows = {r["system"]: r for r in summarize({("specrt", "none"): plain, ("llama-server", "synth-3"): other},
+                                              greedy=True, dataset="d")}
+    assert rows["llama-server"]["mean_accepted"] == pytest.approx(63 / 23)
+    assert rows["llama-server"]["draft_acceptance"] == pytest.approx(40 / 60)
+    assert rows["llama-server"]["wasted_per_call"] == pytest.approx(20 / 23)
+    assert rows["llama-server"]["speedup"] == pytest.approx(2.0)

@@ -1,5 +1,5 @@
-"""specrt's GGUF operators (specrt/kernels/ggml_ops: MatMulQ4_K, MatMulQ6_K, MatMulQ5_0, MatMulQ5_1 over the file's
-own blocks), held to gguf-py's dequantization (float activations) and to a numpy model of their 8-bit activation
+"""specrt's GGUF operators (specrt/kernels/ggml_ops: MatMulQ4_K, MatMulQ5_K, MatMulQ6_K, MatMulQ5_0, MatMulQ5_1 over
+the file's own blocks), held to gguf-py's dequantization (float activations) and to a numpy model of their 8-bit activation
 scheme; a row's result does not depend on the call; the plain C and AVX-512 paths equal the AVX2 path; the
 interleaved layout is the same in C and numpy; a bundle that needs them says so when they are missing."""
 
@@ -18,7 +18,7 @@ from tests.test_gguf_exact import gguf_dequantized, random_blocks
 
 pytestmark = pytest.mark.skipif(not ggml_ops.enabled(), reason="no C compiler here: specrt's GGUF operators")
 
-TYPE_NUMBER = {"Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q6_K": 14}  # ggml's
+TYPE_NUMBER = {"Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}  # ggml's
 TYPES = list(TYPE_NUMBER)
 P = ctypes.c_void_p
 

@@ -31,7 +31,10 @@ class Handler(BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         assert request["cache_prompt"] is False and request["top_k"] == 1 and request["return_tokens"] is True
         tokens = [t + 1 for t in request["prompt"]][: request["n_predict"]]
-        self._send({{"content": "", "tokens": tokens, "timings": {{"prompt_ms": 20.0, "predicted_ms": 50.0}}}})
+        timings = {{"prompt_ms": 20.0, "predicted_ms": 50.0}}
+        if "--spec-default" in args:  # a speculating server counts its drafts
+            timings.update(draft_n=6, draft_n_accepted=4)
+        self._send({{"content": "", "tokens": tokens, "timings": timings}})
     def log_message(self, *a):
         pass
 HTTPServer(("127.0.0.1", port), Handler).serve_forever()
@@ -57,6 +60,7 @@ def test_the_worker_sends_token_ids_and_reads_the_servers_timings(tmp_path):
         assert out.token_ids == [6, 7]  # the prompt's ids + 1, cut at the stop id 8, n_predict 3
         assert out.prefill_seconds == pytest.approx(0.02)
         assert out.tokens_per_second == pytest.approx(2 / 0.05)  # the server's predicted_ms
+        assert out.draft == (6, 4)  # its own count of draft tokens and accepted ones
     finally:
         worker.close()
     args = json.loads(record.read_text())

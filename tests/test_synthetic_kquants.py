@@ -30,10 +30,14 @@ def test_the_mix_follows_llama_cpps_q4_k_m_rules():
         assert mix(f"blk.{i}.ffn_down.weight", (4096, 14336)) == want
         assert mix(f"blk.{i}.attn_q.weight", (4096, 4096)) == "Q4_K"
     assert mix("output.weight", (128256, 4096)) == "Q6_K" and mix("token_embd.weight", (128256, 4096)) == "Q4_K"
+    tied = Q4KMix([n for n in names if n != "output.weight"], 32)  # tied embeddings: the embedding is the head
+    assert tied("token_embd.weight", (128256, 2048)) == "Q6_K"
     assert mix("blk.0.ffn_gate_inp.weight", (128, 2048)) == "F32"  # the router is never quantized
     assert mix("blk.0.attn_norm.weight", (4096,)) == "F32"
-    # rows not a multiple of 256: Q4_K's fallback Q5_0, Q6_K's Q8_0
+    assert mix("blk.5.attn_qkv.weight", (8192, 4096)) == "Q5_K"  # a fused q/k/v (Qwen3.5's linear attention)
+    # rows not a multiple of 256: Q4_K's fallback Q5_0, Q5_K's Q5_1, Q6_K's Q8_0
     assert mix("blk.0.ffn_up.weight", (896, 300)) == "Q5_0" and mix("output.weight", (10, 300)) == "Q8_0"
+    assert mix("blk.5.attn_qkv.weight", (8192, 300)) == "Q5_1"
 
 
 @pytest.mark.parametrize("qtype", sorted(synthetic_kquants.LAYOUT))

@@ -49,6 +49,8 @@ class SystemRuns:
     drafted: list[int] = field(default_factory=list)  # by draft depth, pooled over prompts
     accepted: list[float] = field(default_factory=list)
     steps_by_drafter: dict[str, int] = field(default_factory=dict)  # decode steps per member drafter; "none": plain
+    drafted_total: int = 0  # another system's draft tokens, and those accepted, by its own count
+    accepted_total: int = 0
     error: str | None = None
 
     def add(self, samples: list) -> None:
@@ -56,11 +58,20 @@ class SystemRuns:
         self.tokens_per_second.append(pooled_rate(samples))
         self.outputs.append(samples[0].token_ids)
         for sample in samples:
-            self._add_stats(sample.stats)
+            if sample.stats is not None:
+                self._add_stats(sample.stats)
+            elif sample.draft is not None:
+                self._add_count(len(sample.token_ids), *sample.draft)
+
+    def _add_count(self, tokens: int, drafted: int, accepted: int) -> None:
+        """Another system's own draft count: each decode call yields its own token and the drafts it accepted,
+        so its calls are the tokens after the first less the accepted ones."""
+        self.produced += tokens - 1
+        self.calls += tokens - 1 - accepted
+        self.drafted_total += drafted
+        self.accepted_total += accepted
 
     def _add_stats(self, s) -> None:
-        if s is None:  # another system: no acceptance statistics
-            return
         for d, (share, n) in enumerate(zip(s.acceptance_by_position, s.drafted_by_position)):
             if d == len(self.drafted):
                 self.drafted.append(0)
@@ -267,6 +278,10 @@ def machine_info(providers) -> dict:
             "specrt": __version__, "python": platform.python_version()}
 
 
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
 def summarize(runs: dict, greedy: bool, dataset: str) -> list[dict]:
     """One row per system: medians and ranges; speedups relative to specrt's plain decoding, prompt by prompt."""
     plain = runs[("specrt", "none")]
@@ -286,11 +301,14 @@ def summarize(runs: dict, greedy: bool, dataset: str) -> list[dict]:
             "tokens_per_second": statistics.median(r.tokens_per_second),
             "tokens_per_second_range": [min(r.tokens_per_second), max(r.tokens_per_second)],
             "tokens_per_second_by_prompt": [round(t, 3) for t in r.tokens_per_second],
-            "mean_accepted": (r.produced / r.calls if r.calls else 0.0) if r.system == "specrt" else None,
+            "mean_accepted": (r.produced / r.calls if r.calls else 0.0) if r.system == "specrt" or r.calls else None,
             # the verification width: drafts per target call, and those the target rejected
             "drafted_per_call": (sum(r.drafted) / r.calls if r.calls else 0.0) if r.system == "specrt" else None,
             "wasted_per_call": ((sum(r.drafted) - sum(r.accepted)) / r.calls if r.calls else 0.0)
-            if r.system == "specrt" else None,
+            if r.system == "specrt" else ((r.drafted_total - r.accepted_total) / r.calls if r.calls else None),
+            # the share of draft tokens accepted (another system's by its own count)
+            "draft_acceptance": _share(sum(r.accepted), sum(r.drafted)) if r.system == "specrt"
+            else _share(r.accepted_total, r.drafted_total),
             # vLLM's and SGLang's unit: 1 + accepted / drafts (steps that drafted nothing left out)
             "acceptance_length": 1.0 + sum(r.accepted) / r.drafted[0] if r.drafted and r.drafted[0] else None,
             "speedup": statistics.median(ratios) if ratios else 0.0,

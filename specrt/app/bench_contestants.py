@@ -16,6 +16,7 @@ class Sample:
     token_ids: list[int]
     tokens_per_second: float  # decode phase
     stats: object = None  # specrt's GenerationStats; None for another system
+    draft: tuple[int, int] | None = None  # another system's own count: (drafted, accepted) tokens
 
 
 class SpecrtContestant:
@@ -52,7 +53,7 @@ class WorkerContestant:
 
     def generate(self, prompt: str, ids: list[int], params) -> Sample:
         out = self.worker.generate(ids, params.max_new_tokens, self.stop_ids)
-        return Sample(out.token_ids, out.tokens_per_second)
+        return Sample(out.token_ids, out.tokens_per_second, draft=out.draft)
 
     def close(self) -> None:
         self.worker.close()

@@ -114,8 +114,9 @@ class ReplayContestant:
         if key not in self._plain:
             engine.reset()
             self._plain[key] = engine.generate(prompt, params, drafter=None).wait().token_ids
+        # each prompt its own draws (bench seeds each prompt apart): one random sequence would decide every prompt
         drafter = ReplayDrafter(len(ids), self._plain[key], engine.manifest.vocab_size, self.acceptance,
-                                inner=self.inner)
+                                inner=self.inner, seed=params.seed or 0)
         engine.reset()
         engine.pays.drafters = self.records
         saved = engine.draft_length

@@ -280,7 +280,7 @@ def _ggml_operators(stages: Stages) -> bool:
     except ggml_ops.NativeUnavailable as exc:
         stages.log(f"gguf: quantized weights in ONNX Runtime's MatMulNBits forms ({exc})")
         return False
-    stages.log("gguf: Q5_0/Q5_1/Q4_K/Q6_K weights as the file's own blocks, in specrt's operators")
+    stages.log("gguf: Q5_0/Q5_1/Q4_K/Q5_K/Q6_K weights as the file's own blocks, in specrt's operators")
     return True
 
 

@@ -73,7 +73,7 @@ class GraphOptions:
     # CPU's exactness machinery out (attention_rows_input, exact_attention, the experts' Scan) and let MatMulNBits
     # keep its activations (accuracy_level 0): convert/gpu_profile.py
     device: str = "cpu"
-    # --precision gguf on the CPU: Q5_0/Q5_1/Q4_K/Q6_K weights multiplied by as the file's own blocks, in
+    # --precision gguf on the CPU: Q5_0/Q5_1/Q4_K/Q5_K/Q6_K weights multiplied by as the file's own blocks, in
     # specrt's operators (kernels/ggml_ops), instead of MatMulNBits forms of the same values that read 1.4-1.7x the bytes
     ggml_operators: bool = False
 

@@ -36,6 +36,7 @@ class WorkerOutput:
     token_ids: list[int]
     tokens_per_second: float  # decode phase, as specrt's own GenerationStats measures it
     prefill_seconds: float
+    draft: tuple[int, int] | None = None  # (drafted, accepted) tokens, where the system reports them
 
 
 class WorkerProcess:
@@ -74,7 +75,8 @@ class WorkerProcess:
         reply = self._read()
         tokens = reply["token_ids"]
         decode = reply["decode_seconds"]
-        return WorkerOutput(tokens, len(tokens) / decode if decode > 0 else 0.0, reply["prefill_seconds"])
+        return WorkerOutput(tokens, len(tokens) / decode if decode > 0 else 0.0, reply["prefill_seconds"],
+                            tuple(reply["draft"]) if reply.get("draft") else None)
 
     def close(self) -> None:
         if self._log.closed:

@@ -9,7 +9,8 @@
 
    Block layouts (bytes): Q4_K 144 = fp16 d, fp16 dmin, 12 bytes of 6-bit sub-scales and sub-minimums (8 each),
    128 bytes of nibbles (per 64 weights: 32 bytes, low nibbles the first 32 weights, high nibbles the next 32);
-   w = d * sc_j * q - dmin * m_j. Q6_K 210 = 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 int8 scales (one
+   w = d * sc_j * q - dmin * m_j. Q5_K 176 = as Q4_K, with 32 bytes of fifth bits before the nibbles (weight 64p + l
+   of the low nibbles takes bit 2p of byte l, of the high nibbles bit 2p + 1): q = nibble | bit << 4. Q6_K 210 = 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 int8 scales (one
    per 16 weights), fp16 d; w = d * sc_g * (q - 32) with q = low | high << 4. Q5_0 22 = fp16 d, 4 bytes of fifth bits
    (least significant first), 16 bytes of nibbles (the first 16 weights low); w = d * (q - 16). Q5_1 24 = fp16 d,
    fp16 m, then as Q5_0; w = d * q + m.
@@ -119,6 +120,7 @@ static inline float fp16(const uint8_t *p) {
    placed elsewhere (specrt_ggml_group_offset; ggml_ops/layout.py writes them): of row r (0..7) in a group's block,
    Q4_K (1152 bytes): fp16 d at 2r, fp16 dmin at 16 + 2r, the 12 scale bytes as 3 words (word w at 32 + 4 (8w + r)),
      qs[32p + 4c + i] (p < 4 pairs of sub-blocks, c < 8, i < 4) at 128 + 4 (8 (8p + c) + r) + i;
+   Q5_K (1408): as Q4_K up to 128, qh[4c + i] at 128 + 4 (8c + r) + i, qs[32p + 4c + i] at 384 + 4 (8 (8p + c) + r) + i;
    Q6_K (1680): ql[64h + 32a + 4c + i] at 4 (8 (8 (2h + a) + c) + r) + i, qh[32h + 4c + i] at
      1024 + 4 (8 (8h + c) + r) + i, scale s at 1536 + 8s + r, fp16 d at 1664 + 2r;
    Q5_0 (176) / Q5_1 (192): fp16 d at 2r, (Q5_1: fp16 m at 16 + 2r), the fifth bits' word at H + 4r, qs[4c + i]
@@ -137,12 +139,15 @@ int specrt_ggml_block_bytes(int type) {
     case SPECRT_Q5_0: return 22;
     case SPECRT_Q5_1: return 24;
     case SPECRT_Q4_K: return 144;
+    case SPECRT_Q5_K: return 176;
     case SPECRT_Q6_K: return 210;
     default: return 0;
     }
 }
 
-int specrt_ggml_block_weights(int type) { return type == SPECRT_Q4_K || type == SPECRT_Q6_K ? QK_K : 32; }
+static inline int is_k_quant(int type) { return type == SPECRT_Q4_K || type == SPECRT_Q5_K || type == SPECRT_Q6_K; }
+
+int specrt_ggml_block_weights(int type) { return is_k_quant(type) ? QK_K : 32; }
 
 int64_t specrt_ggml_group_offset(int type, int r, int j) {
     int i = j % 4;
@@ -151,6 +156,10 @@ int64_t specrt_ggml_group_offset(int type, int r, int j) {
         if (j < 4) return 16 * (j / 2) + 2 * r + j % 2;
         if (j < 16) return 32 + 4 * (8 * ((j - 4) / 4) + r) + i;
         return 128 + 4 * (8 * ((j - 16) / 4) + r) + i;  /* (j - 16) / 4 = 8p + c */
+    case SPECRT_Q5_K:
+        if (j < 16) return specrt_ggml_group_offset(SPECRT_Q4_K, r, j);
+        if (j < 48) return 128 + 4 * (8 * ((j - 16) / 4) + r) + i;
+        return 384 + 4 * (8 * ((j - 48) / 4) + r) + i;
     case SPECRT_Q6_K:
         if (j < 128) return 4 * (8 * (j / 4) + r) + i;  /* j / 4 = 8 (2h + a) + c */
         if (j < 192) return 1024 + 4 * (8 * ((j - 128) / 4) + r) + i;
@@ -167,15 +176,19 @@ int64_t specrt_ggml_group_offset(int type, int r, int j) {
 }
 
 /* specrt_ggml_group_offset per format, as tables (filled when the library loads). */
-static int16_t group_map[4][ROWS][210];
+#define FORMATS 5
+static const int formats[FORMATS] = {SPECRT_Q5_0, SPECRT_Q5_1, SPECRT_Q4_K, SPECRT_Q5_K, SPECRT_Q6_K};
+static int16_t group_map[FORMATS][ROWS][210];
 
 static int map_index(int type) {
-    return type == SPECRT_Q5_0 ? 0 : type == SPECRT_Q5_1 ? 1 : type == SPECRT_Q4_K ? 2 : 3;
+    int t = 0;
+    while (formats[t] != type) ++t;
+    return t;
 }
 
 __attribute__((constructor)) static void fill_group_maps(void) {
-    static const int types[4] = {SPECRT_Q5_0, SPECRT_Q5_1, SPECRT_Q4_K, SPECRT_Q6_K};
-    for (int t = 0; t < 4; ++t)
+    const int *types = formats;
+    for (int t = 0; t < FORMATS; ++t)
         for (int r = 0; r < ROWS; ++r)
             for (int j = 0; j < specrt_ggml_block_bytes(types[t]); ++j)
                 group_map[t][r][j] = (int16_t)specrt_ggml_group_offset(types[t], r, j);
@@ -187,15 +200,17 @@ static void gather_block(int type, const uint8_t *group, int r, uint8_t *out) {
     for (int j = 0; j < specrt_ggml_block_bytes(type); ++j) out[j] = group[at[j]];
 }
 
-/* A block's unsigned weight values in weight order (the file's layout): Q4_K 4 bits, Q6_K 6 bits (w = d sc (u - 32)),
-   Q5_0 and Q5_1 5 bits. Each block's scales are read where they are used. */
+/* A block's unsigned weight values in weight order (the file's layout): Q4_K 4 bits, Q5_K, Q5_0 and Q5_1 5 bits,
+   Q6_K 6 bits (w = d sc (u - 32)). Each block's scales are read where they are used. */
 static void block_values(int type, const uint8_t *blk, uint8_t *u) {
-    if (type == SPECRT_Q4_K) {  /* per 64 weights 32 bytes: the first 32 in the low nibbles */
+    if (type == SPECRT_Q4_K || type == SPECRT_Q5_K) {  /* per 64 weights 32 bytes: the first 32 in the low nibbles */
+        const int five = type == SPECRT_Q5_K;
+        const uint8_t *qs = blk + (five ? 48 : 16), *qh = blk + 16;
         for (int j = 0; j < 4; ++j) {
             for (int l = 0; l < 32; ++l) {
-                uint8_t byte = blk[16 + 32 * j + l];
-                u[64 * j + l] = byte & 0x0F;
-                u[64 * j + 32 + l] = byte >> 4;
+                uint8_t byte = qs[32 * j + l];
+                u[64 * j + l] = (byte & 0x0F) | (five ? ((qh[l] >> (2 * j)) & 1) << 4 : 0);
+                u[64 * j + 32 + l] = (byte >> 4) | (five ? ((qh[l] >> (2 * j + 1)) & 1) << 4 : 0);
             }
         }
     } else if (type == SPECRT_Q6_K) {  /* low nibbles in ql, two high bits each in qh */
@@ -280,17 +295,23 @@ static inline AI void store_rows(float *y, int64_t y_stride, const __m256 *acc, 
     }
 }
 
-/* Q4_K rows against activation rows x[0 .. mt - 1]: y[t * y_stride + r]. Per sub-block j of 32 (one weight scale,
-   one activation scale): d sc_j * xd_j * (q4 . q8) into acc; dmin m_j times the activations' two 16-sums into
-   mins. */
+/* Bit s of each byte -> 16 in that byte (0 where the bit is clear). */
+static inline AI __m256i bit_as_16(__m256i v, int s) {
+    const __m256i sixteen = _mm256_set1_epi8(0x10);
+    return _mm256_and_si256(s < 4 ? _mm256_slli_epi16(v, 4 - s) : _mm256_srli_epi16(v, s - 4), sixteen);
+}
+
+/* Q4_K rows (five: Q5_K rows) against activation rows x[0 .. mt - 1]: y[t * y_stride + r]. Per sub-block j of 32
+   (one weight scale, one activation scale): d sc_j * xd_j * (q . q8) into acc; dmin m_j times the activations' two
+   16-sums into mins. */
 static inline AI void q4_k_group(const uint8_t *w, int64_t nb, const q8_row *x, int mt, float *y,
-                                 int64_t y_stride, int rows) {
+                                 int64_t y_stride, int rows, int five) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), six = _mm256_set1_epi32(0x3F3F3F3F);
     const __m256i four = _mm256_set1_epi32(0x0F0F0F0F), two = _mm256_set1_epi32(0x03030303);
     __m256 acc[M_TILE], mins[M_TILE];
     for (int t = 0; t < mt; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *blk = w + b * 1152, *qs = blk + 128;
+        const uint8_t *blk = w + b * (five ? 1408 : 1152), *qh = blk + 128, *qs = blk + (five ? 384 : 128);
         __m256 d = halves8(blk), dmin = halves8(blk + 16);
         __m256i u0 = load32(blk + 32), u1 = load32(blk + 64), u2 = load32(blk + 96);
         /* as k4_scale_min, a row a lane: scales 0-3 and 4-7, minimums 0-3 and 4-7, a byte each */
@@ -311,6 +332,11 @@ static inline AI void q4_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
             for (int c = 0; c < 8; ++c) {
                 __m256i v = load32(qs + 256 * p + 32 * c);
                 __m256i l = _mm256_and_si256(v, low4), h = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                if (five) {  /* the fifth bits of the 4 weights of each row: bits 2p (low nibbles), 2p + 1 (high) */
+                    __m256i f = load32(qh + 32 * c);
+                    l = _mm256_or_si256(l, bit_as_16(f, 2 * p));
+                    h = _mm256_or_si256(h, bit_as_16(f, 2 * p + 1));
+                }
                 for (int t = 0; t < mt; ++t) {
                     const int8_t *qa = x[t].q + QK_K * b + 64 * p + 4 * c;
                     lo[t] = dot4(lo[t], l, bcast4(qa));
@@ -416,7 +442,7 @@ static void block_terms(int type, const uint8_t *blk, const int8_t *qa, int dots
     uint8_t u[QK_K];
     block_values(type, blk, u);
     memset(dots, 0, 8 * sizeof(int));
-    if (type == SPECRT_Q4_K) {
+    if (type == SPECRT_Q4_K || type == SPECRT_Q5_K) {
         float d = fp16(blk), dmin = fp16(blk + 2);
         uint8_t sc[8], mn[8];
         k4_scale_min(blk + 4, sc, mn);
@@ -488,11 +514,13 @@ void specrt_ggml_rows(int type, const uint8_t *w, int64_t g_lo, int64_t g_hi, in
     case 7: call(7); break; \
     case 8: call(8); break;
 #define Q6_K_AT(n) q6_k_group(grp, nb, x, n, out, n_total, rows)
-#define Q4_K_AT(n) q4_k_group(grp, nb, x, n, out, n_total, rows)
+#define Q4_K_AT(n) q4_k_group(grp, nb, x, n, out, n_total, rows, 0)
+#define Q5_K_AT(n) q4_k_group(grp, nb, x, n, out, n_total, rows, 1)
 #define Q5_AT(n) q5_group(type, grp, nb, x, n, out, n_total, rows)
             switch (type) {
             case SPECRT_Q6_K: switch (mt) { UP_TO_8(Q6_K_AT) } break;
             case SPECRT_Q4_K: switch (mt) { UP_TO_4(Q4_K_AT) } break;
+            case SPECRT_Q5_K: switch (mt) { UP_TO_4(Q5_K_AT) } break;
             default: switch (mt) { UP_TO_4(Q5_AT) }
             }
 #else
@@ -510,7 +538,7 @@ static void dequantize_block(int type, const uint8_t *blk, float *out) {
         const int8_t *sc = (const int8_t *)(blk + 192);
         float d = fp16(blk + 208);
         for (int i = 0; i < QK_K; ++i) out[i] = d * (float)sc[i / 16] * (float)(u[i] - 32);
-    } else if (type == SPECRT_Q4_K) {
+    } else if (type == SPECRT_Q4_K || type == SPECRT_Q5_K) {
         float d = fp16(blk), dmin = fp16(blk + 2);
         uint8_t sc[8], mn[8];
         k4_scale_min(blk + 4, sc, mn);

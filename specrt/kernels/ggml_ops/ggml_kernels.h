@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-enum { SPECRT_Q5_0 = 6, SPECRT_Q5_1 = 7, SPECRT_Q4_K = 12, SPECRT_Q6_K = 14 };  /* ggml's type numbers */
+enum { SPECRT_Q5_0 = 6, SPECRT_Q5_1 = 7, SPECRT_Q4_K = 12, SPECRT_Q5_K = 13, SPECRT_Q6_K = 14 };  /* ggml's type numbers */
 
 /* Bytes of one activation row of k values quantized for the products (k rounded up to 256): int8 values, a float
    scale per 32, a float sum per 16. */

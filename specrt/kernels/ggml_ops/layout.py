@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 
 ROWS = 8
-BLOCK_BYTES = {"Q5_0": 22, "Q5_1": 24, "Q4_K": 144, "Q6_K": 210}
+BLOCK_BYTES = {"Q5_0": 22, "Q5_1": 24, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
 
 
 def offset(qtype: str, r: int, j: int) -> int:
@@ -21,6 +21,12 @@ def offset(qtype: str, r: int, j: int) -> int:
         if j < 16:
             return 32 + 4 * (8 * ((j - 4) // 4) + r) + i  # the scales' three words
         return 128 + 4 * (8 * ((j - 16) // 4) + r) + i  # nibbles, 4 bytes a row at a time
+    if qtype == "Q5_K":
+        if j < 16:
+            return offset("Q4_K", r, j)  # d, dmin and the scales as Q4_K's
+        if j < 48:
+            return 128 + 4 * (8 * ((j - 16) // 4) + r) + i  # the fifth bits
+        return 384 + 4 * (8 * ((j - 48) // 4) + r) + i  # nibbles, as Q4_K's
     if qtype == "Q6_K":
         if j < 128:
             return 4 * (8 * (j // 4) + r) + i  # low nibbles

@@ -1,6 +1,5 @@
-/* ONNX Runtime operators over ggml_kernels.c: specrt.ggml MatMulQ5_0, MatMulQ5_1, MatMulQ4_K and MatMulQ6_K,
-   registered by SessionOptions.register_custom_ops_library (the entry point
-   RegisterCustomOps below).
+/* ONNX Runtime operators over ggml_kernels.c: specrt.ggml MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ5_K and
+   MatMulQ6_K, registered by SessionOptions.register_custom_ops_library (the entry point RegisterCustomOps below).
 
    Y [..., N] float = A [..., K] float times W^T, W the GGUF tensor's own blocks (of 32 weights, or 256 for the
    K-quants) interleaved by 8 rows (ggml_kernels.c; ggml_ops/layout.py writes them): B [ceil(N / 8), K / block *
@@ -196,7 +195,7 @@ static const struct {
     const char *name;
     int type;
 } KINDS[] = {{"MatMulQ5_0", SPECRT_Q5_0}, {"MatMulQ5_1", SPECRT_Q5_1}, {"MatMulQ4_K", SPECRT_Q4_K},
-             {"MatMulQ6_K", SPECRT_Q6_K}};
+             {"MatMulQ5_K", SPECRT_Q5_K}, {"MatMulQ6_K", SPECRT_Q6_K}};
 #define OP_COUNT (sizeof(KINDS) / sizeof(KINDS[0]))
 static const char *cpu_provider(const CustomOp *op) { (void)op; return "CPUExecutionProvider"; }
 static int input_type(const CustomOp *op, size_t index) { (void)op; return index == 0 ? ELEMENT_FLOAT : ELEMENT_UINT8; }

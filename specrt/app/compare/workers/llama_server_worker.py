@@ -82,6 +82,8 @@ def generate(state, ids, max_new, stop_ids, clock):
     clock.start = 0.0  # the server's clock: prefill, then decoding
     clock.first = timings.get("prompt_ms", 0.0) / 1e3
     clock.last = clock.first + timings.get("predicted_ms", 0.0) / 1e3
+    if "draft_n" in timings:  # its speculation's own count
+        clock.draft = (int(timings["draft_n"]), int(timings.get("draft_n_accepted", 0)))
     return tokens
 
 

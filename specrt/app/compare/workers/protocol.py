@@ -4,7 +4,8 @@ A worker is started as `PYTHON WORKER.py CONFIG_JSON` inside its system's own en
 writes one line `{"ready": true, "version": "..."}` to stdout, then answers each request line
 `{"input_ids": [...], "max_new_tokens": N, "stop_ids": [...]}` with
 `{"token_ids": [...], "prefill_seconds": s, "decode_seconds": s}`: greedy decoding, the stop token not included,
-decode time from the first new token to the last (the definition specrt's own tokens/s uses). Any failure is
+decode time from the first new token to the last (the definition specrt's own tokens/s uses); a system that
+speculates and counts its drafts adds `"draft": [drafted, accepted]` (tokens). Any failure is
 answered `{"error": "one line"}`. Log output goes to stderr, which the harness sends to a log file.
 """
 
@@ -37,7 +38,10 @@ def serve(load, generate) -> None:
             traceback.print_exc()
             _send(out, {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]})
             continue
-        _send(out, {"token_ids": tokens, "prefill_seconds": clock.prefill(), "decode_seconds": clock.decode()})
+        reply = {"token_ids": tokens, "prefill_seconds": clock.prefill(), "decode_seconds": clock.decode()}
+        if clock.draft is not None:
+            reply["draft"] = list(clock.draft)
+        _send(out, reply)
 
 
 class Clock:
@@ -46,6 +50,7 @@ class Clock:
     def __init__(self):
         self.start = time.perf_counter()
         self.first = self.last = None
+        self.draft = None  # (drafted, accepted) tokens, where the system counts them
 
     def token(self) -> None:
         now = time.perf_counter()
