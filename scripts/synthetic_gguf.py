@@ -58,7 +58,7 @@ def main(folder: str, out: str, loaded=None, quant: str = "q4_0", seed: int = 0)
         _tokenizer(writer, folder_path, cfg, gguf)
         _tensors(writer, loaded, gguf, lambda name: gguf_qwen35.gguf_name(name, text)[0],
                  lambda name, w: gguf_qwen35.gguf_tensor(name, w, text)[1],
-                 skip=lambda name: name.startswith("model.mtp."), **kw)
+                 skip=lambda name: name.startswith(("model.mtp.", "model.visual.")), **kw)
         print(f"{out}: {Path(out).stat().st_size / 2**30:.2f} GiB", file=sys.stderr)
         return
     if cfg.family == "gemma4":
@@ -207,7 +207,7 @@ class DrawnWeights:
 
         self._tensors, self._seed = {}, seed
         for t in tensors:
-            if len(t.shape) == 3 and t.kind == "matrix":  # fused experts [E, out, in]
+            if len(t.shape) == 3 and t.kind == "matrix" and ".experts." in t.name:  # fused experts [E, out, in]
                 stem, kind = t.name.rsplit(".", 1)
                 for e in range(t.shape[0]):
                     self._tensors[hf_name(f"{stem}.{e}.{kind}.weight")] = type(t)(

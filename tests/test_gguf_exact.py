@@ -290,3 +290,42 @@ def test_a_damaged_quantized_tensor_is_named_with_its_type(mixed_gguf, tmp_path,
     bad.write_bytes(bytes(data))
     out = tmp_path / "out"
     assert_refused_in_one_line(["convert", str(bad), "-o", str(out), "--precision", "gguf"], out, capsys, message)
+
+
+@pytest.mark.parametrize("moves", ["rows", "columns"])
+def test_the_files_blocks_follow_a_reordering_of_rows_and_are_dropped_for_one_of_columns(moves):
+    """A loader's reordering applied to the exact form: whole rows move with their blocks (the operators keep the
+    file's bytes); columns of 128 (Qwen3.5's ssm_out value heads) split Q4_K's blocks of 256, so the blocks are not
+    kept and the MatMulNBits form (blocks of 32) carries the reordered values exactly."""
+    from specrt.convert.gguf_exact import _reordered
+    from specrt.convert.quantize import dequantize
+
+    rng = np.random.default_rng(7)
+    raw = random_blocks("Q4_K", 16, 512, rng)
+    qw = exact_weight("Q4_K", raw.tobytes(), (16, 512))
+    assert qw.ggml_blocks is not None
+    rows, cols = rng.permutation(16), np.concatenate([np.arange(128, 256), np.arange(128), np.arange(256, 512)])
+    reorder = (lambda a: a[rows]) if moves == "rows" else (lambda a: a[:, cols])
+    moved = _reordered(qw, reorder)
+    want = reorder(gguf_dequantized(raw, "Q4_K", (16, 512)))
+    assert np.array_equal(dequantize(moved), want)
+    if moves == "rows":
+        assert np.array_equal(gguf_dequantized(moved.ggml_blocks, "Q4_K", (16, 512)), want)
+    else:
+        assert moved.ggml_blocks is None
+
+
+def test_conversion_refuses_graph_weights_that_are_not_the_files(tmp_path):
+    """check_file_weights: the torch model on the graph's weights read back against the loader's reading of the
+    file; logits apart beyond the fp32 limit stop the conversion (the exact check alone follows the graph)."""
+    from specrt.convert.validate import SpilledOutputs, check_file_weights
+    from specrt.errors import ValidationError
+
+    rng = np.random.default_rng(0)
+    logits = [rng.standard_normal((5, 32)).astype(np.float32) for _ in range(2)]
+    source = SpilledOutputs(tmp_path / "s", "source", [(x, None) for x in logits])
+    same = SpilledOutputs(tmp_path / "q", "same", [(x + 1e-6, None) for x in logits])
+    assert check_file_weights(source, same) == pytest.approx(1e-6, rel=0.5)
+    off = SpilledOutputs(tmp_path / "o", "off", [(logits[0], None), (logits[1][:, ::-1].copy(), None)])
+    with pytest.raises(ValidationError, match="the graph's weights differ from the file's"):
+        check_file_weights(source, off)

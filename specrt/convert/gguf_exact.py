@@ -231,6 +231,11 @@ def _reordered(qw: QuantWeight, reorder) -> QuantWeight | None:
 
 
 def _row_permutation(reorder, n: int, k: int) -> np.ndarray | None:
-    """The source row of each row `reorder` yields, where it moves whole rows (Llama's q/k permutation); else None."""
+    """The source row of each row `reorder` yields, where it moves whole rows only (Llama's q/k permutation); None
+    where it moves columns (Qwen3.5's ssm_out: value heads of 128 columns, not whole blocks of 256), in which case
+    the file's blocks cannot follow."""
     moved = np.asarray(reorder(np.broadcast_to(np.arange(n, dtype=np.int32)[:, None], (n, k)))).reshape(n, k)
+    columns = np.asarray(reorder(np.broadcast_to(np.arange(k, dtype=np.int32)[None, :], (n, k)))).reshape(n, k)
+    if not np.array_equal(columns, np.broadcast_to(np.arange(k, dtype=np.int32), (n, k))):
+        return None
     return moved[:, 0].copy() if np.array_equal(moved, np.broadcast_to(moved[:, :1], moved.shape)) else None

@@ -38,8 +38,8 @@ from specrt.convert.smoothing import CALIBRATION_TEXTS, smooth_down_proj
 from specrt.convert.quant_rows import QuantReadback
 from specrt.convert.target_graph import GraphOptions, io_names, write_target_graph
 from specrt.convert.tokenizer import write_tokenizer
-from specrt.convert.validate import (VALIDATION_TEXTS, VALIDATION_TOKENS, SpilledOutputs, check, check_routing,
-                                     compare, run_graph)
+from specrt.convert.validate import (VALIDATION_TEXTS, VALIDATION_TOKENS, SpilledOutputs, check, check_file_weights,
+                                     check_routing, compare, run_graph)
 from specrt.errors import OutputPathError, SpecrtError
 from specrt.runtime.target_session import TargetSession, TargetSpec
 
@@ -358,6 +358,8 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
             quantized = quantized_reference()
             quantized_outputs = SpilledOutputs(spill, "quantized", list(zip(quantized.logits, quantized.taps)))
             del quantized
+        if exact_gguf and not (written.gguf_requantized or follow_routes):  # both references: the file's values
+            validation["file_weights_max_abs_diff"] = check_file_weights(source_outputs, quantized_outputs)
         if not (follow_routes or half):  # a GPU graph's float16 run is held to these weights below, at fp16's limit
             release_freed_memory()  # what the torch reference freed goes back before ONNX Runtime takes the model
             exact_path = float_activation_twin(tmp / f"{stem}.onnx")

@@ -172,6 +172,22 @@ class SpilledOutputs:
         return np.load(logits), (np.load(taps) if taps is not None else None)
 
 
+def check_file_weights(source: SpilledOutputs, quantized: SpilledOutputs) -> float:
+    """--precision gguf: the torch model on the graph's weights read back must compute what it computes on the
+    file's weights as its loader reads them (the same values: both are the file's), so that a layout slip (blocks
+    that missed a reordering) cannot pass the exact check, which follows the graph's own weights. Returns the max
+    |diff| of their logits."""
+    worst = 0.0
+    for i in range(len(source)):
+        a, b = source[i][0], quantized[i][0]
+        worst = max(worst, float(np.abs(a - b).max()))
+        limit = FP32_MAX_ABS * max(1.0, float(a.std()))
+        if worst > limit:
+            raise ValidationError(f"the graph's weights differ from the file's (logits {worst:.2e} apart on a "
+                                  f"validation prompt, limit {limit:.1e}): a conversion bug; bundle not written")
+    return worst
+
+
 def max_abs_limit(report: ValidationReport, precision: str = "fp32") -> float:
     return (FP16_MAX_ABS if precision == "fp16" else FP32_MAX_ABS) * max(1.0, report.logit_std)
 
