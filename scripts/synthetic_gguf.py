@@ -55,6 +55,7 @@ def main(folder: str, out: str, loaded=None, quant: str = "q4_0", seed: int = 0)
         text = hf.get("text_config", hf)
         writer = gguf.GGUFWriter(out, gguf_qwen35.ARCH)
         gguf_qwen35.write_metadata(writer, {**text, "model_type": "qwen3_5_text"}, mtp_layers=0)
+        writer.add_file_type(file_type)
         _tokenizer(writer, folder_path, cfg, gguf)
         _tensors(writer, loaded, gguf, lambda name: gguf_qwen35.gguf_name(name, text)[0],
                  lambda name, w: gguf_qwen35.gguf_tensor(name, w, text)[1],
