@@ -12,7 +12,9 @@ weights, held to fp32's limits. The shipped graph's int8 activations move near-t
 models, most of them), so its agreement is recorded, not limited. A mixture of experts runs the graph first, its
 router logits as extra outputs (run_graph), and the reference after it following the graph's choice of experts
 where two nearly tie (models/moe.py ExpertChoice: rounding may pick either, and one swap moves every later logit
-of a deep model); a choice beyond a near-tie refuses the graph (check_routing).
+of a deep model); a choice beyond a near-tie refuses the graph (check_routing). `gguf` (the file's own values): the
+reference on the graph's weights read back must also equal the reference on the file as its loader reads it
+(check_file_weights), since the exact check alone follows whatever the graph holds.
 """
 
 from __future__ import annotations

@@ -9,11 +9,12 @@
 
    Block layouts (bytes): Q4_K 144 = fp16 d, fp16 dmin, 12 bytes of 6-bit sub-scales and sub-minimums (8 each),
    128 bytes of nibbles (per 64 weights: 32 bytes, low nibbles the first 32 weights, high nibbles the next 32);
-   w = d * sc_j * q - dmin * m_j. Q5_K 176 = as Q4_K, with 32 bytes of fifth bits before the nibbles (weight 64p + l
-   of the low nibbles takes bit 2p of byte l, of the high nibbles bit 2p + 1): q = nibble | bit << 4. Q6_K 210 = 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 int8 scales (one
-   per 16 weights), fp16 d; w = d * sc_g * (q - 32) with q = low | high << 4. Q5_0 22 = fp16 d, 4 bytes of fifth bits
-   (least significant first), 16 bytes of nibbles (the first 16 weights low); w = d * (q - 16). Q5_1 24 = fp16 d,
-   fp16 m, then as Q5_0; w = d * q + m.
+   w = d * sc_j * q - dmin * m_j. Q5_K 176 = as Q4_K, with 32 bytes of fifth bits before the nibbles (weight
+   64p + l of the low nibbles takes bit 2p of byte l, of the high nibbles bit 2p + 1): q = nibble | bit << 4. Q6_K
+   210 = 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 int8 scales (one per 16 weights), fp16 d;
+   w = d * sc_g * (q - 32) with q = low | high << 4. Q5_0 22 = fp16 d, 4 bytes of fifth bits (least significant
+   first), 16 bytes of nibbles (the first 16 weights low); w = d * (q - 16). Q5_1 24 = fp16 d, fp16 m, then as Q5_0;
+   w = d * q + m.
 
    The vector path needs AVX2 (and uses AVX-512 VNNI's dot product where the compiler may: the same integers);
    without it the same integers and the same float operations run in plain C. */
@@ -120,7 +121,8 @@ static inline float fp16(const uint8_t *p) {
    placed elsewhere (specrt_ggml_group_offset; ggml_ops/layout.py writes them): of row r (0..7) in a group's block,
    Q4_K (1152 bytes): fp16 d at 2r, fp16 dmin at 16 + 2r, the 12 scale bytes as 3 words (word w at 32 + 4 (8w + r)),
      qs[32p + 4c + i] (p < 4 pairs of sub-blocks, c < 8, i < 4) at 128 + 4 (8 (8p + c) + r) + i;
-   Q5_K (1408): as Q4_K up to 128, qh[4c + i] at 128 + 4 (8c + r) + i, qs[32p + 4c + i] at 384 + 4 (8 (8p + c) + r) + i;
+   Q5_K (1408): as Q4_K up to 128, qh[4c + i] at 128 + 4 (8c + r) + i, qs[32p + 4c + i] at
+     384 + 4 (8 (8p + c) + r) + i;
    Q6_K (1680): ql[64h + 32a + 4c + i] at 4 (8 (8 (2h + a) + c) + r) + i, qh[32h + 4c + i] at
      1024 + 4 (8 (8h + c) + r) + i, scale s at 1536 + 8s + r, fp16 d at 1664 + 2r;
    Q5_0 (176) / Q5_1 (192): fp16 d at 2r, (Q5_1: fp16 m at 16 + 2r), the fifth bits' word at H + 4r, qs[4c + i]
