@@ -133,8 +133,8 @@ def mixed_gguf(tmp_path_factory):
 def test_a_mixed_format_gguf_is_written_exactly(mixed_gguf, tmp_path, ggml_operators):
     """The weights the graph holds, read back from its data file, are the GGUF's dequantization bit for bit (the
     q/k row permutation of llama.cpp's converter undone on the blocks); the one IQ4_NL tensor is named as
-    quantized again. With specrt's operators, the Q4_K and Q6_K matrices are the file's own blocks (their rows
-    moved by the q/k permutation) under MatMulQ4_K / MatMulQ6_K, and so are Q5_0 and Q5_1."""
+    quantized again. With specrt's operators, the Q4_K, Q5_K and Q6_K matrices are the file's own blocks (their
+    rows moved by the q/k permutation) under MatMulQ4_K / MatMulQ5_K / MatMulQ6_K, and so are Q5_0 and Q5_1."""
     import onnx
 
     from specrt.convert.quantize import dequantize
@@ -149,9 +149,9 @@ def test_a_mixed_format_gguf_is_written_exactly(mixed_gguf, tmp_path, ggml_opera
     written = write_target_graph(cfg, weights, opts, tmp_path, "t")
     ops = sorted(n.op_type for n in onnx.load(str(tmp_path / "t.onnx"), load_external_data=False).graph.node
                  if n.domain == "specrt.ggml")
-    # layer 0: q (Q4_K), k (Q6_K), o (Q5_0); layer 1: o (Q6_K), fused gate|up (Q4_K); lm_head (Q5_1). The rest are
-    # types the operators do not take (Q4_0, Q8_0, Q2_K, Q3_K, Q5_K, IQ4_NL).
-    want = ["MatMulQ4_K", "MatMulQ4_K", "MatMulQ5_0", "MatMulQ5_1", "MatMulQ6_K", "MatMulQ6_K"]
+    # layer 0: q (Q4_K), k (Q6_K), o (Q5_0), up (Q5_K); layer 1: o (Q6_K), fused gate|up (Q4_K); lm_head (Q5_1).
+    # The rest are types the operators do not take (Q4_0, Q8_0, Q2_K, Q3_K, IQ4_NL).
+    want = ["MatMulQ4_K", "MatMulQ4_K", "MatMulQ5_0", "MatMulQ5_1", "MatMulQ5_K", "MatMulQ6_K", "MatMulQ6_K"]
     assert ops == (want if ggml_operators else [])
     assert written.gguf_requantized == {"model.layers.1.mlp.down_proj.weight": "IQ4_NL"}
     for name, want in expected.items():
