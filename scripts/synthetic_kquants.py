@@ -82,3 +82,10 @@ def random_blocks(gname: str, stored: tuple[int, ...], qtype: str, seed: int) ->
     if qtype == "Q5_1":
         data[:, 2:4] = (-15.5 * d).astype(np.float16).view(np.uint8).reshape(blocks, 2)
     return data.reshape(*stored[:-1], stored[-1] // per_block * block_bytes)
+
+
+if __name__ == "__main__":  # a module for scripts/synthetic_gguf.py --quant q4_k_m: run alone, it says what it is
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    print(__doc__)
