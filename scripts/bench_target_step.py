@@ -63,6 +63,7 @@ class GraphRunner:
             "attention_mask": np.ones((1, total), np.int64),
             "position_ids": np.arange(past, total, dtype=np.int64)[None],
             "attention_bias": np.zeros((1, 1, new, total), np.float32),
+            "sliding_attention_bias": np.zeros((1, 1, new, total), np.float32),  # Gemma 3/4 (the window unmasked)
             # specrt graphs: calls as plain decoding makes them, or exact ones (convert/attention_rows.py, moe_graph.py)
             "attention_min_rows": np.full(1, 2 if self.exact else 1, np.int64),
             "experts_token_by_token": np.full(1, int(self.exact), np.int64),

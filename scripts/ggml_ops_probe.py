@@ -3,7 +3,7 @@ forms of the same exact weights (convert/gguf_exact.py): one graph per form hold
 chosen kinds (far more bytes than the CPU's caches: read from memory as decoding reads them), timed at several row
 counts; ms per call and the bytes each form reads per call.
 
-    python scripts/ggml_ops_probe.py MODEL.gguf [--kinds ffn_gate,ffn_up] [--rows 1,2,4,8,16] [--reps 10]
+    python scripts/ggml_ops_probe.py MODEL.gguf [--kinds ffn_gate,ffn_up] [--types Q6_K] [--rows 1,2,4,8,16] [--reps 10]
 
 Records the CPU flags with the figures (docs/performance.md: compare only within one run).
 """
@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 
-def _graph(path: str, tensors, kinds: list[str], ggml: bool):
+def _graph(path: str, tensors, kinds: list[str], ggml: bool, types: list[str] | None = None):
     """(model bytes, bytes of weights, K): every layer's `kinds` matrices written as conversion writes them (the
     target graph's builder, with or without the operators), summed into one output."""
     from onnx import TensorProto
@@ -32,6 +32,8 @@ def _graph(path: str, tensors, kinds: list[str], ggml: bool):
     outs, k = [], None
     for t in tensors:
         if not any(f".{kind}.weight" in t.name for kind in kinds) or t.tensor_type.name not in ggml_ops.OPS:
+            continue
+        if types and t.tensor_type.name not in types:
             continue
         n, k_t = int(t.shape[1]), int(t.shape[0])
         if k not in (None, k_t):
@@ -55,6 +57,7 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2,4,8,16", help="rows per call (tokens), comma-separated")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--types", default="", help="only tensors of these GGUF types, comma-separated (e.g. Q6_K)")
     args = ap.parse_args()
 
     import gguf
@@ -68,7 +71,8 @@ def main() -> None:
     rows = [int(r) for r in args.rows.split(",")]
     sessions = {}
     for label, ggml in (("specrt ggml_ops", True), ("MatMulNBits forms", False)):
-        model, total, k = _graph(args.gguf, tensors, args.kinds.split(","), ggml)
+        model, total, k = _graph(args.gguf, tensors, args.kinds.split(","), ggml,
+                                     args.types.split(",") if args.types else None)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = args.threads
         ggml_ops.register(opts)

@@ -329,3 +329,66 @@ def test_conversion_refuses_graph_weights_that_are_not_the_files(tmp_path):
     off = SpilledOutputs(tmp_path / "o", "off", [(logits[0], None), (logits[1][:, ::-1].copy(), None)])
     with pytest.raises(ValidationError, match="the graph's weights differ from the file's"):
         check_file_weights(source, off)
+
+
+@pytest.mark.skipif(not __import__("specrt.kernels.ggml_ops", fromlist=["enabled"]).enabled(),
+                    reason="no C compiler here: specrt's GGUF operators")
+def test_a_tied_k_quant_table_is_looked_up_and_multiplied_from_one_copy(tmp_path, capsys):
+    """A tied model whose token_embd is Q6_K (llama.cpp's Q4_K_M for Gemma 4, Llama 3.2, Qwen3's small sizes): the
+    embedding gathers rows from the file's blocks (GatherQ6_K) and the lm_head multiplies by the same initializer
+    (MatMulQ6_K: 6.6 bits a weight against 10.5 in MatMulNBits' form); both read back as gguf-py's dequantization; the
+    bundle validates against torch on those weights and speculates exactly."""
+    import json
+
+    import gguf
+    import onnx
+    import transformers as tf
+
+    import specrt
+    from specrt.cli import main
+    from specrt.convert.quantize import dequantize
+    from specrt.convert.target_graph import GraphOptions, write_target_graph
+    from specrt.models.config import config_from_hf
+    from specrt.models.gguf_loader import load_gguf
+    from specrt.runtime.sampling import SamplingParams
+
+    config = tf.LlamaConfig(vocab_size=97, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=True,
+                            max_position_embeddings=256, rms_norm_eps=1e-6)
+    hf = tf.LlamaForCausalLM(config).eval()
+    weights = {k: v.detach().numpy() for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    rng = np.random.default_rng(4)
+    table = {}
+
+    def encode(name, w):
+        if w.ndim != 2:
+            return w, None
+        qtype = "Q6_K" if name == "model.embed_tokens.weight" else "Q4_K"
+        data = random_blocks(qtype, *w.shape, rng)
+        if qtype == "Q6_K":
+            table["want"] = gguf_dequantized(data, qtype, w.shape)
+        return data, gguf.GGMLQuantizationType[qtype]
+
+    path = tmp_path / "tied.gguf"
+    write_gguf(path, "llama", config, weights, encode, tokens=["<|endoftext|>"] + list(WORDS[1:97]), bpe=True)
+    out = tmp_path / "bundle"
+    assert main(["convert", str(path), "-o", str(out), "--precision", "gguf", "--max-context", "128"]) == 0
+    capsys.readouterr()
+    graph = onnx.load(str(out / "target.onnx"), load_external_data=False).graph
+    gather = [n for n in graph.node if n.op_type == "GatherQ6_K"]
+    head = [n for n in graph.node if n.name == "lm_head"]
+    assert len(gather) == 1 and head[0].op_type == "MatMulQ6_K" and head[0].input[1] == gather[0].input[1]
+    assert not [n for n in graph.node if n.op_type in ("GatherBlockQuantized", "MatMulNBits")]
+    validation = json.loads((out / "specrt.json").read_text())["provenance"]["validation"]
+    assert validation["quantized_reference"]["top1_agreement"] == 1.0
+    hf_cfg, loaded, _ = load_gguf(path)
+    written = write_target_graph(config_from_hf(hf_cfg), loaded,
+                                 GraphOptions(precision="gguf", attention_rows_input=True, ggml_operators=True),
+                                 tmp_path, "t")
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        assert np.array_equal(dequantize(written.quantized(name)), table["want"]), name
+    engine = specrt.load(str(out), device="cpu", drafter="ngram", batch_invariant=True)
+    params = SamplingParams(max_new_tokens=24, stop_token_ids=())
+    for prompt in ("the cat and the dog and the cat and the dog", "a man in the house of the world"):
+        plain = engine.generate(prompt, params, drafter=None).wait()
+        assert engine.generate(prompt, params).wait().token_ids == plain.token_ids

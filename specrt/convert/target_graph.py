@@ -280,6 +280,10 @@ class _TargetBuilder:
         the same blocks as MatMulNBits: about a sixth or a third of the float32 table) where the width is a whole
         number of blocks; otherwise it is float."""
         g = self.g
+        if self.opts.ggml_operators and self.opts.precision == "gguf":
+            q = self.quantize(name)
+            if q.ggml_type:  # the file's own blocks, looked up by specrt's operator (and a tied lm_head's)
+                return self.gather_ggml(name, q), None
         # MIGraphX has no GatherBlockQuantized: a rocm graph looks tokens up in a float table
         if self.opts.bits and (width or self.cfg.hidden_size) % self.opts.int4_block_size == 0 \
                 and self.opts.device != "rocm":
@@ -303,6 +307,19 @@ class _TargetBuilder:
             return out, None
         table = g.weight(name, self.tensor(name).astype(self.dtype, copy=False))
         return g.op("Gather", [table, "input_ids"], axis=0), table
+
+    def gather_ggml(self, name: str, q: QuantWeight) -> str:
+        """Rows input_ids of the table `name` [B, S, K], from the GGUF file's own blocks (interleaved by 8, as
+        matmul_ggml keeps them): a tied lm_head multiplies by the same initializer (tied_quantized_lm_head)."""
+        from specrt.kernels import ggml_ops
+        from specrt.kernels.ggml_ops.layout import interleave
+
+        if name == EMBED and "lm_head.weight" in self.alias:  # tied: the lm_head is the very same table
+            self.quantized = {**self.quantized, name: q}
+        blocks = self.g.weight(name + ".ggml", interleave(q.ggml_type, q.ggml_blocks))  # [ceil(V / 8), bytes * 8]
+        self.quant_rows[name] = QuantRows(blocks, "", "", 0, q.n, q.n, q.k, q.block_size, q.bits,
+                                          ggml_type=q.ggml_type)
+        return self.g.op(ggml_ops.GATHERS[q.ggml_type], ["input_ids", blocks], domain=ggml_ops.DOMAIN, N=q.n)
 
     # -- blocks --------------------------------------------------------------------------------
     def norm(self, x: str, weight: str) -> str:
@@ -570,6 +587,12 @@ class _TargetBuilder:
         """A tied model's lm_head over the embedding's own quantized table (stored once: reshaped into MatMulNBits'
         layout, which ONNX Runtime folds when the session loads), minus its minimums where it has them."""
         g, r = self.g, self.quant_rows[EMBED]
+        if r.ggml_type:  # the file's blocks the embedding gathers from (gather_ggml)
+            from specrt.kernels import ggml_ops
+
+            self.quant_rows["lm_head.weight"] = r
+            return g.op(ggml_ops.OPS[r.ggml_type], [x, r.qweight], domain=ggml_ops.DOMAIN, name="lm_head", N=r.n,
+                        accuracy_level=self.opts.accuracy_level)
         n_blocks = r.k // r.block_size
         qweight = g.op("Reshape", [r.qweight, g.const([r.n, n_blocks, r.block_size * r.bits // 8])])
         scales = g.op("Reshape", [r.scales, g.const([-1])])

@@ -579,6 +579,17 @@ void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t g_lo, int64_t g_
 
 int64_t specrt_ggml_groups(int64_t n) { return (n + ROWS - 1) / ROWS; }
 
+void specrt_ggml_gather_row(int type, const uint8_t *w, int64_t k, int64_t row, float *out) {
+    int per = specrt_ggml_block_weights(type), size = specrt_ggml_block_bytes(type);
+    int64_t nb = k / per;
+    const uint8_t *group = w + (row / ROWS) * nb * ROWS * size;
+    uint8_t blk[210];
+    for (int64_t b = 0; b < nb; ++b) {
+        gather_block(type, group + b * ROWS * size, (int)(row % ROWS), blk);
+        dequantize_block(type, blk, out + b * per);
+    }
+}
+
 int specrt_ggml_matmul(int type, const float *x, int64_t m_count, int64_t k, const uint8_t *w, int64_t n, float *y,
                        int float_activations) {
     if (specrt_ggml_block_bytes(type) == 0 || k % specrt_ggml_block_weights(type)) return 1;

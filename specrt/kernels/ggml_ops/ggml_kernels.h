@@ -22,6 +22,8 @@ void specrt_ggml_rows(int type, const uint8_t *w, int64_t g_lo, int64_t g_hi, in
 /* The same with float activations (each block dequantized, then float dot products): conversion's exact check. */
 void specrt_ggml_rows_float(int type, const uint8_t *w, int64_t g_lo, int64_t g_hi, int64_t k, const float *x,
                             int64_t m_count, float *y, int64_t n_total);
+/* Row `row` of a k-wide weight (`type` blocks interleaved by 8) as floats, dequantized as ggml's get_rows does. */
+void specrt_ggml_gather_row(int type, const uint8_t *w, int64_t k, int64_t row, float *out);
 /* The whole product over interleaved weights, one thread (float_activations: as specrt_ggml_rows_float): 0 on
    success. */
 int specrt_ggml_matmul(int type, const float *x, int64_t m_count, int64_t k, const uint8_t *w, int64_t n, float *y,

@@ -1,11 +1,15 @@
 /* ONNX Runtime operators over ggml_kernels.c: specrt.ggml MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ5_K and
-   MatMulQ6_K, registered by SessionOptions.register_custom_ops_library (the entry point RegisterCustomOps below).
+   MatMulQ6_K, and GatherQ5_0 ... GatherQ6_K, registered by SessionOptions.register_custom_ops_library (the entry
+   point RegisterCustomOps below).
 
-   Y [..., N] float = A [..., K] float times W^T, W the GGUF tensor's own blocks (of 32 weights, or 256 for the
-   K-quants) interleaved by 8 rows (ggml_kernels.c; ggml_ops/layout.py writes them): B [ceil(N / 8), K / block *
+   MatMul: Y [..., N] float = A [..., K] float times W^T, W the GGUF tensor's own blocks (of 32 weights, or 256 for
+   the K-quants) interleaved by 8 rows (ggml_kernels.c; ggml_ops/layout.py writes them): B [ceil(N / 8), K / block *
    block bytes * 8] uint8. Attributes: N (required: the rows, which B's padding hides), accuracy_level (0: float
    activations, each block dequantized: conversion's exact check; else 8-bit activations per 32, MatMulNBits'
    level 4).
+   Gather: Y [..., K] float = rows ids [...] int64 of the same B (a token embedding table), dequantized as ggml's
+   get_rows does; attribute N. A tied model's lm_head multiplies by the very bytes its embedding gathers from. An
+   id outside [-N, N) fails the call (negative ids count from the end, as ONNX's Gather).
 
    Only what these operators call of ONNX Runtime's C API is declared here: the API is a table of function
    pointers whose order never changes between releases (new entries are appended), so a slot is named by its
@@ -56,7 +60,7 @@ enum {
     KERNEL_CONTEXT_PARALLEL_FOR = 274,
 };
 
-enum { ELEMENT_FLOAT = 1, ELEMENT_UINT8 = 2 };
+enum { ELEMENT_FLOAT = 1, ELEMENT_UINT8 = 2, ELEMENT_INT64 = 7 };
 enum { ORT_FAIL = 1, ORT_INVALID_ARGUMENT = 2 };
 enum { INPUT_OUTPUT_REQUIRED = 0 };
 
@@ -188,6 +192,60 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
     return failed;
 }
 
+typedef struct {
+    int type;
+    const uint8_t *w;
+    int64_t k;
+    const int64_t *ids;  /* already checked and made non-negative */
+    float *y;
+} GatherJob;
+
+static void gather_one(void *data, size_t index) {
+    const GatherJob *job = (const GatherJob *)data;
+    specrt_ggml_gather_row(job->type, job->w, job->k, job->ids[index], job->y + (int64_t)index * job->k);
+}
+
+static OrtStatus *gather_compute(void *data, OrtKernelContext *context) {
+    const Kernel *kernel = (const Kernel *)data;
+    const OrtApiTable *api = kernel->api;
+    CreateStatusFn status = API(api, CREATE_STATUS, CreateStatusFn);
+    const OrtValue *ids_value = NULL, *b_value = NULL;
+    if (API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 0, &ids_value) ||
+        API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 1, &b_value))
+        return status(ORT_FAIL, "specrt.ggml: cannot read the inputs");
+    int64_t ids_dims[8], b_dims[8];
+    int ids_rank = dims_of(api, ids_value, ids_dims), b_rank = dims_of(api, b_value, b_dims);
+    int64_t group_block = (int64_t)specrt_ggml_block_bytes(kernel->type) * 8, n = kernel->n;
+    if (ids_rank < 0 || ids_rank > 7 || b_rank != 2 || b_dims[1] % group_block || b_dims[0] != specrt_ggml_groups(n))
+        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: Gather takes ids [...] and B [N / 8, bytes * 8]");
+    int64_t k = b_dims[1] / group_block * specrt_ggml_block_weights(kernel->type), count = 1, y_dims[8];
+    for (int i = 0; i < ids_rank; ++i) count *= ids_dims[i];
+    memcpy(y_dims, ids_dims, sizeof(int64_t) * (size_t)ids_rank);
+    y_dims[ids_rank] = k;
+    OrtValue *y_value = NULL;
+    void *ids = NULL, *b = NULL, *y = NULL;
+    if (API(api, KERNEL_CONTEXT_GET_OUTPUT, GetOutputFn)(context, 0, y_dims, (size_t)ids_rank + 1, &y_value) ||
+        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)ids_value, &ids) ||
+        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)b_value, &b) ||
+        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)(y_value, &y))
+        return status(ORT_FAIL, "specrt.ggml: cannot bind the output");
+    if (count == 0 || k == 0) return NULL;
+    int64_t *rows = (int64_t *)malloc(sizeof(int64_t) * (size_t)count);
+    if (!rows) return status(ORT_FAIL, "specrt.ggml: out of memory for the ids");
+    for (int64_t i = 0; i < count; ++i) {
+        int64_t id = ((const int64_t *)ids)[i];
+        if (id < -n || id >= n) {
+            free(rows);
+            return status(ORT_INVALID_ARGUMENT, "specrt.ggml: a token id is outside the embedding table");
+        }
+        rows[i] = id < 0 ? id + n : id;
+    }
+    GatherJob job = {kernel->type, (const uint8_t *)b, k, rows, (float *)y};
+    OrtStatus *failed = API(api, KERNEL_CONTEXT_PARALLEL_FOR, ParallelForFn)(context, gather_one, (size_t)count, 0, &job);
+    free(rows);
+    return failed;
+}
+
 static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info, void **out);
 
 /* The operators: name and ggml type, in the order of `ops`. */
@@ -196,9 +254,16 @@ static const struct {
     int type;
 } KINDS[] = {{"MatMulQ5_0", SPECRT_Q5_0}, {"MatMulQ5_1", SPECRT_Q5_1}, {"MatMulQ4_K", SPECRT_Q4_K},
              {"MatMulQ5_K", SPECRT_Q5_K}, {"MatMulQ6_K", SPECRT_Q6_K}};
-#define OP_COUNT (sizeof(KINDS) / sizeof(KINDS[0]))
+#define KIND_COUNT (sizeof(KINDS) / sizeof(KINDS[0]))
+#define OP_COUNT (2 * KIND_COUNT) /* ops[i]: MatMul of KINDS[i], ops[KIND_COUNT + i]: Gather of the same type */
+static const char *GATHER_NAMES[KIND_COUNT] = {"GatherQ5_0", "GatherQ5_1", "GatherQ4_K", "GatherQ5_K", "GatherQ6_K"};
+static CustomOp ops[OP_COUNT];
+static int is_gather(const CustomOp *op) { return op - ops >= (ptrdiff_t)KIND_COUNT; }
 static const char *cpu_provider(const CustomOp *op) { (void)op; return "CPUExecutionProvider"; }
-static int input_type(const CustomOp *op, size_t index) { (void)op; return index == 0 ? ELEMENT_FLOAT : ELEMENT_UINT8; }
+static int input_type(const CustomOp *op, size_t index) {
+    if (index == 1) return ELEMENT_UINT8;
+    return is_gather(op) ? ELEMENT_INT64 : ELEMENT_FLOAT;
+}
 static size_t two(const CustomOp *op) { (void)op; return 2; }
 static int output_type(const CustomOp *op, size_t index) { (void)op; (void)index; return ELEMENT_FLOAT; }
 static size_t one(const CustomOp *op) { (void)op; return 1; }
@@ -208,15 +273,15 @@ static int default_memory(const CustomOp *op, size_t index) { (void)op; (void)in
 static int opset_one(const CustomOp *op) { (void)op; return 1; }
 static int any_later(const CustomOp *op) { (void)op; return 2147483647; }
 
-static CustomOp ops[OP_COUNT];
-
-static const char *op_name(const CustomOp *op) { return KINDS[op - ops].name; }
+static const char *op_name(const CustomOp *op) {
+    return is_gather(op) ? GATHER_NAMES[op - ops - KIND_COUNT] : KINDS[op - ops].name;
+}
 
 static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info, void **out) {
     Kernel *kernel = (Kernel *)malloc(sizeof(Kernel));
     if (!kernel) return API(api, CREATE_STATUS, CreateStatusFn)(ORT_FAIL, "specrt.ggml: out of memory");
     kernel->api = api;
-    kernel->type = KINDS[op - ops].type;
+    kernel->type = KINDS[(op - ops) % KIND_COUNT].type;
     int64_t level = 4;
     OrtStatus *absent = API(api, KERNEL_INFO_GET_ATTRIBUTE_INT64, AttributeIntFn)(info, "accuracy_level", &level);
     if (absent) {
@@ -250,7 +315,7 @@ static void fill(CustomOp *op) {
     op->GetOutputCharacteristic = required;
     op->GetInputMemoryType = default_memory;
     op->CreateKernelV2 = create_kernel;
-    op->KernelComputeV2 = compute;
+    op->KernelComputeV2 = is_gather(op) ? gather_compute : compute;
     op->GetStartVersion = opset_one;
     op->GetEndVersion = any_later;
 }
