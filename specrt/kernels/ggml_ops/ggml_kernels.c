@@ -268,6 +268,19 @@ static inline AI __m256i load32(const uint8_t *p) { return _mm256_loadu_si256((c
 /* Four activation bytes in every lane. */
 #define bcast4(p) _mm256_set1_epi32(*(const loose_i32 *)(p))
 
+/* Ask for the weights PREFETCH_BYTES on while this block (`bytes` of a group) is multiplied: with several activation
+   rows, or Q6_K's longer unpacking, the products are slow enough that the hardware's own prefetching does not keep
+   ahead (one thread, 16384 x 10240 Q4_K, 4 rows: 11.7 -> 5.2 ms; docs/performance.md). Each block asks for the
+   next `bytes` of the stream, so every cache line is asked for once. A prefetch never faults: the last blocks of a
+   matrix may ask past its end. */
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 8192
+#endif
+static inline AI void prefetch_block(const uint8_t *blk, int bytes) {
+    const uint8_t *next = blk + PREFETCH_BYTES;
+    for (int at = 0; at < bytes; at += 64) _mm_prefetch((const char *)(next + at), _MM_HINT_T0);
+}
+
 /* Bits s .. s + 3 of each lane's word -> 16 in that lane's bytes 0 .. 3 (0 where the bit is clear). */
 static inline AI __m256i fifth_bits(__m256i words, int s) {
     const __m256i first_byte = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
@@ -314,6 +327,7 @@ static inline AI void q4_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
     for (int t = 0; t < mt; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = w + b * (five ? 1408 : 1152), *qh = blk + 128, *qs = blk + (five ? 384 : 128);
+        if (PREFETCH_BYTES) prefetch_block(blk, five ? 1408 : 1152);
         __m256 d = halves8(blk), dmin = halves8(blk + 16);
         __m256i u0 = load32(blk + 32), u1 = load32(blk + 64), u2 = load32(blk + 96);
         /* as k4_scale_min, a row a lane: scales 0-3 and 4-7, minimums 0-3 and 4-7, a byte each */
@@ -368,6 +382,7 @@ static inline AI void q6_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
     for (int t = 0; t < mt; ++t) acc[t] = offs[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = w + b * 1680, *ql = blk, *qh = blk + 1024, *sc = blk + 1536;
+        if (PREFETCH_BYTES) prefetch_block(blk, 1680);
         __m256 d = halves8(blk + 1664), d32 = _mm256_mul_ps(_mm256_set1_ps(32.0f), d);
         for (int j = 0; j < 8; ++j) {  /* weights 32j .. 32j + 31: half h, ql part s & 1, nibble and qh bits by s */
             const int h = j / 4, s = j % 4;
@@ -412,6 +427,7 @@ static inline AI void q5_group(int type, const uint8_t *w, int64_t nb, const q8_
     for (int t = 0; t < mt; ++t) acc[t] = cs[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = w + b * size, *qs = blk + words + 32;
+        if (PREFETCH_BYTES) prefetch_block(blk, size);
         __m256 d = halves8(blk);
         __m256 c = has_min ? _mm256_sub_ps(_mm256_setzero_ps(), halves8(blk + 16))
                            : _mm256_mul_ps(d, _mm256_set1_ps(16.0f));
