@@ -278,8 +278,9 @@ class _TargetBuilder:
         """Token embeddings of input_ids [B, S, width] (the table `name`, H wide unless said) and the float table's
         initializer (None when there is none). int4 and int8 keep the table quantized too (GatherBlockQuantized over
         the same blocks as MatMulNBits: about a sixth or a third of the float32 table) where the width is a whole
-        number of blocks; otherwise it is float."""
-        g = self.g
+        number of blocks; otherwise it is float. A GGUF table of a type specrt's operators take keeps the file's own
+        blocks (gather_ggml)."""
+        g, q = self.g, None
         if self.opts.ggml_operators and self.opts.precision == "gguf":
             q = self.quantize(name)
             if q.ggml_type:  # the file's own blocks, looked up by specrt's operator (and a tied lm_head's)
@@ -287,7 +288,7 @@ class _TargetBuilder:
         # MIGraphX has no GatherBlockQuantized: a rocm graph looks tokens up in a float table
         if self.opts.bits and (width or self.cfg.hidden_size) % self.opts.int4_block_size == 0 \
                 and self.opts.device != "rocm":
-            q = self.quantize(name)
+            q = q if q is not None else self.quantize(name)
             if name == EMBED and "lm_head.weight" in self.alias:  # tied: the lm_head quantizes the very same table
                 self.quantized = {**self.quantized, name: q}
             data = g.weight(name + ".qweight", q.packed.reshape(q.n, -1))  # [V, H * bits / 8]
