@@ -18,7 +18,6 @@ import os
 import re
 import sys
 
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_target_step import GraphRunner  # noqa: E402
 

@@ -149,14 +149,19 @@ static int dims_of(const OrtApiTable *api, const OrtValue *value, int64_t *out) 
     return bad ? -1 : (int)count;
 }
 
+/* A kernel's inputs 0 and 1; nonzero where ONNX Runtime gives either no value. */
+static int two_inputs(const OrtApiTable *api, OrtKernelContext *context, const OrtValue **first,
+                      const OrtValue **second) {
+    return API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 0, first) != NULL ||
+           API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 1, second) != NULL;
+}
+
 static OrtStatus *compute(void *data, OrtKernelContext *context) {
     const Kernel *kernel = (const Kernel *)data;
     const OrtApiTable *api = kernel->api;
     CreateStatusFn status = API(api, CREATE_STATUS, CreateStatusFn);
     const OrtValue *a_value = NULL, *b_value = NULL;
-    if (API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 0, &a_value) ||
-        API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 1, &b_value))
-        return status(ORT_FAIL, "specrt.ggml: cannot read the inputs");
+    if (two_inputs(api, context, &a_value, &b_value)) return status(ORT_FAIL, "specrt.ggml: cannot read the inputs");
     int64_t a_dims[8], b_dims[8];
     int a_rank = dims_of(api, a_value, a_dims), b_rank = dims_of(api, b_value, b_dims);
     if (a_rank < 1 || b_rank != 2)
@@ -210,9 +215,7 @@ static OrtStatus *gather_compute(void *data, OrtKernelContext *context) {
     const OrtApiTable *api = kernel->api;
     CreateStatusFn status = API(api, CREATE_STATUS, CreateStatusFn);
     const OrtValue *ids_value = NULL, *b_value = NULL;
-    if (API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 0, &ids_value) ||
-        API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 1, &b_value))
-        return status(ORT_FAIL, "specrt.ggml: cannot read the inputs");
+    if (two_inputs(api, context, &ids_value, &b_value)) return status(ORT_FAIL, "specrt.ggml: cannot read the inputs");
     int64_t ids_dims[8], b_dims[8];
     int ids_rank = dims_of(api, ids_value, ids_dims), b_rank = dims_of(api, b_value, b_dims);
     int64_t group_block = (int64_t)specrt_ggml_block_bytes(kernel->type) * 8, n = kernel->n;
