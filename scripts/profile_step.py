@@ -58,13 +58,14 @@ def main() -> None:
     events = node_events(path)
     os.unlink(path)
     runs = len(walls) + 3  # the profile holds the warm-up calls too
-    by_type: dict[str, float] = collections.Counter()
-    by_node: dict[str, float] = collections.Counter()
-    count: dict[str, int] = collections.Counter()
+    by_type: collections.Counter = collections.Counter()  # op type -> microseconds
+    by_node: collections.Counter = collections.Counter()  # (node name with layers as *, op type) -> microseconds
+    count: collections.Counter = collections.Counter()  # the same key -> kernel runs
     for name, op, us in events:
+        key = (layer_pattern(name), op)
         by_type[op] += us
-        by_node[(layer_pattern(name), op)] += us
-        count[(layer_pattern(name), op)] += 1
+        by_node[key] += us
+        count[key] += 1
     total = sum(by_type.values())
     wall = sorted(walls)[len(walls) // 2]
     print(f"{args.graph}: past {args.past}, new {args.new}; median call {wall:.2f} ms (profiled), "

@@ -1,6 +1,7 @@
 """specrt's GGUF operators (specrt/kernels/ggml_ops: MatMulQ4_K, MatMulQ5_K, MatMulQ6_K, MatMulQ5_0, MatMulQ5_1 over
 the file's own blocks, and their Gather twins), held to gguf-py's dequantization (float activations; the gathered
-rows bit for bit) and to a numpy model of their 8-bit activation scheme; a row's result does not depend on the call; the plain C and AVX-512 paths equal the AVX2 path; the
+rows bit for bit) and to a numpy model of their 8-bit activation scheme; a row's result does not depend on the call;
+the plain C and AVX-512 paths equal the AVX2 path; the
 interleaved layout is the same in C and numpy; a bundle that needs them says so when they are missing."""
 
 from __future__ import annotations
@@ -130,20 +131,27 @@ def test_the_wide_path_equals_the_avx2_path_bit_for_bit(lib, tmp_path):
         assert np.array_equal(wide, _product(avx2, qtype, x, blocks, w.shape[0], float_activations=False)), qtype
 
 
-def _session(qtype: str, blocks: np.ndarray, k: int, threads: int, level: int = 4, rows: int | None = None):
+def _op_session(op: str, first, qtype: str, blocks: np.ndarray, threads: int = 0, **attributes):
+    """A session of one operator `op` (inputs: `first`, a value info, and B, the blocks interleaved as conversion
+    writes them) with the operators registered."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    node = helper.make_node(ggml_ops.OPS[qtype], ["A", "B"], ["Y"], domain=ggml_ops.DOMAIN, accuracy_level=level,
-                            N=len(blocks) if rows is None else rows)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, "S", k])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+    node = helper.make_node(op, [first.name, "B"], ["Y"], domain=ggml_ops.DOMAIN, **attributes)
+    graph = helper.make_graph([node], "g", [first], [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(layout.interleave(qtype, blocks), "B")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ggml_ops.DOMAIN, 1)])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     ggml_ops.register(opts)
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def _session(qtype: str, blocks: np.ndarray, k: int, threads: int, level: int = 4, rows: int | None = None):
+    from onnx import TensorProto, helper
+
+    return _op_session(ggml_ops.OPS[qtype], helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, "S", k]),
+                       qtype, blocks, threads, accuracy_level=level, N=len(blocks) if rows is None else rows)
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -163,27 +171,16 @@ def test_a_row_is_the_same_in_any_call(qtype):
     assert np.abs(exact - want).max() <= 2e-6 * np.abs(want).max()  # accuracy_level 0: float activations
 
 
-def _gather_session(qtype: str, blocks: np.ndarray, rows: int):
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-
-    node = helper.make_node(ggml_ops.GATHERS[qtype], ["ids", "B"], ["Y"], domain=ggml_ops.DOMAIN, N=rows)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "S"])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(layout.interleave(qtype, blocks), "B")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ggml_ops.DOMAIN, 1)])
-    opts = ort.SessionOptions()
-    ggml_ops.register(opts)
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-
-
 @pytest.mark.parametrize("qtype", TYPES)
 def test_gather_gives_the_files_rows_as_gguf_py_dequantizes_them(qtype):
     """GatherQ*: rows of an embedding table kept in the file's blocks are gguf-py's dequantization of those rows,
     bit for bit (ggml's get_rows computes the same float products), for ids in any group of 8 and the last,
     padded group; a negative id counts from the end, as ONNX's Gather; an id outside the table is a clear error."""
+    from onnx import TensorProto, helper
+
     _, blocks, w = _case(qtype, n=37, seed=5)
-    session = _gather_session(qtype, blocks, 37)
+    ids_info = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "S"])
+    session = _op_session(ggml_ops.GATHERS[qtype], ids_info, qtype, blocks, N=37)
     ids = np.array([[0, 7, 8, 36, 13, 13, -1]], np.int64)
     got = session.run(None, {"ids": ids})[0]
     assert got.shape == (1, 7, w.shape[1])

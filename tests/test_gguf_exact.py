@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from specrt.convert.gguf_exact import FORMS, exact_weight
+from specrt.kernels import ggml_ops
 from tests.gguf_writer import write_gguf
 from tests.tiny_models import WORDS
 
@@ -331,8 +332,7 @@ def test_conversion_refuses_graph_weights_that_are_not_the_files(tmp_path):
         check_file_weights(source, off)
 
 
-@pytest.mark.skipif(not __import__("specrt.kernels.ggml_ops", fromlist=["enabled"]).enabled(),
-                    reason="no C compiler here: specrt's GGUF operators")
+@pytest.mark.skipif(not ggml_ops.enabled(), reason="no C compiler here: specrt's GGUF operators")
 def test_a_tied_k_quant_table_is_looked_up_and_multiplied_from_one_copy(tmp_path, capsys):
     """A tied model whose token_embd is Q6_K (llama.cpp's Q4_K_M for Gemma 4, Llama 3.2, Qwen3's small sizes): the
     embedding gathers rows from the file's blocks (GatherQ6_K) and the lm_head multiplies by the same initializer

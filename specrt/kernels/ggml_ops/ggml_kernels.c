@@ -277,6 +277,7 @@ static inline AI __m256i load32(const uint8_t *p) { return _mm256_loadu_si256((c
 #define PREFETCH_BYTES 8192
 #endif
 static inline AI void prefetch_block(const uint8_t *blk, int bytes) {
+    if (!PREFETCH_BYTES) return;  /* -DPREFETCH_BYTES=0: none (to measure against) */
     const uint8_t *next = blk + PREFETCH_BYTES;
     for (int at = 0; at < bytes; at += 64) _mm_prefetch((const char *)(next + at), _MM_HINT_T0);
 }
@@ -327,7 +328,7 @@ static inline AI void q4_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
     for (int t = 0; t < mt; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = w + b * (five ? 1408 : 1152), *qh = blk + 128, *qs = blk + (five ? 384 : 128);
-        if (PREFETCH_BYTES) prefetch_block(blk, five ? 1408 : 1152);
+        prefetch_block(blk, five ? 1408 : 1152);
         __m256 d = halves8(blk), dmin = halves8(blk + 16);
         __m256i u0 = load32(blk + 32), u1 = load32(blk + 64), u2 = load32(blk + 96);
         /* as k4_scale_min, a row a lane: scales 0-3 and 4-7, minimums 0-3 and 4-7, a byte each */
@@ -382,7 +383,7 @@ static inline AI void q6_k_group(const uint8_t *w, int64_t nb, const q8_row *x, 
     for (int t = 0; t < mt; ++t) acc[t] = offs[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = w + b * 1680, *ql = blk, *qh = blk + 1024, *sc = blk + 1536;
-        if (PREFETCH_BYTES) prefetch_block(blk, 1680);
+        prefetch_block(blk, 1680);
         __m256 d = halves8(blk + 1664), d32 = _mm256_mul_ps(_mm256_set1_ps(32.0f), d);
         for (int j = 0; j < 8; ++j) {  /* weights 32j .. 32j + 31: half h, ql part s & 1, nibble and qh bits by s */
             const int h = j / 4, s = j % 4;
@@ -427,7 +428,7 @@ static inline AI void q5_group(int type, const uint8_t *w, int64_t nb, const q8_
     for (int t = 0; t < mt; ++t) acc[t] = cs[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = w + b * size, *qs = blk + words + 32;
-        if (PREFETCH_BYTES) prefetch_block(blk, size);
+        prefetch_block(blk, size);
         __m256 d = halves8(blk);
         __m256 c = has_min ? _mm256_sub_ps(_mm256_setzero_ps(), halves8(blk + 16))
                            : _mm256_mul_ps(d, _mm256_set1_ps(16.0f));

@@ -156,6 +156,16 @@ static int two_inputs(const OrtApiTable *api, OrtKernelContext *context, const O
            API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 1, second) != NULL;
 }
 
+/* The output (y_dims, rank) allocated, and the data of both inputs and of the output; nonzero on a failure. */
+static int bind_data(const OrtApiTable *api, OrtKernelContext *context, const int64_t *y_dims, size_t rank,
+                     const OrtValue *first, const OrtValue *second, void **x, void **b, void **y) {
+    OrtValue *y_value = NULL;
+    return API(api, KERNEL_CONTEXT_GET_OUTPUT, GetOutputFn)(context, 0, y_dims, rank, &y_value) != NULL ||
+           API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)first, x) != NULL ||
+           API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)second, b) != NULL ||
+           API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)(y_value, y) != NULL;
+}
+
 static OrtStatus *compute(void *data, OrtKernelContext *context) {
     const Kernel *kernel = (const Kernel *)data;
     const OrtApiTable *api = kernel->api;
@@ -175,12 +185,8 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
     int64_t y_dims[8];
     memcpy(y_dims, a_dims, sizeof(int64_t) * (size_t)a_rank);
     y_dims[a_rank - 1] = n;
-    OrtValue *y_value = NULL;
     void *a = NULL, *b = NULL, *y = NULL;
-    if (API(api, KERNEL_CONTEXT_GET_OUTPUT, GetOutputFn)(context, 0, y_dims, (size_t)a_rank, &y_value) ||
-        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)a_value, &a) ||
-        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)b_value, &b) ||
-        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)(y_value, &y))
+    if (bind_data(api, context, y_dims, (size_t)a_rank, a_value, b_value, &a, &b, &y))
         return status(ORT_FAIL, "specrt.ggml: cannot bind the output");
     if (m == 0 || n == 0) return NULL;
     int64_t stride = specrt_q8k_row_bytes(k);
@@ -225,12 +231,8 @@ static OrtStatus *gather_compute(void *data, OrtKernelContext *context) {
     for (int i = 0; i < ids_rank; ++i) count *= ids_dims[i];
     memcpy(y_dims, ids_dims, sizeof(int64_t) * (size_t)ids_rank);
     y_dims[ids_rank] = k;
-    OrtValue *y_value = NULL;
     void *ids = NULL, *b = NULL, *y = NULL;
-    if (API(api, KERNEL_CONTEXT_GET_OUTPUT, GetOutputFn)(context, 0, y_dims, (size_t)ids_rank + 1, &y_value) ||
-        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)ids_value, &ids) ||
-        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)b_value, &b) ||
-        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)(y_value, &y))
+    if (bind_data(api, context, y_dims, (size_t)ids_rank + 1, ids_value, b_value, &ids, &b, &y))
         return status(ORT_FAIL, "specrt.ggml: cannot bind the output");
     if (count == 0 || k == 0) return NULL;
     int64_t *rows = (int64_t *)malloc(sizeof(int64_t) * (size_t)count);
@@ -244,22 +246,23 @@ static OrtStatus *gather_compute(void *data, OrtKernelContext *context) {
         rows[i] = id < 0 ? id + n : id;
     }
     GatherJob job = {kernel->type, (const uint8_t *)b, k, rows, (float *)y};
-    OrtStatus *failed = API(api, KERNEL_CONTEXT_PARALLEL_FOR, ParallelForFn)(context, gather_one, (size_t)count, 0, &job);
+    OrtStatus *failed =
+        API(api, KERNEL_CONTEXT_PARALLEL_FOR, ParallelForFn)(context, gather_one, (size_t)count, 0, &job);
     free(rows);
     return failed;
 }
 
 static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info, void **out);
 
-/* The operators: name and ggml type, in the order of `ops`. */
+/* The operators of each ggml type: its product and its gather (ops[i] and ops[KIND_COUNT + i]). */
 static const struct {
-    const char *name;
+    const char *matmul, *gather;
     int type;
-} KINDS[] = {{"MatMulQ5_0", SPECRT_Q5_0}, {"MatMulQ5_1", SPECRT_Q5_1}, {"MatMulQ4_K", SPECRT_Q4_K},
-             {"MatMulQ5_K", SPECRT_Q5_K}, {"MatMulQ6_K", SPECRT_Q6_K}};
+} KINDS[] = {{"MatMulQ5_0", "GatherQ5_0", SPECRT_Q5_0}, {"MatMulQ5_1", "GatherQ5_1", SPECRT_Q5_1},
+             {"MatMulQ4_K", "GatherQ4_K", SPECRT_Q4_K}, {"MatMulQ5_K", "GatherQ5_K", SPECRT_Q5_K},
+             {"MatMulQ6_K", "GatherQ6_K", SPECRT_Q6_K}};
 #define KIND_COUNT (sizeof(KINDS) / sizeof(KINDS[0]))
-#define OP_COUNT (2 * KIND_COUNT) /* ops[i]: MatMul of KINDS[i], ops[KIND_COUNT + i]: Gather of the same type */
-static const char *GATHER_NAMES[KIND_COUNT] = {"GatherQ5_0", "GatherQ5_1", "GatherQ4_K", "GatherQ5_K", "GatherQ6_K"};
+#define OP_COUNT (2 * KIND_COUNT)
 static CustomOp ops[OP_COUNT];
 static int is_gather(const CustomOp *op) { return op - ops >= (ptrdiff_t)KIND_COUNT; }
 static const char *cpu_provider(const CustomOp *op) { (void)op; return "CPUExecutionProvider"; }
@@ -277,7 +280,7 @@ static int opset_one(const CustomOp *op) { (void)op; return 1; }
 static int any_later(const CustomOp *op) { (void)op; return 2147483647; }
 
 static const char *op_name(const CustomOp *op) {
-    return is_gather(op) ? GATHER_NAMES[op - ops - KIND_COUNT] : KINDS[op - ops].name;
+    return is_gather(op) ? KINDS[op - ops - KIND_COUNT].gather : KINDS[op - ops].matmul;
 }
 
 static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info, void **out) {
