@@ -19,7 +19,7 @@ from tests.test_gguf_exact import gguf_dequantized, random_blocks
 
 pytestmark = pytest.mark.skipif(not ggml_ops.enabled(), reason="no C compiler here: specrt's GGUF operators")
 
-TYPE_NUMBER = {"Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}  # ggml's
+TYPE_NUMBER = ggml_ops.TYPE_NUMBERS
 TYPES = list(TYPE_NUMBER)
 P = ctypes.c_void_p
 

@@ -146,7 +146,7 @@ def _expert_refs(path: Path, t, hf: dict) -> dict:
                           f"[experts, 2 x expert rows, columns]")
     # as 2E stacked halves: half 2e is expert e's gate rows, half 2e + 1 its up rows
     halves = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), (2 * experts, rows // 2, cols),
-                       loader.decoder(t.tensor_type))
+                       loader.decoder(t.tensor_type), gguf_type=t.tensor_type.name)
     out = {}
     for e in range(experts):
         out[f"{prefix}.mlp.experts.{e}.gate_proj.weight"] = halves.expert(2 * e, (rows // 2, cols))

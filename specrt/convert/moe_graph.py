@@ -22,6 +22,10 @@ k one-token steps. In graphs with exact calls the op therefore runs inside a Sca
 the input EXPERT_CALLS_INPUT at 1 makes every token a chunk of its own (each expert sees one row, the order of a
 token's contributions follows its own routing only: bitwise the same in any call), at 0 the whole call is one chunk
 (the batched op, as fast as without the Scan). One op node either way, so its weights are prepacked once.
+
+A GGUF's experts at `--precision gguf` on the CPU keep the file's blocks instead, in specrt's own MoE operator
+(convert/ggml_experts.py), where the operators are built and the experts are plain SwiGLU: no requantizing, and
+exact calls without the Scan.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
+from specrt.convert.ggml_experts import file_experts, ggml_experts
 from specrt.convert.onnx_graph import MS_DOMAIN
 from specrt.convert.quantize import quantize_blocks
 from specrt.errors import SourceError
@@ -117,6 +122,14 @@ def _routed_experts(builder, layer: int, h: str) -> str:
         logits = g.op("Add", [g.op("MatMul", [flat, router_t]), builder.param(p + "gate.bias")], outputs=logits_name)
     else:
         logits = g.op("MatMul", [flat, router_t], outputs=logits_name)  # [N, E]
+    plain_swiglu = not (cfg.moe_bias or cfg.swiglu_limit) and cfg.swiglu_alpha == 1.0 and cfg.swiglu_beta == 0.0
+    own = file_experts(builder, [expert_names(layer, e) for e in range(cfg.num_experts)]) if plain_swiglu else None
+    if own is not None:  # the file's own blocks, in specrt's operator: the routing here, the experts there
+        top, ids = g.op("TopK", [g.op("Softmax", [logits], axis=-1), g.const([cfg.experts_per_token])], outputs=2,
+                        axis=-1)  # [N, k]
+        if cfg.norm_topk_prob:
+            top = g.op("Div", [top, g.op("ReduceSum", [top, g.const([-1])], keepdims=1)])
+        return ggml_experts(builder, own, h, ids, top, "silu", name)
     common = dict(k=cfg.experts_per_token, activation_type="swiglu", swiglu_fusion=1,
                   activation_alpha=float(cfg.swiglu_alpha), activation_beta=float(cfg.swiglu_beta))
     if cfg.swiglu_limit:
@@ -172,7 +185,8 @@ def _expert_op(builder, op_type: str, name: str, ins: list[str], routing: str, *
     """The MoE / QMoE node over ins = [h [B, S, H], router logits [N, E], weights...] (routing: QMoE's optional
     routing weights [N, E], or ""), run inside a Scan over chunks of tokens where the graph has exact calls."""
     g = builder.g
-    if builder.expert_calls is None:
+    expert_calls = builder.expert_calls_input()
+    if expert_calls is None:
         ins = ins + ["", routing] if routing else ins
         while ins[-1] == "":
             ins.pop()
@@ -180,7 +194,7 @@ def _expert_op(builder, op_type: str, name: str, ins: list[str], routing: str, *
     h, logits, weights = ins[0], ins[1], ins[2:]
     width = builder.cfg.hidden_size
     tokens = g.op("Gather", [g.op("Shape", [logits]), g.const([0])], axis=0)  # [1]: N
-    chunk = g.op("Where", [g.op("Cast", [builder.expert_calls], to=TensorProto.BOOL), g.const([1]), tokens])  # [1]
+    chunk = g.op("Where", [g.op("Cast", [expert_calls], to=TensorProto.BOOL), g.const([1]), tokens])  # [1]
     scanned = [h, logits] + ([routing] if routing else [])
     chunks = [g.op("Reshape", [x, g.op("Concat", [g.const([-1]), chunk, g.op("Shape", [x], start=-1)], axis=0)])
               for x in scanned]  # each [N / chunk, chunk, width]

@@ -131,7 +131,8 @@ class _TargetBuilder:
         # a tied model's lm_head is its embedding table
         self.alias = {} if "lm_head.weight" in weights else {"lm_head.weight": "model.embed_tokens.weight"}
         self.attention_rows: AttentionRows | None = None  # padded attention inputs (attention_rows_input)
-        self.expert_calls: str | None = None  # the graph input EXPERT_CALLS_INPUT, in MoE graphs with exact calls
+        self.expert_calls: str | None = None  # the graph input EXPERT_CALLS_INPUT, once expert_calls_input adds it
+        self.exact_expert_calls = False
         self.gguf_requantized: dict[str, str] = {}  # --precision gguf: weight -> its GGUF type, where not exact
         self.block_sums_of: dict[tuple[str, int], str] = {}  # (activation, block) -> its block sums (minimums)
         self.layer_kv: dict[int, tuple[str, str]] = {}  # Gemma 4: a layer's new keys and values, for later readers
@@ -169,6 +170,13 @@ class _TargetBuilder:
         # asarray, not astype: a float32 tensor is not copied
         weight = np.asarray(self.tensor(name), dtype=np.float32)
         return quantize_blocks(weight, block, bits=bits)
+
+    def expert_calls_input(self) -> str | None:
+        """The graph input EXPERT_CALLS_INPUT (added on the first call), where the graph has exact calls through
+        experts whose op rounds a token by its call (QMoE: convert/moe_graph.py); None without exact calls."""
+        if self.exact_expert_calls and self.expert_calls is None:
+            self.expert_calls = self.g.add_input(EXPERT_CALLS_INPUT, TensorProto.INT64, [1])
+        return self.expert_calls
 
     def _gguf_ref(self, key: str):
         """The GGUF tensor behind a weight (models.tensor_source.TensorRef), or None (another source)."""
@@ -516,8 +524,8 @@ class _TargetBuilder:
             biases = ["attention_bias"] + (["sliding_attention_bias"] if cfg.active_sliding_window else [])
             self.attention_rows = pad_attention_rows(g, seqlens_k, total_len, biases)
             seqlens_k, total_len = self.attention_rows.seqlens_k, self.attention_rows.total_len
-            if cfg.moe_layers and not cfg.moe_with_dense:  # exact calls through the experts: convert/moe_graph.py
-                self.expert_calls = g.add_input(EXPERT_CALLS_INPUT, TensorProto.INT64, [1])
+            # exact calls through the experts (convert/moe_graph.py): the input is added where an op needs it
+            self.exact_expert_calls = bool(cfg.moe_layers) and not cfg.moe_with_dense
 
         x, embed_name = self.embed_lookup()
         if cfg.embed_scale != 1.0:

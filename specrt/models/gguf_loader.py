@@ -367,7 +367,8 @@ def expert_refs(path: Path, t, proj: str) -> dict[str, TensorRef]:
     if len(shape) != (3 if suffix == "weight" else 2) or int(t.n_bytes) % shape[0]:
         want = "[experts, rows, columns]" if suffix == "weight" else "[experts, rows]"
         raise SourceError(f"tensor {t.name} has shape {list(shape)}, expected {want}")
-    stacked = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape, decoder(t.tensor_type))
+    stacked = TensorRef(t.name, path, int(t.data_offset), int(t.n_bytes), shape, decoder(t.tensor_type),
+                        gguf_type=t.tensor_type.name)
     return {f"model.layers.{t.name.split('.')[1]}.mlp.experts.{e}.{proj}.{suffix}": stacked.expert(e, shape[1:])
             for e in range(shape[0])}
 

@@ -57,10 +57,11 @@ class TensorRef:
 
     def expert(self, index: int, shape: tuple[int, ...], decode=None, rows_apart: bool = True) -> "TensorRef":
         """Slice `index` of a tensor stacked along its leading axis (an MoE layer's experts: each one's bytes are
-        contiguous), decoded to `shape` by `decode` (default: this tensor's own decoder)."""
+        contiguous), decoded to `shape` by `decode` (default: this tensor's own decoder, and its GGUF type kept: the
+        slice is whole rows of the same blocks)."""
         per = self.nbytes // self.shape[0]
         return TensorRef(f"{self.name}[{index}]", self.file, self.offset + index * per, per, tuple(shape),
-                         decode or self.decode, rows_apart, self.dtype)
+                         decode or self.decode, rows_apart, self.dtype, gguf_type="" if decode else self.gguf_type)
 
     def rows(self, start: int, count: int) -> "TensorRef":
         """Rows [start, start + count) of a matrix whose rows are stored apart (a fused projection's parts: Phi-3's

@@ -4,8 +4,8 @@ ONNX Runtime's MatMulNBits takes 2, 4 or 8 bits with a float32 scale per block a
 weight became 4-bit values with a float32 scale, a zero point and a float32 minimum per 32 (about 6.1 bits a weight
 against the file's 4.5), Q5_K 8-bit values with the same (10 against 5.5), Q6_K 8-bit values with a float32 scale per 16
 (10 against 6.6), Q5_0 8-bit values (9.1 against 5.5). Decoding reads every weight once a token, so those bytes were the
-speed. The operators here (domain `specrt.ggml`: MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ5_K, MatMulQ6_K, and
-GatherQ5_0 ... GatherQ6_K for embedding tables; ggml_kernels.c, ort_ops.c) multiply by the GGUF tensor's own bytes, the
+speed. The operators here (domain `specrt.ggml`: MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ5_K, MatMulQ6_K,
+GatherQ5_0 ... GatherQ6_K for embedding tables, and MoE for a layer's experts; ggml_kernels.c, ggml_moe.c, ort_ops.c) multiply by the GGUF tensor's own bytes, the
 activations quantized to 8 bits per 32 as MatMulNBits' int8 path does (accuracy_level 0: float activations, for
 conversion's exact check). The bundle holds the bytes with the weight rows interleaved by 8 (layout.py, as llama.cpp
 repacks for its CPU kernels): one broadcast activation meets eight rows' weights in a vector, so a call of several
@@ -36,7 +36,8 @@ DOMAIN = "specrt.ggml"
 # and on the default model (Q4_1, 135M) MatMulNBits decoded faster (docs/performance.md)
 OPS = {t: f"MatMul{t}" for t in ("Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")}
 GATHERS = {t: f"Gather{t}" for t in OPS}  # an embedding table's rows from the same blocks (a tied lm_head's too)
-SOURCES = ("ggml_kernels.c", "ort_ops.c", "ggml_kernels.h")
+TYPE_NUMBERS = {"Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}  # ggml's, as the MoE operator's attributes
+SOURCES = ("ggml_kernels.c", "ggml_moe.c", "ort_ops.c", "ggml_kernels.h", "ggml_moe.h")
 LIBRARY = "libspecrt_ggml.so"
 BUILD_SECONDS = 180
 
@@ -106,7 +107,7 @@ def library() -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         built = Path(tmp) / LIBRARY
-        cmd = [cc, *flags, "-o", str(built), str(here / "ggml_kernels.c"), str(here / "ort_ops.c"), "-lm"]
+        cmd = [cc, *flags, "-o", str(built), *(str(here / n) for n in SOURCES if n.endswith(".c")), "-lm"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_SECONDS)
         except (OSError, subprocess.SubprocessError) as exc:

@@ -1,5 +1,5 @@
 /* ONNX Runtime operators over ggml_kernels.c: specrt.ggml MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ5_K and
-   MatMulQ6_K, and GatherQ5_0 ... GatherQ6_K, registered by SessionOptions.register_custom_ops_library (the entry
+   MatMulQ6_K, GatherQ5_0 ... GatherQ6_K, and MoE (ggml_moe.c), registered by SessionOptions.register_custom_ops_library (the entry
    point RegisterCustomOps below).
 
    MatMul: Y [..., N] float = A [..., K] float times W^T, W the GGUF tensor's own blocks (of 32 weights, or 256 for
@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ggml_kernels.h"
+#include "ggml_moe.h"
 
 #define API_VERSION 17
 
@@ -252,6 +253,119 @@ static OrtStatus *gather_compute(void *data, OrtKernelContext *context) {
     return failed;
 }
 
+
+typedef struct {
+    const OrtApiTable *api;
+    SpecrtMoe config;  /* the attributes; a call's plan is a copy of it */
+} MoeKernel;
+
+static void moe_up(void *data, size_t index) { specrt_moe_up_task((const SpecrtMoe *)data, (int64_t)index); }
+static void moe_quantize(void *data, size_t index) { specrt_moe_quantize_row((const SpecrtMoe *)data, (int64_t)index); }
+static void moe_down(void *data, size_t index) { specrt_moe_down_task((const SpecrtMoe *)data, (int64_t)index); }
+
+/* Input `index`'s value, its data and its dims (at most 8); nonzero on a failure. */
+static int input_at(const OrtApiTable *api, OrtKernelContext *context, size_t index, const OrtValue **value,
+                    void **data, int64_t *dims, int *rank) {
+    if (API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, index, value) != NULL || !*value) return 1;
+    *rank = dims_of(api, *value, dims);
+    return *rank < 0 || API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)*value, data) != NULL;
+}
+
+/* Whether weight dims [rows, bytes] are E matrices of `rows_each` rows of k weights of `type`, interleaved. */
+static int experts_fit(const int64_t *dims, int rank, int type, int64_t experts, int64_t rows_each, int64_t k) {
+    int per = specrt_ggml_block_weights(type);
+    return rank == 2 && per && k % per == 0 && rows_each % 8 == 0 && dims[0] == experts * (rows_each / 8) &&
+           dims[1] == k / per * specrt_ggml_block_bytes(type) * 8;
+}
+
+static OrtStatus *moe_compute(void *data, OrtKernelContext *context) {
+    const MoeKernel *kernel = (const MoeKernel *)data;
+    const OrtApiTable *api = kernel->api;
+    CreateStatusFn status = API(api, CREATE_STATUS, CreateStatusFn);
+    const OrtValue *value[6];
+    void *in[6];
+    int64_t dims[6][8];
+    int rank[6];
+    for (size_t i = 0; i < 6; ++i)
+        if (input_at(api, context, i, &value[i], &in[i], dims[i], &rank[i]))
+            return status(ORT_FAIL, "specrt.ggml: MoE cannot read its inputs");
+    SpecrtMoe moe = kernel->config;
+    int64_t h = dims[0][rank[0] - 1], tokens = 1, e = moe.experts, inter = moe.inter;
+    for (int i = 0; i < rank[0] - 1; ++i) tokens *= dims[0][i];
+    if (rank[0] < 1 || rank[1] != 2 || rank[2] != 2 || dims[1][0] != tokens || dims[2][0] != tokens ||
+        dims[1][1] != dims[2][1] || dims[1][1] < 1)
+        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: MoE takes X [..., H], ids and weights [X's rows, k]");
+    if (!experts_fit(dims[3], rank[3], moe.gate_type, e, inter, h) ||
+        !experts_fit(dims[4], rank[4], moe.up_type, e, inter, h) ||
+        !experts_fit(dims[5], rank[5], moe.down_type, e, h, inter))
+        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: MoE's gate, up and down are not E experts' interleaved "
+                                            "blocks of [I, H], [I, H] and [H, I]");
+    OrtValue *y_value = NULL;
+    void *y = NULL;
+    if (API(api, KERNEL_CONTEXT_GET_OUTPUT, GetOutputFn)(context, 0, dims[0], (size_t)rank[0], &y_value) != NULL ||
+        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)(y_value, &y) != NULL)
+        return status(ORT_FAIL, "specrt.ggml: cannot bind the output");
+    if (tokens == 0 || h == 0) return NULL;
+    moe.hidden = h;
+    moe.gate_w = (const uint8_t *)in[3];
+    moe.up_w = (const uint8_t *)in[4];
+    moe.down_w = (const uint8_t *)in[5];
+    moe.gate_group_bytes = dims[3][1];
+    moe.up_group_bytes = dims[4][1];
+    moe.down_group_bytes = dims[5][1];
+    int64_t k = dims[1][1];
+    int failed_plan = specrt_moe_prepare(&moe, (const float *)in[0], (const int64_t *)in[1], tokens, k);
+    OrtStatus *failed = NULL;
+    ParallelForFn parallel = API(api, KERNEL_CONTEXT_PARALLEL_FOR, ParallelForFn);
+    if (failed_plan)
+        failed = status(failed_plan == 1 ? ORT_INVALID_ARGUMENT : ORT_FAIL,
+                        failed_plan == 1 ? "specrt.ggml: an expert id is outside [0, experts)"
+                                         : "specrt.ggml: out of memory for the experts' rows");
+    if (!failed) failed = parallel(context, moe_up, (size_t)moe.up_tasks, 0, &moe);
+    if (!failed && !moe.float_activations) failed = parallel(context, moe_quantize, (size_t)(tokens * k), 0, &moe);
+    if (!failed) failed = parallel(context, moe_down, (size_t)moe.down_tasks, 0, &moe);
+    if (!failed) specrt_moe_finish(&moe, (const float *)in[2], (float *)y);
+    specrt_moe_release(&moe);
+    return failed;
+}
+
+/* An int64 attribute, or `fallback` where the node has none. */
+static int64_t attribute_or(const OrtApiTable *api, const OrtKernelInfo *info, const char *name, int64_t fallback) {
+    int64_t value = fallback;
+    OrtStatus *absent = API(api, KERNEL_INFO_GET_ATTRIBUTE_INT64, AttributeIntFn)(info, name, &value);
+    if (absent) {
+        API(api, RELEASE_STATUS, ReleaseStatusFn)(absent);
+        return fallback;
+    }
+    return value;
+}
+
+static OrtStatus *create_moe_kernel(const CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info,
+                                    void **out) {
+    (void)op;
+    CreateStatusFn status = API(api, CREATE_STATUS, CreateStatusFn);
+    MoeKernel *kernel = (MoeKernel *)calloc(1, sizeof(MoeKernel));
+    if (!kernel) return status(ORT_FAIL, "specrt.ggml: out of memory");
+    kernel->api = api;
+    SpecrtMoe *c = &kernel->config;
+    c->experts = attribute_or(api, info, "experts", -1);
+    c->inter = attribute_or(api, info, "inter", -1);
+    c->gate_type = (int)attribute_or(api, info, "gate_type", -1);
+    c->up_type = (int)attribute_or(api, info, "up_type", -1);
+    c->down_type = (int)attribute_or(api, info, "down_type", -1);
+    c->activation = (int)attribute_or(api, info, "activation", SPECRT_MOE_SILU);
+    c->float_activations = attribute_or(api, info, "accuracy_level", 4) == 0;
+    if (c->experts < 1 || c->inter < 1 || !specrt_ggml_block_bytes(c->gate_type) ||
+        !specrt_ggml_block_bytes(c->up_type) || !specrt_ggml_block_bytes(c->down_type) ||
+        (c->activation != SPECRT_MOE_SILU && c->activation != SPECRT_MOE_GELU_TANH)) {
+        free(kernel);
+        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: MoE needs experts, inter, gate_type, up_type and down_type "
+                                            "(types these kernels take) and activation 0 or 1");
+    }
+    *out = kernel;
+    return NULL;
+}
+
 static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, const OrtKernelInfo *info, void **out);
 
 /* The operators of each ggml type: its product and its gather (ops[i] and ops[KIND_COUNT + i]). */
@@ -262,15 +376,18 @@ static const struct {
              {"MatMulQ4_K", "GatherQ4_K", SPECRT_Q4_K}, {"MatMulQ5_K", "GatherQ5_K", SPECRT_Q5_K},
              {"MatMulQ6_K", "GatherQ6_K", SPECRT_Q6_K}};
 #define KIND_COUNT (sizeof(KINDS) / sizeof(KINDS[0]))
-#define OP_COUNT (2 * KIND_COUNT)
+#define MOE_OP ((ptrdiff_t)(2 * KIND_COUNT))
+#define OP_COUNT (MOE_OP + 1)
 static CustomOp ops[OP_COUNT];
-static int is_gather(const CustomOp *op) { return op - ops >= (ptrdiff_t)KIND_COUNT; }
+static int is_gather(const CustomOp *op) { return op - ops >= (ptrdiff_t)KIND_COUNT && op - ops < MOE_OP; }
+static int is_moe(const CustomOp *op) { return op - ops == MOE_OP; }
 static const char *cpu_provider(const CustomOp *op) { (void)op; return "CPUExecutionProvider"; }
 static int input_type(const CustomOp *op, size_t index) {
+    if (is_moe(op)) return index == 0 || index == 2 ? ELEMENT_FLOAT : (index == 1 ? ELEMENT_INT64 : ELEMENT_UINT8);
     if (index == 1) return ELEMENT_UINT8;
     return is_gather(op) ? ELEMENT_INT64 : ELEMENT_FLOAT;
 }
-static size_t two(const CustomOp *op) { (void)op; return 2; }
+static size_t input_count(const CustomOp *op) { return is_moe(op) ? 6 : 2; }
 static int output_type(const CustomOp *op, size_t index) { (void)op; (void)index; return ELEMENT_FLOAT; }
 static size_t one(const CustomOp *op) { (void)op; return 1; }
 static void destroy(void *kernel) { free(kernel); }
@@ -280,6 +397,7 @@ static int opset_one(const CustomOp *op) { (void)op; return 1; }
 static int any_later(const CustomOp *op) { (void)op; return 2147483647; }
 
 static const char *op_name(const CustomOp *op) {
+    if (is_moe(op)) return "MoE";
     return is_gather(op) ? KINDS[op - ops - KIND_COUNT].gather : KINDS[op - ops].matmul;
 }
 
@@ -288,13 +406,7 @@ static OrtStatus *create_kernel(const CustomOp *op, const OrtApiTable *api, cons
     if (!kernel) return API(api, CREATE_STATUS, CreateStatusFn)(ORT_FAIL, "specrt.ggml: out of memory");
     kernel->api = api;
     kernel->type = KINDS[(op - ops) % KIND_COUNT].type;
-    int64_t level = 4;
-    OrtStatus *absent = API(api, KERNEL_INFO_GET_ATTRIBUTE_INT64, AttributeIntFn)(info, "accuracy_level", &level);
-    if (absent) {
-        API(api, RELEASE_STATUS, ReleaseStatusFn)(absent);
-        level = 4;
-    }
-    kernel->float_activations = level == 0;
+    kernel->float_activations = attribute_or(api, info, "accuracy_level", 4) == 0;
     OrtStatus *no_rows = API(api, KERNEL_INFO_GET_ATTRIBUTE_INT64, AttributeIntFn)(info, "N", &kernel->n);
     if (no_rows || kernel->n < 0) {
         if (no_rows) API(api, RELEASE_STATUS, ReleaseStatusFn)(no_rows);
@@ -313,15 +425,15 @@ static void fill(CustomOp *op) {
     op->GetName = op_name;
     op->GetExecutionProviderType = cpu_provider;
     op->GetInputType = input_type;
-    op->GetInputTypeCount = two;
+    op->GetInputTypeCount = input_count;
     op->GetOutputType = output_type;
     op->GetOutputTypeCount = one;
     op->KernelDestroy = destroy;
     op->GetInputCharacteristic = required;
     op->GetOutputCharacteristic = required;
     op->GetInputMemoryType = default_memory;
-    op->CreateKernelV2 = create_kernel;
-    op->KernelComputeV2 = is_gather(op) ? gather_compute : compute;
+    op->CreateKernelV2 = is_moe(op) ? create_moe_kernel : create_kernel;
+    op->KernelComputeV2 = is_moe(op) ? moe_compute : (is_gather(op) ? gather_compute : compute);
     op->GetStartVersion = opset_one;
     op->GetEndVersion = any_later;
 }
@@ -329,10 +441,10 @@ static void fill(CustomOp *op) {
 OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBaseTable *base) {
     const OrtApiTable *api = base->GetApi(API_VERSION);
     if (!api) return NULL;  /* an ONNX Runtime older than 1.17: nothing is registered, the graph will not load */
-    for (size_t i = 0; i < OP_COUNT; ++i) fill(&ops[i]);
+    for (ptrdiff_t i = 0; i < OP_COUNT; ++i) fill(&ops[i]);
     OrtDomain *domain = NULL;
     OrtStatus *failed = API(api, CREATE_CUSTOM_OP_DOMAIN, CreateDomainFn)("specrt.ggml", &domain);
-    for (size_t i = 0; !failed && i < OP_COUNT; ++i)
+    for (ptrdiff_t i = 0; !failed && i < OP_COUNT; ++i)
         failed = API(api, CUSTOM_OP_DOMAIN_ADD, DomainAddFn)(domain, &ops[i]);
     if (!failed) failed = API(api, ADD_CUSTOM_OP_DOMAIN, AddDomainFn)(options, domain);
     return failed;
