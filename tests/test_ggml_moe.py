@@ -53,14 +53,15 @@ def _reference(x, ids, routing, weights, activation: str) -> np.ndarray:
     return y
 
 
-def _session(types=("Q4_K", "Q4_K", "Q6_K"), weights=None, threads=0, level=4, activation=0, experts=E, inter=I):
+def _session(types=("Q4_K", "Q4_K", "Q6_K"), weights=None, threads=0, level=4, activation=0, experts=E, inter=I,
+             fused=0):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     node = helper.make_node("MoE", ["X", "ids", "w", "gate", "up", "down"], ["Y"], domain=ggml_ops.DOMAIN,
                             experts=experts, inter=inter, gate_type=TYPE_NUMBER[types[0]],
                             up_type=TYPE_NUMBER[types[1]], down_type=TYPE_NUMBER[types[2]], activation=activation,
-                            accuracy_level=level)
+                            accuracy_level=level, fused_gate_up=fused)
     inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, "S", H]),
               helper.make_tensor_value_info("ids", TensorProto.INT64, ["S", K]),
               helper.make_tensor_value_info("w", TensorProto.FLOAT, ["S", K])]
@@ -101,6 +102,20 @@ def test_a_token_is_the_same_in_any_call():
     assert np.abs(whole - want).max() > 0  # the 8-bit path was taken
 
 
+def test_a_fused_gate_up_reads_each_experts_gate_rows_then_its_up_rows():
+    """fused_gate_up (Gemma 4's gate_up_proj): one tensor of each expert's gate rows then its up rows gives what
+    the two tensors apart give, bit for bit."""
+    x, ids, routing, weights = _case(seed=2)
+    interleaved_gate, interleaved_up = weights["gate"][0], weights["up"][0]
+    groups = I // 8
+    fused = np.concatenate([np.concatenate([interleaved_gate[e * groups:(e + 1) * groups],
+                                            interleaved_up[e * groups:(e + 1) * groups]]) for e in range(E)])
+    apart = _session(weights=weights).run(None, {"X": x[None], "ids": ids, "w": routing})[0]
+    joined = _session(weights={**weights, "gate": (fused, None), "up": (fused, None)}, fused=1).run(
+        None, {"X": x[None], "ids": ids, "w": routing})[0]
+    assert np.array_equal(apart, joined)
+
+
 def test_an_expert_id_outside_the_layer_is_a_clear_error():
     x, ids, routing, weights = _case()
     ids[2, 1] = E
@@ -127,45 +142,62 @@ def _q5_experts(gguf_name: str, w: np.ndarray):
     return gguf.quants.quantize(w, qtype), qtype
 
 
-def test_a_gguf_moe_keeps_its_experts_blocks_and_speculates_losslessly(tmp_path):
-    """A Qwen3-MoE GGUF whose experts are quantized: conversion keeps their blocks in the MoE operator (no QMoE,
-    no expert requantized, no Scan over tokens nor its switch), its own exact check (the graph with float
+def _write_moe_gguf(arch: str, folder, path) -> None:
+    """The tiny model `arch` as llama.cpp's converter lays it out, its experts Q5_0 / Q5_1 (_q5_experts)."""
+    from safetensors.numpy import load_file
+
+    from tests.gguf_writer import write_gemma4_gguf, write_qwen3moe_gguf
+    from tests.tiny_models import WORDS, hf_model
+
+    model = hf_model(arch)
+    tokens = ["<|endoftext|>"] + list(WORDS[1:97])
+    if arch == "gemma4_moe":
+        from specrt.models.gemma4 import expert_view
+
+        weights = expert_view({k: v.detach().numpy() for k, v in model.state_dict().items()})
+        write_gemma4_gguf(path, model.config.to_dict(), weights, tokens, eos=4, encode=_q5_experts)
+        return
+    model.save_pretrained(folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    write_qwen3moe_gguf(path, model.config.to_dict(), weights, tokens, eos=4, encode=_q5_experts)
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "gemma4_moe"])  # SwiGLU experts; gated GELU with gate_up fused
+def test_a_gguf_moe_keeps_its_experts_blocks_and_speculates_losslessly(tmp_path, arch):
+    """A GGUF whose experts are quantized: conversion keeps their blocks in the MoE operator (no QMoE, no If per
+    expert, no expert requantized, no Scan over tokens nor its switch), its own exact check (the graph with float
     activations against torch with the file's weights) passed, and batch-invariant speculation equals plain
     decoding token for token."""
     import json
 
     import onnx
-    from safetensors.numpy import load_file
 
     import specrt
+    from specrt.app.bench_replay import ReplayDrafter
     from specrt.bundle import EXPERT_CALLS_INPUT
     from specrt.cli import main
     from specrt.runtime.sampling import SamplingParams
-    from tests.gguf_writer import write_qwen3moe_gguf
-    from tests.tiny_models import WORDS, hf_model
 
-    model = hf_model("qwen3_moe")
-    model.save_pretrained(tmp_path / "hf")
-    weights = load_file(str(tmp_path / "hf" / "model.safetensors"))
-    write_qwen3moe_gguf(tmp_path / "m.gguf", model.config.to_dict(), weights, ["<|endoftext|>"] + list(WORDS[1:97]),
-                        eos=4, encode=_q5_experts)
+    _write_moe_gguf(arch, tmp_path / "hf", tmp_path / "m.gguf")
     out = tmp_path / "bundle"
     assert main(["convert", str(tmp_path / "m.gguf"), "-o", str(out), "--precision", "gguf",
                  "--max-context", "128"]) == 0
     graph = onnx.load(str(out / "target.onnx"), load_external_data=False).graph
     kinds = {(n.domain, n.op_type) for n in graph.node}
-    assert (ggml_ops.DOMAIN, "MoE") in kinds and not any(t in ("QMoE", "Scan") for _, t in kinds)
+    assert (ggml_ops.DOMAIN, "MoE") in kinds and not any(t in ("QMoE", "Scan", "If") for _, t in kinds)
     assert EXPERT_CALLS_INPUT not in {i.name for i in graph.input}
     manifest = json.loads((out / "specrt.json").read_text())
     assert EXPERT_CALLS_INPUT not in manifest["target"]["inputs"]
     validation = manifest["provenance"]["validation"]
-    assert not any("expert" in kind for kind in validation["gguf_requantized"])  # only the float tensors were
+    assert set(validation["gguf_requantized"]) <= {"F32", "F16"}  # only the float tensors were
     assert validation["quantized_reference"]["max_abs_diff"] < 1e-5  # the file's weights, float activations
-    engine = specrt.load(str(out), device="cpu", drafter="ngram", batch_invariant=True)
+    engine = specrt.load(str(out), device="cpu", batch_invariant=True)
     params = SamplingParams(max_new_tokens=48, stop_token_ids=())
     engine.max_draft, engine.adaptive = 4, False
     for prompt in ("the cat and the dog and the cat and the dog", "a man in the house of the world"):
         plain = engine.generate(prompt, params, drafter=None).wait()
-        spec = engine.generate(prompt, params).wait()
+        # plain's own tokens, each right with probability 0.7: multi-token calls, some rejected
+        replay = ReplayDrafter(plain.stats.prompt_tokens, plain.token_ids, engine.manifest.vocab_size, acceptance=0.7)
+        spec = engine.generate(prompt, params, drafter=replay).wait()
         assert spec.token_ids == plain.token_ids
         assert spec.stats.target_calls < plain.stats.target_calls  # drafts were verified in multi-token calls

@@ -23,6 +23,10 @@ dequantized in one GatherBlockQuantized ([N, k, 2I, H] float16, on CUDA), then m
 matrices; no control flow, no host round trip, at the cost of writing the chosen experts out dequantized and reading
 them back (about 7x their int4 bytes) where a gated-GELU QMoE would read them in place (ONNX Runtime has none: its
 MoE/QMoE activations are relu, gelu, silu, swiglu and identity).
+
+A GGUF's experts at `--precision gguf` on the CPU, where every expert's blocks are of a type specrt's operators take,
+run in specrt's MoE operator instead (convert/ggml_experts.py: gated GELU, the file's blocks, only the chosen experts
+read, no If).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import math
 import numpy as np
 from onnx import helper
 
+from specrt.convert.ggml_experts import file_experts, ggml_experts
 from specrt.convert.onnx_graph import MS_DOMAIN, captured
 from specrt.convert.quant_rows import QuantRows
 from specrt.convert.quantize import concat_rows, same_form
@@ -115,6 +120,10 @@ def gemma4_experts(b, i: int, x: str, z: str) -> str:
     flat_z = g.op("Reshape", [z, g.const([-1, h])])
     if b.opts.device != "cpu":
         return g.op("Reshape", [_gathered_experts(b, i, flat_z, ids, top, name), g.op("Shape", [z])])
+    own = file_experts(b, [(f"{p}experts.{e}.gate_up_proj.weight", f"{p}experts.{e}.down_proj.weight")
+                           for e in range(cfg.num_experts)])
+    if own is not None:  # a GGUF's own blocks in specrt's MoE operator (convert/ggml_experts.py): no If per expert
+        return g.op("Reshape", [ggml_experts(b, own, flat_z, ids, top, "gelu_tanh", name), g.op("Shape", [z])])
     dense = g.op("ScatterElements", [g.op("Mul", [logits, g.const(0.0, dtype=b.dtype)]), ids, top], axis=1)  # [N, E]
     return g.op("Reshape", [_experts_body(b, i, flat_z, dense, name), g.op("Shape", [z])])
 

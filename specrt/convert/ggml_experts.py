@@ -23,11 +23,13 @@ ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}  # the operator's attribute
 
 @dataclass
 class FileExperts:
-    """A layer's experts as the file's blocks: per projection its ggml type and each expert's [rows, row bytes]."""
+    """A layer's experts as the file's blocks: per projection its ggml type and each expert's [rows, row bytes]
+    (fused: "gate" holds each expert's gate rows then its up rows, and there is no "up")."""
 
     types: dict[str, str]  # "gate" / "up" / "down" -> "Q4_K", ...
     blocks: dict[str, list[np.ndarray]]
     names: dict[str, list[str]]  # each expert's HF weight name (for the exact check's readback)
+    fused: bool = False
 
 
 def file_blocks(builder, name: str) -> tuple[str, np.ndarray] | None:
@@ -45,19 +47,24 @@ def file_blocks(builder, name: str) -> tuple[str, np.ndarray] | None:
     return ref.gguf_type, np.frombuffer(bytes(ref.raw()), dtype=np.uint8).reshape(rows, -1)
 
 
-def file_experts(builder, names: list[tuple[str, str, str]]) -> FileExperts | None:
-    """Each expert's (gate, up, down) HF names -> their blocks, or None where any is not in a form the operator
-    takes (another source, a type it lacks, rows not a multiple of 8)."""
+def file_experts(builder, names: list[tuple[str, ...]]) -> FileExperts | None:
+    """Each expert's (gate, up, down) HF names, or (gate_up, down) for a fused gate and up (Gemma 4's
+    gate_up_proj, gate rows first) -> their blocks, or None where any is not in a form the operator takes (another
+    source, a type it lacks, rows not a multiple of 8)."""
     if not (builder.opts.ggml_operators and builder.opts.precision == "gguf"):
         return None
-    types, blocks = {}, {"gate": [], "up": [], "down": []}
-    for gate_up_down in names:
-        for part, name in zip(("gate", "up", "down"), gate_up_down):
+    parts = ("gate", "up", "down") if len(names[0]) == 3 else ("gate", "down")
+    types, blocks = {}, {p: [] for p in parts}
+    for expert in names:
+        for part, name in zip(parts, expert):
             found = file_blocks(builder, name)
             if found is None or found[1].shape[0] % 8 or types.setdefault(part, found[0]) != found[0]:
                 return None
             blocks[part].append(found[1])
-    return FileExperts(types, blocks, {p: [n[j] for n in names] for j, p in enumerate(("gate", "up", "down"))})
+    fused = len(parts) == 2
+    if fused and blocks["gate"][0].shape[0] % 16:  # each half whole groups of 8 rows
+        return None
+    return FileExperts(types, blocks, {p: [n[j] for n in names] for j, p in enumerate(parts)}, fused)
 
 
 def ggml_experts(builder, experts: FileExperts, x: str, ids: str, weights: str, activation: str, name: str) -> str:
@@ -67,9 +74,10 @@ def ggml_experts(builder, experts: FileExperts, x: str, ids: str, weights: str, 
     from specrt.kernels.ggml_ops.layout import interleave
 
     g = builder.g
-    inter, hidden = experts.blocks["gate"][0].shape[0], experts.blocks["down"][0].shape[0]
+    gate_rows, hidden = experts.blocks["gate"][0].shape[0], experts.blocks["down"][0].shape[0]
+    inter = gate_rows // 2 if experts.fused else gate_rows
     stored = {}
-    for part in ("gate", "up", "down"):
+    for part in experts.blocks:
         qtype, rows = experts.types[part], experts.blocks[part][0].shape[0]
         form = FORMS[qtype]
         k = inter if part == "down" else hidden
@@ -80,8 +88,9 @@ def ggml_experts(builder, experts: FileExperts, x: str, ids: str, weights: str, 
             builder.quant_rows[hf_name] = QuantRows(stored[part], "", "", e * rows, (e + 1) * rows, total, k,
                                                     form.block, form.bits, ggml_type=qtype)
     number = ggml_ops.TYPE_NUMBERS
-    return g.op("MoE", [x, ids, weights, stored["gate"], stored["up"], stored["down"]], domain=ggml_ops.DOMAIN,
-                name=name, experts=len(experts.blocks["gate"]), inter=inter,
-                gate_type=number[experts.types["gate"]], up_type=number[experts.types["up"]],
-                down_type=number[experts.types["down"]], activation=ACTIVATIONS[activation],
-                accuracy_level=builder.opts.accuracy_level)
+    up = "gate" if experts.fused else "up"
+    return g.op("MoE", [x, ids, weights, stored["gate"], stored[up], stored["down"]], domain=ggml_ops.DOMAIN,
+                name=name, experts=len(experts.blocks["gate"]), inter=inter, gate_type=number[experts.types["gate"]],
+                up_type=number[experts.types[up]], down_type=number[experts.types["down"]],
+                activation=ACTIVATIONS[activation], accuracy_level=builder.opts.accuracy_level,
+                fused_gate_up=int(experts.fused))

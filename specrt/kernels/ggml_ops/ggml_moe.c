@@ -9,7 +9,8 @@
    own slot order, so a k-token call gives each token the bits a one-token call would.
 
    Weights are each expert's matrix interleaved by 8 rows (layout.py), the experts one after another: gate and up
-   [E * I / 8, H / block * block bytes * 8], down [E * H / 8, I / block * block bytes * 8]. */
+   [E * I / 8, H / block * block bytes * 8], down [E * H / 8, I / block * block bytes * 8]; or, fused (Gemma 4's
+   gate_up_proj), one tensor [E * 2I / 8, ...] with each expert's gate rows before its up rows. */
 
 #include <math.h>
 #include <stdint.h>
@@ -121,8 +122,10 @@ void specrt_moe_up_task(const SpecrtMoe *moe, int64_t index) {
     task_at(moe, index, groups, &e, &lo);
     if (e < 0) return;
     int64_t hi = lo + CHUNK < groups ? lo + CHUNK : groups, m = moe->count[e], row0 = moe->start[e];
-    const uint8_t *gate_w = moe->gate_w + e * groups * moe->gate_group_bytes;
-    const uint8_t *up_w = moe->up_w + e * groups * moe->up_group_bytes;
+    /* fused: one tensor holds each expert's gate rows, then its up rows */
+    const uint8_t *gate_w = moe->gate_w + e * (moe->fused_gate_up ? 2 : 1) * groups * moe->gate_group_bytes;
+    const uint8_t *up_w = moe->fused_gate_up ? gate_w + groups * moe->gate_group_bytes
+                                             : moe->up_w + e * groups * moe->up_group_bytes;
     float *gate = moe->gate + row0 * inter, *up = moe->up + row0 * inter;
     if (moe->float_activations) {
         const float *x = (const float *)moe->x_rows + row0 * h;

@@ -11,6 +11,7 @@ typedef struct {
     /* set by the caller */
     int64_t experts, hidden, inter;  /* E, H (the input's and output's width), I (each expert's gate and up rows) */
     int gate_type, up_type, down_type, activation, float_activations;
+    int fused_gate_up;  /* gate_w holds each expert's gate rows, then its up rows (up_w and up_type unused) */
     const uint8_t *gate_w, *up_w, *down_w;
     int64_t gate_group_bytes, up_group_bytes, down_group_bytes;  /* bytes of a group of 8 rows of each matrix */
     /* set by specrt_moe_prepare (released by specrt_moe_release) */

@@ -295,8 +295,8 @@ static OrtStatus *moe_compute(void *data, OrtKernelContext *context) {
     if (rank[0] < 1 || rank[1] != 2 || rank[2] != 2 || dims[1][0] != tokens || dims[2][0] != tokens ||
         dims[1][1] != dims[2][1] || dims[1][1] < 1)
         return status(ORT_INVALID_ARGUMENT, "specrt.ggml: MoE takes X [..., H], ids and weights [X's rows, k]");
-    if (!experts_fit(dims[3], rank[3], moe.gate_type, e, inter, h) ||
-        !experts_fit(dims[4], rank[4], moe.up_type, e, inter, h) ||
+    if (!experts_fit(dims[3], rank[3], moe.gate_type, e, moe.fused_gate_up ? 2 * inter : inter, h) ||
+        (!moe.fused_gate_up && !experts_fit(dims[4], rank[4], moe.up_type, e, inter, h)) ||
         !experts_fit(dims[5], rank[5], moe.down_type, e, h, inter))
         return status(ORT_INVALID_ARGUMENT, "specrt.ggml: MoE's gate, up and down are not E experts' interleaved "
                                             "blocks of [I, H], [I, H] and [H, I]");
@@ -355,6 +355,8 @@ static OrtStatus *create_moe_kernel(const CustomOp *op, const OrtApiTable *api, 
     c->down_type = (int)attribute_or(api, info, "down_type", -1);
     c->activation = (int)attribute_or(api, info, "activation", SPECRT_MOE_SILU);
     c->float_activations = attribute_or(api, info, "accuracy_level", 4) == 0;
+    c->fused_gate_up = attribute_or(api, info, "fused_gate_up", 0) != 0;
+    if (c->fused_gate_up) c->up_type = c->gate_type;
     if (c->experts < 1 || c->inter < 1 || !specrt_ggml_block_bytes(c->gate_type) ||
         !specrt_ggml_block_bytes(c->up_type) || !specrt_ggml_block_bytes(c->down_type) ||
         (c->activation != SPECRT_MOE_SILU && c->activation != SPECRT_MOE_GELU_TANH)) {
