@@ -25,6 +25,7 @@ class DrafterKind:
     head_graph: bool = True  # its graph records its own hidden width (graph.hidden_size)
     trees: bool = False  # drafts EAGLE-2 dynamic trees as KIND:tree
     modes: tuple[str, ...] = ()  # other KIND:MODE names it takes (its proposer's use_mode(MODE))
+    auto_modes: tuple[str, ...] = ()  # KIND:MODE members `auto` adds beside KIND (ngram:pool)
     auto: bool = True  # `auto` mixes it in when a bundle has it (as a chain; prompt lookup always joins)
     shipped: bool = False  # the catalog may ship a checkpoint of it in the package (drafters/<module>/heads/)
     catalog_draft_model: bool = False  # it runs the catalog's draft model (which may need a bundle of its own)
@@ -75,7 +76,8 @@ KINDS: dict[str, DrafterKind] = {k.name: k for k in (
                 checkpoint_names=("gemma4_assistant",),
                 not_exported="the engines load Gemma 4's assistant checkpoint as it is (transformers: "
                              "Gemma4AssistantForCausalLM as assistant_model; llama.cpp: its assistant GGUF)"),
-    DrafterKind("ngram", "specrt.drafters.ngram:NgramDrafter", None, title="prompt lookup", modes=("history",),
+    DrafterKind("ngram", "specrt.drafters.ngram:NgramDrafter", None, title="prompt lookup",
+                modes=("history", "pool"), auto_modes=("pool",),
                 not_exported="the engines have their own prompt lookup (vLLM: method \"ngram\"; SGLang: "
                              "speculative_algorithm \"NGRAM\"): nothing to export"),
 )}
@@ -128,8 +130,10 @@ def uses_catalog_draft_model(name: str | None) -> bool:
 
 def auto_choice(present_kinds) -> str:
     """What `auto` runs for a bundle holding drafters of these kinds: a mix of every one of them (registry order, as
-    chains) and prompt lookup, among which the adaptive loop picks per step by measured tokens per second, drafting
-    nothing where none pays (runtime/adaptive.py)."""
+    chains), prompt lookup and the n-gram pool of earlier conversations, among which the adaptive loop picks per
+    step by measured tokens per second, drafting nothing where none pays (runtime/adaptive.py)."""
     present = set(present_kinds)
     chosen = [k.name for k in KINDS.values() if k.auto and k.needs_entry and k.name in present]
-    return "+".join([*chosen, *(k.name for k in KINDS.values() if k.auto and not k.needs_entry)])
+    free = [name for k in KINDS.values() if k.auto and not k.needs_entry
+            for name in (k.name, *(f"{k.name}:{m}" for m in k.auto_modes))]
+    return "+".join([*chosen, *free])

@@ -23,16 +23,16 @@ PROMPT = "a man in the house of the world"
 
 
 def test_auto_mixes_every_drafter_of_the_bundle_with_ngram():
-    assert drafter_kinds.auto_choice(["dflash", "eagle3"]) == "eagle3+dflash+ngram"  # registry order
-    assert drafter_kinds.auto_choice(["draft-model"]) == "draft-model+ngram"
-    assert drafter_kinds.auto_choice([]) == "ngram"  # a bundle without drafters still has prompt lookup
+    assert drafter_kinds.auto_choice(["dflash", "eagle3"]) == "eagle3+dflash+ngram+ngram:pool"  # registry order
+    assert drafter_kinds.auto_choice(["draft-model"]) == "draft-model+ngram+ngram:pool"
+    assert drafter_kinds.auto_choice([]) == "ngram+ngram:pool"  # a bundle without drafters: prompt lookup and the pool
 
 
 def test_auto_on_a_bundle_without_drafter_graphs_is_ngram_with_unpadded_calls(engine):  # noqa: F811
     import specrt
 
     auto = specrt.load(str(engine.bundle_dir), device="cpu", drafter="auto")
-    assert auto.drafter.name == "ngram" and not auto.batch_invariant
+    assert auto.drafter.name == "ngram+ngram:pool" and not auto.batch_invariant
     assert auto.target.has_attention_rows and (auto.target.min_rows, auto.target.attention_min_rows) == (1, 1)
 
 
@@ -177,7 +177,8 @@ def test_bench_runs_auto_and_reports_what_it_chose(engine, tmp_path):  # noqa: F
                  "--max-new-tokens", "24", "--device", "cpu", "--json", str(out)]) == 0
     rows = {r["drafter"]: r for r in json.loads(out.read_text())["results"]}
     auto = rows["auto"]
-    assert set(auto["steps_by_drafter"]) <= {"ngram", "none"} and sum(auto["steps_by_drafter"].values()) > 0
+    assert set(auto["steps_by_drafter"]) <= {"ngram", "ngram:pool", "none"}
+    assert sum(auto["steps_by_drafter"].values()) > 0
     assert auto["identical_to_plain"] == 2  # fp32: the same tokens as plain decoding
     assert auto["batch_invariant"] is False
 

@@ -32,7 +32,7 @@ def test_catalog_bundle_holds_both_graphs(engine):
     assert engine.manifest.target.precision == "int4" and entry.raw["graph"]["precision"] == "int4"
     assert entry.source.endswith(".gguf") and DRAFT in entry.source
     assert engine.manifest.model_config["num_layers"] == 28 and entry.model_config["num_layers"] == 24
-    assert engine.drafter.name == "draft-model+ngram"  # what drafter="auto" means for this bundle
+    assert engine.drafter.name == "draft-model+ngram+ngram:pool"  # what drafter="auto" means for this bundle
     # blocks of 128 compute an odd call's last row alone: exact calls feed >= 2 rows, an even number of them
     assert engine.manifest.target.int4_block_size == 128 and not engine.rows_invariant
     assert engine.target.min_rows == 2 and engine.target.even_rows
@@ -40,12 +40,14 @@ def test_catalog_bundle_holds_both_graphs(engine):
     assert entry.vocab_size == 32768 and entry.raw["draft_vocab"]["check_max_abs_diff"] < 1e-3
 
 
-@pytest.mark.parametrize("drafter", ["draft-model", "ngram", "draft-model+ngram", "draft-model+ngram:history"])
+@pytest.mark.parametrize("drafter", ["draft-model", "ngram", "draft-model+ngram+ngram:pool",
+                                     "draft-model+ngram:history"])
 def test_greedy_speculative_equals_plain_on_10_humaneval_prompts(engine, drafter):
     from specrt.app.api import make_drafter
 
-    # one drafter object for all 10 prompts: ngram:history drafts from the earlier prompts' generations too
-    member = engine.drafter if drafter == "draft-model+ngram" else make_drafter(
+    # one drafter object for all 10 prompts: ngram:history and ngram:pool draft from the earlier prompts'
+    # generations too
+    member = engine.drafter if drafter == "draft-model+ngram+ngram:pool" else make_drafter(
         drafter, engine.bundle_dir, engine.manifest, engine.providers)
     engine.adaptive = drafter != "draft-model"  # the draft model alone drafts every call (fixed length 4)
     params = SamplingParams(max_new_tokens=128, stop_token_ids=())

@@ -269,7 +269,7 @@ def test_the_mix_asks_the_member_with_the_better_rate_first(bundle):
 
 def test_auto_means_the_mix_for_a_bundle_with_a_draft_model(bundle):
     engine = specrt.load(str(bundle), device="cpu", drafter="auto")
-    assert engine.drafter.name == "draft-model+ngram"
+    assert engine.drafter.name == "draft-model+ngram+ngram:pool"
 
 
 @pytest.mark.parametrize("name,message", [

@@ -210,7 +210,7 @@ def test_auto_drafter_and_drafter_names(eagle_bundle, tmp_path):
     import specrt
     from specrt.errors import SpecrtError
 
-    assert specrt.load(str(eagle_bundle), device="cpu", drafter="auto").drafter.name == "eagle3+ngram"
+    assert specrt.load(str(eagle_bundle), device="cpu", drafter="auto").drafter.name == "eagle3+ngram+ngram:pool"
     tree = specrt.load(str(eagle_bundle), device="cpu", drafter="eagle3:tree").drafter
     assert tree.name == "eagle3:tree" and tree.topk > 1 and tree.max_draft > 4
     for name, message in (("ngram:tree", "only eagle3, mtp take"), ("eagle3:wide", "only eagle3, mtp take"),

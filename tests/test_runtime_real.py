@@ -47,7 +47,7 @@ def test_generate_cli_json(bundles, fp32_engine):
                                  "drafted_by_position", "accepted_by_position", "tokens_per_second", "drafter"}
     # --drafter auto (the default) on a bundle with an EAGLE-3 head, a DFlash drafter and a draft model: all of them
     # and ngram, mixed; fp32 speculation is exact here, so the tokens equal plain decoding's
-    assert "Paris" in out["text"] and out["stats"]["drafter"] == "eagle3+dflash+draft-model+ngram"
+    assert "Paris" in out["text"] and out["stats"]["drafter"] == "eagle3+dflash+draft-model+ngram+ngram:pool"
     assert out["stats"]["mean_accepted"] >= 1.0
     assert out["token_ids"] == fp32_engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=64)).wait().token_ids
 

@@ -43,14 +43,14 @@ def test_models_health_and_an_answer_with_usage(server, client):
 
     assert [m.id for m in client.models.list().data] == [MODEL]
     health = httpx.get(f"{server}/health", headers={"Authorization": f"Bearer {KEY}"}).json()
-    assert health["drafter"] == "eagle3+dflash+ngram"  # auto: the bundle's drafters and ngram, on by default
+    assert health["drafter"] == "eagle3+dflash+ngram+ngram:pool"  # auto: the bundle's drafters and ngram, on by default
     r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=24, temperature=0)
     text = r.choices[0].message.content
     assert text.strip() and r.choices[0].finish_reason in ("stop", "length")
     assert 0 < r.usage.completion_tokens <= 24 and r.usage.prompt_tokens > 5
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
     ext = r.model_extra["specrt"]
-    assert ext["drafter"] == "eagle3+dflash+ngram" and ext["mean_accepted"] >= 1.0
+    assert ext["drafter"] == "eagle3+dflash+ngram+ngram:pool" and ext["mean_accepted"] >= 1.0
 
 
 def test_stream_equals_non_stream_at_temperature_0(client):

@@ -25,18 +25,51 @@ def test_ngram_finds_the_latest_match():
 def test_ngram_history_drafts_from_earlier_generations():
     d = NgramDrafter()
     d.use_mode("history")
-    d.reset()
     assert d.propose([1, 2, 3, 40, 41, 42, 43, 44], 3) is None  # nothing repeats yet
-    d.reset()  # the generation above joins the store
+    d.remember([1, 2, 3, 40, 41, 42, 43, 44])  # a finished generation joins the store
     assert d.propose([9, 9, 7, 40, 41], 3).tokens.tolist() == [42, 43, 44]  # a 2-token suffix seen before
     assert d.propose([7, 8, 42], 3) is None  # a single token is not looked up in the store
     # a suffix the context itself repeats wins over the store
     assert d.propose([40, 41, 5, 6, 40, 41], 2).tokens.tolist() == [5, 6]
     plain = NgramDrafter()
-    plain.reset()
-    plain.propose([1, 2, 3, 40, 41, 42, 43, 44], 3)
-    plain.reset()
+    plain.remember([1, 2, 3, 40, 41, 42, 43, 44])
     assert plain.propose([9, 9, 7, 40, 41], 3) is None  # without the mode nothing is remembered
+
+
+def test_ngram_pool_drafts_only_from_earlier_conversations_on_three_token_matches():
+    d = NgramDrafter()
+    d.use_mode("pool")
+    d.remember([1, 2, 3, 40, 41, 42, 43, 44])
+    assert d.propose([9, 3, 40, 41], 3).tokens.tolist() == [42, 43, 44]
+    assert d.propose([9, 9, 40, 41], 3) is None  # two tokens are not enough for the pool
+    assert d.propose([5, 6, 7, 5, 6, 7], 2) is None  # the context's own repeat is prompt lookup's, not the pool's
+
+
+def test_a_mix_hands_every_member_the_finished_conversation(engine):
+    """The engine calls remember() with prompt + output when a generation ends, whichever member drafted (or none):
+    the pool then drafts the answer to a question asked again, and the output stays plain decoding's."""
+    from specrt.drafters.mixed import MixedDrafter
+    from specrt.runtime.sampling import SamplingParams
+
+    pool = NgramDrafter()
+    pool.use_mode("pool")
+    pool.name = "ngram:pool"
+    mix = MixedDrafter([NgramDrafter(), pool])
+    params = SamplingParams(max_new_tokens=24, stop_token_ids=())
+    engine.reset()
+    plain = engine.generate("the cat and the dog", params, drafter=None).wait()
+    engine.reset()
+    first = engine.generate("the cat and the dog", params, drafter=mix).wait()
+    assert len(pool._store.sequences) == 1 and pool._store.sequences[0][-24:] == first.token_ids
+    engine.reset()
+    adaptive, engine.adaptive = engine.adaptive, False
+    try:
+        again = engine.generate("the cat and the dog", params, drafter=mix).wait()
+    finally:
+        engine.adaptive = adaptive
+    assert first.token_ids == again.token_ids == plain.token_ids
+    assert again.stats.drafts_by_drafter.get("ngram:pool", 0) > 0
+    assert again.stats.target_calls < plain.stats.target_calls
 
 
 def test_ngram_store_keeps_the_most_recent_tokens():

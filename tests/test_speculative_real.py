@@ -127,5 +127,5 @@ def test_default_int4_bundle_drafts_with_its_drafters_by_default(int4_bundle):
         return json.loads(proc.stdout)
 
     exact, plain = generate("--batch-invariant"), generate("--drafter", "none", "--batch-invariant")
-    assert exact["stats"]["drafter"] == "eagle3+dflash+ngram" and plain["stats"]["drafter"] == "none"
+    assert exact["stats"]["drafter"] == "eagle3+dflash+ngram+ngram:pool" and plain["stats"]["drafter"] == "none"
     assert exact["token_ids"] == plain["token_ids"]

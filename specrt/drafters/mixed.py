@@ -30,6 +30,10 @@ class MixedDrafter(Drafter):
         for m in self.members:
             m.prefill(prompt)
 
+    def remember(self, tokens: list[int]) -> None:
+        for m in self.members:
+            m.remember(tokens)
+
     def propose(self, context: list[int], max_tokens: int):
         """Outside the adaptive loop: the first member's draft that exists."""
         for m in self.members:

@@ -183,3 +183,6 @@ class Drafter:
     def propose(self, context: list[int], max_tokens: int) -> Draft | None:
         """A draft continuing `context` (prompt + output, ending with the pending token), or None."""
         raise NotImplementedError
+
+    def remember(self, tokens: list[int]) -> None:
+        """A generation ended: its prompt and output (drafters that learn across requests keep them)."""

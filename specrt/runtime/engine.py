@@ -299,6 +299,8 @@ class Engine:
                 yield tail
         elapsed = time.perf_counter() - t_first
         stepper.finish()
+        if drafter is not None:
+            drafter.remember(ids + out)  # drafters that learn across requests (ngram:pool) keep the conversation
         calls = stepper.stats.target_calls + 1  # the prefill call produced the first token
         # tokens the target calls produced: the output, plus the stop token that ended it (not shown)
         produced = len(out) + int(stop_token)
