@@ -50,8 +50,9 @@ def bytes_per_token(path: Path) -> dict[str, float]:
             e = attrs.get("experts") or next(t.dims[0] for t in model.graph.initializer if t.name == weights[0])
             k = attrs.get("k") or _topk_k(model, topk)
             experts += sum(sizes[w] for w in weights) * k / e
-        elif node.op_type.startswith("Gather"):
-            gathered_only.update(i for i in node.input[:1] if i in sizes)
+        elif node.op_type.startswith("Gather"):  # ONNX's Gather takes the table first, specrt's GatherQ* second
+            table = node.input[1] if node.domain == "specrt.ggml" else node.input[0]
+            gathered_only.update(i for i in (table,) if i in sizes)
         else:
             used_elsewhere.update(i for i in node.input if i in sizes)
     gathered = {n for n in gathered_only if n not in used_elsewhere}

