@@ -220,10 +220,12 @@ def test_convert_keeps_a_quantized_ggufs_weights_by_default(mixed_gguf, tmp_path
     assert default_precision(str(save_tiny_bundle_source("llama", tmp_path / "hf"))) == "fp32"
 
 
-def test_a_quantized_qwen35_gguf_keeps_its_blocks_through_llama_cpps_reordering(tmp_path):
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q5_0"])  # MatMulNBits' exact form; specrt's operators
+def test_a_quantized_qwen35_gguf_keeps_its_blocks_through_llama_cpps_reordering(tmp_path, qtype):
     """llama.cpp's qwen35 layout reorders value heads (rows of attn_qkv and attn_gate, columns of ssm_out): the
-    blocks follow, so the graph's weights are the file's dequantized weights in HF's order, bit for bit; the bundle
-    validates and speculates with its MTP module exactly as plain decoding."""
+    blocks follow (in the operators, ssm_out's activations are gathered into the file's column order instead), so
+    the graph's weights are the file's dequantized weights in HF's order, bit for bit; the bundle validates and
+    speculates with its MTP module exactly as plain decoding."""
     import gguf
 
     import specrt
@@ -242,18 +244,23 @@ def test_a_quantized_qwen35_gguf_keeps_its_blocks_through_llama_cpps_reordering(
     weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     weights.update(random_mtp_tensors("qwen3_next", config_from_hf(hf), 1))
 
-    def encode(name, data):  # every matrix whose rows are whole Q8_0 blocks: Q8_0
+    kind = getattr(gguf.GGMLQuantizationType, qtype)
+
+    def encode(name, data):  # every matrix whose rows are whole blocks of 32: that type
         if data.ndim == 2 and data.shape[1] % 32 == 0:
-            return gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0
+            return gguf.quants.quantize(data, kind), kind
         return data, None
 
     path = tmp_path / "q.gguf"
     write_qwen35_gguf(path, hf, weights, ["<|endoftext|>"] + list(WORDS[1:97]), eos=4, mtp_layers=1, encode=encode)
     got, loaded, _ = load_gguf(path)
-    written = write_target_graph(config_from_hf(got), loaded, GraphOptions(precision="gguf", attention_rows_input=True),
-                                 tmp_path, "t")
+    operators = qtype == "Q5_0"
+    written = write_target_graph(config_from_hf(got), loaded, GraphOptions(
+        precision="gguf", attention_rows_input=True, ggml_operators=operators), tmp_path, "t")
     reordered = [n for n in written.quant_rows if "in_proj_qkv" in n or "out_proj" in n]
     assert reordered and not written.gguf_requantized
+    gathered = [n for n in written.quant_rows if written.quant_rows[n].columns]
+    assert (gathered and all("linear_attn.out_proj" in n for n in gathered)) if operators else not gathered
     for name in written.quant_rows:
         assert np.array_equal(dequantize(written.quantized(name)), loaded[name]), name
     out = tmp_path / "bundle"
@@ -293,12 +300,14 @@ def test_a_damaged_quantized_tensor_is_named_with_its_type(mixed_gguf, tmp_path,
     assert_refused_in_one_line(["convert", str(bad), "-o", str(out), "--precision", "gguf"], out, capsys, message)
 
 
-@pytest.mark.parametrize("moves", ["rows", "columns"])
-def test_the_files_blocks_follow_a_reordering_of_rows_and_are_dropped_for_one_of_columns(moves):
+@pytest.mark.parametrize("moves", ["rows", "columns", "both"])
+def test_the_files_blocks_follow_a_reordering_of_rows_or_of_columns(moves):
     """A loader's reordering applied to the exact form: whole rows move with their blocks (the operators keep the
-    file's bytes); columns of 128 (Qwen3.5's ssm_out value heads) split Q4_K's blocks of 256, so the blocks are not
-    kept and the MatMulNBits form (blocks of 32) carries the reordered values exactly."""
-    from specrt.convert.gguf_exact import _reordered
+    file's bytes); columns of 128 (Qwen3.5's ssm_out value heads) split Q4_K's blocks of 256, so the blocks stay as
+    the file has them and the product gathers its activations into the file's column order instead (ggml_columns:
+    HF column c is the blocks' column ggml_columns[c]); a reordering of both keeps only the MatMulNBits form, which
+    carries the reordered values exactly either way."""
+    from specrt.convert.gguf_exact import reorder_exact
     from specrt.convert.quantize import dequantize
 
     rng = np.random.default_rng(7)
@@ -306,12 +315,19 @@ def test_the_files_blocks_follow_a_reordering_of_rows_and_are_dropped_for_one_of
     qw = exact_weight("Q4_K", raw.tobytes(), (16, 512))
     assert qw.ggml_blocks is not None
     rows, cols = rng.permutation(16), np.concatenate([np.arange(128, 256), np.arange(128), np.arange(256, 512)])
-    reorder = (lambda a: a[rows]) if moves == "rows" else (lambda a: a[:, cols])
-    moved = _reordered(qw, reorder)
+    reorder = {"rows": lambda a: a[rows], "columns": lambda a: a[:, cols], "both": lambda a: a[rows][:, cols]}[moves]
+    moved = reorder_exact(qw, reorder)
     want = reorder(gguf_dequantized(raw, "Q4_K", (16, 512)))
     assert np.array_equal(dequantize(moved), want)
     if moves == "rows":
         assert np.array_equal(gguf_dequantized(moved.ggml_blocks, "Q4_K", (16, 512)), want)
+        assert moved.ggml_columns is None
+    elif moves == "columns":
+        assert np.array_equal(moved.ggml_blocks, raw.reshape(16, -1)) and np.array_equal(moved.ggml_columns, cols)
+        x = rng.standard_normal(512)  # the product of the file's blocks with x gathered equals the moved weights'
+        file_w = gguf_dequantized(moved.ggml_blocks, "Q4_K", (16, 512)).astype(np.float64)
+        np.testing.assert_allclose(file_w @ x[np.argsort(moved.ggml_columns)], want.astype(np.float64) @ x,
+                                   rtol=1e-9, atol=1e-9)
     else:
         assert moved.ggml_blocks is None
 

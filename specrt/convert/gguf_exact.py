@@ -201,10 +201,10 @@ def exact_from_ref(ref) -> QuantWeight | None:
     qw = exact_weight(ref.gguf_type, bytes(ref.raw()), ref.shape, ref.name)
     if ref.reorder is None:
         return qw
-    return _reordered(qw, ref.reorder)
+    return reorder_exact(qw, ref.reorder)
 
 
-def _reordered(qw: QuantWeight, reorder) -> QuantWeight | None:
+def reorder_exact(qw: QuantWeight, reorder) -> QuantWeight | None:
     """qw with `reorder` (a permutation of rows, or of whole blocks of columns) applied to its weights: the values,
     and the scales and minimums spread over their blocks, permuted alike; None if a block comes out mixed."""
     from specrt.convert.quantize import _unpack
@@ -222,20 +222,29 @@ def _reordered(qw: QuantWeight, reorder) -> QuantWeight | None:
     if scales is None or zps is None or (qw.mins is not None and mins is None):
         return None
     own = {}
-    rows = _row_permutation(reorder, n, qw.k) if qw.ggml_blocks is not None else None
-    if rows is not None:  # whole rows move: the file's blocks move with them
-        own = {"ggml_type": qw.ggml_type, "ggml_blocks": qw.ggml_blocks[rows]}
+    moves = _moves(reorder, n, qw.k) if qw.ggml_blocks is not None else None
+    if moves is not None and moves[1] is None:  # whole rows move: the file's blocks move with them
+        own = {"ggml_type": qw.ggml_type, "ggml_blocks": qw.ggml_blocks[moves[0]]}
+    elif moves is not None:  # whole columns move (rows stay): the activations will be gathered into the file's order
+        own = {"ggml_type": qw.ggml_type, "ggml_blocks": qw.ggml_blocks, "ggml_columns": moves[1]}
     return QuantWeight(packed=_pack(q.reshape(n, nb, block), qw.bits), scales=scales.reshape(-1),
                        zero_points=_packed_zero_points(zps, qw.bits), n=n, k=qw.k, block_size=block, bits=qw.bits,
                        mins=None if mins is None else mins.reshape(-1), **own)
 
 
-def _row_permutation(reorder, n: int, k: int) -> np.ndarray | None:
-    """The source row of each row `reorder` yields, where it moves whole rows only (Llama's q/k permutation); None
-    where it moves columns (Qwen3.5's ssm_out: value heads of 128 columns, not whole blocks of 256), in which case
-    the file's blocks cannot follow."""
+def _moves(reorder, n: int, k: int) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """What `reorder` does, where the file's blocks can follow: (the source row of each row, None) where it moves
+    whole rows only (Llama's q/k permutation); (rows unmoved, the source column of each column) where it moves the
+    same columns in every row and no row (Qwen3.5's ssm_out: value heads of 128 columns, not whole blocks of 256);
+    None otherwise."""
     moved = np.asarray(reorder(np.broadcast_to(np.arange(n, dtype=np.int32)[:, None], (n, k)))).reshape(n, k)
     columns = np.asarray(reorder(np.broadcast_to(np.arange(k, dtype=np.int32)[None, :], (n, k)))).reshape(n, k)
-    if not np.array_equal(columns, np.broadcast_to(np.arange(k, dtype=np.int32), (n, k))):
+    rows_whole = np.array_equal(moved, np.broadcast_to(moved[:, :1], moved.shape))
+    columns_whole = np.array_equal(columns, np.broadcast_to(columns[:1], columns.shape))
+    if not (rows_whole and columns_whole):
         return None
-    return moved[:, 0].copy() if np.array_equal(moved, np.broadcast_to(moved[:, :1], moved.shape)) else None
+    if np.array_equal(columns[0], np.arange(k)):
+        return moved[:, 0].copy(), None
+    if np.array_equal(moved[:, 0], np.arange(n)):
+        return moved[:, 0].copy(), columns[0].astype(np.int64)
+    return None

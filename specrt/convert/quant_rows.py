@@ -34,6 +34,7 @@ class QuantRows:
     mins: str = ""  # GGUF formats with per-block minimums: their initializer ([n_blocks, n], or [n, n_blocks] by row)
     mins_by_row: bool = False
     ggml_type: str = ""  # qweight: the GGUF file's own blocks of this type, rows interleaved by 8 (specrt's operators)
+    columns: str = ""  # with ggml_type: an initializer int64 [K], HF column c is the blocks' column columns[c]
 
     @property
     def count(self) -> int:
@@ -69,7 +70,13 @@ class WrittenGraph:
             packed = self.data.read(r.qweight, groups).reshape(groups[1] - groups[0], -1)
             rows = deinterleave(r.ggml_type, packed, (groups[1] - groups[0]) * ROWS)[lo - ROWS * groups[0]:][:n]
             blocks = rows[pick]
-            return exact_weight(r.ggml_type, blocks.tobytes(), (len(blocks), r.k))
+            exact = exact_weight(r.ggml_type, blocks.tobytes(), (len(blocks), r.k))
+            if not r.columns:
+                return exact
+            from specrt.convert.gguf_exact import reorder_exact
+
+            source = self.data.read(r.columns).astype(np.int64)  # the file's column of each HF column
+            return reorder_exact(exact, lambda a: np.asarray(a)[..., source])
         n_blocks = -(-r.k // r.block_size)
         packed = self.data.read(r.qweight, span).reshape(n, n_blocks, r.block_size * r.bits // 8)[pick]
         scales = self.data.read(r.scales, span).reshape(n, n_blocks)[pick].astype(np.float32)

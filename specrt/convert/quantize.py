@@ -38,6 +38,10 @@ class QuantWeight:
     # the type ("Q4_K") and the bytes, uint8 [N, K / block weights * block bytes]; "" / None otherwise
     ggml_type: str = ""
     ggml_blocks: np.ndarray | None = None
+    # where the loader moved whole columns (Qwen3.5's ssm_out: value heads of 128 columns, which split Q4_K's blocks
+    # of 256): int64 [K], HF column c is the file's column ggml_columns[c]; the product then gathers the activations
+    # into the file's order instead of moving the blocks (convert/target_graph.py)
+    ggml_columns: np.ndarray | None = None
 
 
 def _pack(q: np.ndarray, bits: int) -> np.ndarray:
@@ -137,10 +141,14 @@ def concat_rows(parts: list[QuantWeight]) -> QuantWeight:
 
 def _joined_blocks(parts: list[QuantWeight]) -> dict:
     """The parts' GGUF blocks stacked, where every part has them in one type; else none."""
-    kind = parts[0].ggml_type
+    kind, columns = parts[0].ggml_type, parts[0].ggml_columns
     if not kind or any(p.ggml_type != kind or p.ggml_blocks is None for p in parts):
         return {}
-    return {"ggml_type": kind, "ggml_blocks": np.concatenate([p.ggml_blocks for p in parts], axis=0)}
+    if any((p.ggml_columns is None) != (columns is None) or
+           (columns is not None and not np.array_equal(p.ggml_columns, columns)) for p in parts):
+        return {}  # one activation order per product
+    return {"ggml_type": kind, "ggml_blocks": np.concatenate([p.ggml_blocks for p in parts], axis=0),
+            "ggml_columns": columns}
 
 
 def same_form(parts: list[QuantWeight]) -> bool:

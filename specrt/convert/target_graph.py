@@ -261,10 +261,14 @@ class _TargetBuilder:
 
         # the file's blocks, rows interleaved by 8: uint8 [ceil(N / 8), K / block * block bytes * 8]
         blocks = self.g.weight(out_name + ".ggml", interleave(q.ggml_type, q.ggml_blocks))
+        columns = ""
+        if q.ggml_columns is not None:  # the loader moved whole columns: x gathered into the file's column order
+            columns = self.g.weight(out_name + ".columns", q.ggml_columns.astype(np.int64))  # [K]: HF c -> file's
+            x = self.g.op("Gather", [x, self.g.const(np.argsort(q.ggml_columns).astype(np.int64))], axis=-1)
         row = 0
         for n, part in zip(names, parts):
             self.quant_rows[n + ".weight"] = QuantRows(blocks, "", "", row, row + part.n, q.n, q.k, q.block_size,
-                                                       q.bits, ggml_type=q.ggml_type)
+                                                       q.bits, ggml_type=q.ggml_type, columns=columns)
             row += part.n
         y = self.g.op(ggml_ops.OPS[q.ggml_type], [x, blocks], domain=ggml_ops.DOMAIN, name=out_name, N=q.n,
                       accuracy_level=self.opts.accuracy_level)
