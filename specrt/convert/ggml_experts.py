@@ -37,7 +37,7 @@ def file_blocks(builder, name: str) -> tuple[str, np.ndarray] | None:
     loader moves nothing in it; else None."""
     from specrt.kernels.ggml_ops import OPS
 
-    ref = builder._gguf_ref(builder.alias.get(name, name))
+    ref = builder.gguf_ref(builder.alias.get(name, name))
     if ref is None or ref.gguf_type not in OPS or ref.reorder is not None or len(ref.shape) != 2:
         return None
     form = FORMS[ref.gguf_type]

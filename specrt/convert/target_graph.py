@@ -151,7 +151,7 @@ class _TargetBuilder:
             return self.quantized[self.alias[name]]
         bits, block = self.opts.bits, self.opts.int4_block_size
         if self.opts.precision == "gguf":
-            ref = self._gguf_ref(self.alias.get(name, name))
+            ref = self.gguf_ref(self.alias.get(name, name))
             exact = exact_from_ref(ref) if ref is not None else None
             if exact is not None:
                 return exact
@@ -178,7 +178,7 @@ class _TargetBuilder:
             self.expert_calls = self.g.add_input(EXPERT_CALLS_INPUT, TensorProto.INT64, [1])
         return self.expert_calls
 
-    def _gguf_ref(self, key: str):
+    def gguf_ref(self, key: str):
         """The GGUF tensor behind a weight (models.tensor_source.TensorRef), or None (another source)."""
         ref = getattr(self.w, "ref", None)
         try:
