@@ -34,7 +34,7 @@ class QuantRows:
     mins: str = ""  # GGUF formats with per-block minimums: their initializer ([n_blocks, n], or [n, n_blocks] by row)
     mins_by_row: bool = False
     ggml_type: str = ""  # qweight: the GGUF file's own blocks of this type, rows interleaved by 8 (specrt's operators)
-    columns: str = ""  # with ggml_type: an initializer int64 [K], HF column c is the blocks' column columns[c]
+    columns: str = ""  # with ggml_type: the initializer int64 [K] of the HF column each of the blocks' columns holds
 
     @property
     def count(self) -> int:
@@ -75,7 +75,7 @@ class WrittenGraph:
                 return exact
             from specrt.convert.gguf_exact import reorder_exact
 
-            source = self.data.read(r.columns).astype(np.int64)  # the file's column of each HF column
+            source = np.argsort(self.data.read(r.columns))  # the file's column of each HF column
             return reorder_exact(exact, lambda a: np.asarray(a)[..., source])
         n_blocks = -(-r.k // r.block_size)
         packed = self.data.read(r.qweight, span).reshape(n, n_blocks, r.block_size * r.bits // 8)[pick]

@@ -263,8 +263,9 @@ class _TargetBuilder:
         blocks = self.g.weight(out_name + ".ggml", interleave(q.ggml_type, q.ggml_blocks))
         columns = ""
         if q.ggml_columns is not None:  # the loader moved whole columns: x gathered into the file's column order
-            columns = self.g.weight(out_name + ".columns", q.ggml_columns.astype(np.int64))  # [K]: HF c -> file's
-            x = self.g.op("Gather", [x, self.g.const(np.argsort(q.ggml_columns).astype(np.int64))], axis=-1)
+            # [K]: the HF column of each of the file's columns
+            columns = self.g.weight(out_name + ".file_order", np.argsort(q.ggml_columns).astype(np.int64))
+            x = self.g.op("Gather", [x, columns], axis=-1)
         row = 0
         for n, part in zip(names, parts):
             self.quant_rows[n + ".weight"] = QuantRows(blocks, "", "", row, row + part.n, q.n, q.k, q.block_size,
