@@ -2,14 +2,14 @@
 
 ONNX Runtime's MatMulNBits takes 2, 4 or 8 bits with a float32 scale per block and no minimum: carried exactly, a Q4_K
 weight became 4-bit values with a float32 scale, a zero point and a float32 minimum per 32 (about 6.1 bits a weight
-against the file's 4.5), Q5_K 8-bit values with the same (10 against 5.5), Q6_K 8-bit values with a float32 scale per 16
-(10 against 6.6), Q5_0 8-bit values (9.1 against 5.5). Decoding reads every weight once a token, so those bytes were the
-speed. The operators here (domain `specrt.ggml`: MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ5_K, MatMulQ6_K,
-GatherQ5_0 ... GatherQ6_K for embedding tables, and MoE for a layer's experts; ggml_kernels.c, ggml_moe.c, ort_ops.c) multiply by the GGUF tensor's own bytes, the
-activations quantized to 8 bits per 32 as MatMulNBits' int8 path does (accuracy_level 0: float activations, for
-conversion's exact check). The bundle holds the bytes with the weight rows interleaved by 8 (layout.py, as llama.cpp
-repacks for its CPU kernels): one broadcast activation meets eight rows' weights in a vector, so a call of several
-tokens unpacks each block once for all of them.
+against the file's 4.5), Q5_K 8-bit values with the same (10 against 5.5), Q6_K 8-bit values with a float32 scale per
+16 (10 against 6.6), Q5_0 8-bit values (9.1 against 5.5). Decoding reads every weight once a token, so those bytes
+were the speed. The operators here (domain `specrt.ggml`: MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ5_K, MatMulQ6_K,
+GatherQ5_0 ... GatherQ6_K for embedding tables, and MoE for a layer's experts; ggml_kernels.c, ggml_moe.c, ort_ops.c)
+multiply by the GGUF tensor's own bytes, the activations quantized to 8 bits per 32 as MatMulNBits' int8 path does
+(accuracy_level 0: float activations, for conversion's exact check). The bundle holds the bytes with the weight rows
+interleaved by 8 (layout.py, as llama.cpp repacks for its CPU kernels): one broadcast activation meets eight rows'
+weights in a vector, so a call of several tokens unpacks each block once for all of them.
 
 The library is compiled from the C sources beside this file on first use (`cc -O3 -march=native`: the machine's own
 vector instructions; an AVX2 path using AVX-512 VNNI's dot product where the CPU has it, plain C without AVX2) into the

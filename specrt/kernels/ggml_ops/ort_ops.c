@@ -1,6 +1,6 @@
 /* ONNX Runtime operators over ggml_kernels.c: specrt.ggml MatMulQ5_0, MatMulQ5_1, MatMulQ4_K, MatMulQ5_K and
-   MatMulQ6_K, GatherQ5_0 ... GatherQ6_K, and MoE (ggml_moe.c), registered by SessionOptions.register_custom_ops_library (the entry
-   point RegisterCustomOps below).
+   MatMulQ6_K, GatherQ5_0 ... GatherQ6_K, and MoE (ggml_moe.c), registered by
+   SessionOptions.register_custom_ops_library (the entry point RegisterCustomOps below).
 
    MatMul: Y [..., N] float = A [..., K] float times W^T, W the GGUF tensor's own blocks (of 32 weights, or 256 for
    the K-quants) interleaved by 8 rows (ggml_kernels.c; ggml_ops/layout.py writes them): B [ceil(N / 8), K / block *
@@ -253,14 +253,15 @@ static OrtStatus *gather_compute(void *data, OrtKernelContext *context) {
     return failed;
 }
 
-
 typedef struct {
     const OrtApiTable *api;
     SpecrtMoe config;  /* the attributes; a call's plan is a copy of it */
 } MoeKernel;
 
 static void moe_up(void *data, size_t index) { specrt_moe_up_task((const SpecrtMoe *)data, (int64_t)index); }
-static void moe_quantize(void *data, size_t index) { specrt_moe_quantize_row((const SpecrtMoe *)data, (int64_t)index); }
+static void moe_quantize(void *data, size_t index) {
+    specrt_moe_quantize_row((const SpecrtMoe *)data, (int64_t)index);
+}
 static void moe_down(void *data, size_t index) { specrt_moe_down_task((const SpecrtMoe *)data, (int64_t)index); }
 
 /* Input `index`'s value, its data and its dims (at most 8); nonzero on a failure. */
