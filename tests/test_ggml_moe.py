@@ -67,7 +67,8 @@ def _session(types=("Q4_K", "Q4_K", "Q6_K"), weights=None, threads=0, level=4, a
               helper.make_tensor_value_info("w", TensorProto.FLOAT, ["S", K])]
     graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(weights[n][0], n) for n in ("gate", "up", "down")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ggml_ops.DOMAIN, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(ggml_ops.DOMAIN, 1)])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     ggml_ops.register(opts)
