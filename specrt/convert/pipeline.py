@@ -271,14 +271,6 @@ def _against_followed_routes(graph: Path, spec: TargetSpec, providers, prompts: 
     return compare(got, outputs, prompts), outputs, record
 
 
-def _graph_has_input(path: Path, name: str) -> bool:
-    """Whether the written graph (its weights kept outside it) takes the input `name` (the experts' exact-calls
-    switch: only where an expert op needs it, convert/moe_graph.py)."""
-    import onnx
-
-    return name in {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
-
-
 def _ggml_operators(stages: Stages) -> bool:
     """Whether specrt's GGUF operators can run here (specrt/kernels/ggml_ops); said in the log either way."""
     from specrt.kernels import ggml_ops
@@ -424,8 +416,7 @@ def _build_graph(tmp: Path, stem: str, loaded, precision: str, max_context: int,
     outputs = ["logits"] + (["hidden_states"] if hidden_layers else [])
     graph = TargetGraph(file=f"{stem}.onnx", data_file=f"{stem}.onnx.data", precision=precision,
                         inputs=(tuple(io["inputs"]) + ((ATTENTION_ROWS_INPUT,) if cpu else ())
-                                + ((EXPERT_CALLS_INPUT,) if _graph_has_input(tmp / f"{stem}.onnx", EXPERT_CALLS_INPUT)
-                                   else ())),
+                                + ((EXPERT_CALLS_INPUT,) if EXPERT_CALLS_INPUT in written.inputs else ())),
                         outputs=tuple(outputs),
                         hidden_layers=graph_opts.hidden_layers, hidden_size=cfg.hidden_size,
                         int4_block_size=int4_block_size if bits else 0, exact_attention=graph_opts.exact_attention,

@@ -49,6 +49,7 @@ class WrittenGraph:
     data: ExternalData
     quant_rows: dict[str, QuantRows]
     gguf_requantized: dict[str, str] = field(default_factory=dict)  # --precision gguf: weight -> its inexact type
+    inputs: tuple[str, ...] = ()  # the graph's input names
 
     def quantized(self, name: str, rows: np.ndarray | None = None) -> QuantWeight:
         """A weight's quantized values (only `rows` of it, when given), read back from the data file: a

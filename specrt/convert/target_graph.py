@@ -637,7 +637,7 @@ def write_graph(builder: _TargetBuilder, folder: Path, stem: str) -> WrittenGrap
     finally:
         data.close()
     onnx.save_model(model, str(Path(folder) / f"{stem}.onnx"))
-    return WrittenGraph(data, builder.quant_rows, builder.gguf_requantized)
+    return WrittenGraph(data, builder.quant_rows, builder.gguf_requantized, tuple(i.name for i in model.graph.input))
 
 
 def write_target_graph(cfg: ModelConfig, weights: Mapping, opts: GraphOptions, folder: Path,

@@ -17,13 +17,13 @@ typedef struct {
     /* set by specrt_moe_prepare (released by specrt_moe_release) */
     int64_t *count;     /* [E]: rows (token, slot) each expert takes */
     int64_t *start;     /* [E + 1]: an expert's first row */
+    int64_t *used;      /* [used_count]: the experts some token chose, in order (a phase's tasks go by them) */
     int64_t *row_of;    /* [tokens * k]: the row of each (token, slot) */
-    int64_t *token_of;  /* [rows]: the token of each row */
     void *x_rows;       /* [rows] of the token's activations: quantized (x_stride bytes each) or float [H] */
     void *h_rows;       /* [rows] of act(gate) * up quantized (h_stride bytes each) */
     float *gate, *up;   /* [rows, I]: gate becomes act(gate) * up */
     float *out;         /* [rows, H]: each expert's output */
-    int64_t tokens, k, x_stride, h_stride, up_tasks, down_tasks;
+    int64_t tokens, k, x_stride, h_stride, used_count, up_tasks, down_tasks;
 } SpecrtMoe;
 
 /* The plan for tokens x [tokens, H] choosing experts ids [tokens, k]: 0, 1 (an id outside [0, E)) or 2 (out of

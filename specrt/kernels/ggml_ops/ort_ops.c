@@ -157,14 +157,20 @@ static int two_inputs(const OrtApiTable *api, OrtKernelContext *context, const O
            API(api, KERNEL_CONTEXT_GET_INPUT, GetInputFn)(context, 1, second) != NULL;
 }
 
+/* The output (y_dims, rank) allocated and its data; nonzero on a failure. */
+static int bind_output(const OrtApiTable *api, OrtKernelContext *context, const int64_t *y_dims, size_t rank,
+                       void **y) {
+    OrtValue *y_value = NULL;
+    return API(api, KERNEL_CONTEXT_GET_OUTPUT, GetOutputFn)(context, 0, y_dims, rank, &y_value) != NULL ||
+           API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)(y_value, y) != NULL;
+}
+
 /* The output (y_dims, rank) allocated, and the data of both inputs and of the output; nonzero on a failure. */
 static int bind_data(const OrtApiTable *api, OrtKernelContext *context, const int64_t *y_dims, size_t rank,
                      const OrtValue *first, const OrtValue *second, void **x, void **b, void **y) {
-    OrtValue *y_value = NULL;
-    return API(api, KERNEL_CONTEXT_GET_OUTPUT, GetOutputFn)(context, 0, y_dims, rank, &y_value) != NULL ||
+    return bind_output(api, context, y_dims, rank, y) ||
            API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)first, x) != NULL ||
-           API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)second, b) != NULL ||
-           API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)(y_value, y) != NULL;
+           API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)((OrtValue *)second, b) != NULL;
 }
 
 static OrtStatus *compute(void *data, OrtKernelContext *context) {
@@ -291,20 +297,20 @@ static OrtStatus *moe_compute(void *data, OrtKernelContext *context) {
         if (input_at(api, context, i, &value[i], &in[i], dims[i], &rank[i]))
             return status(ORT_FAIL, "specrt.ggml: MoE cannot read its inputs");
     SpecrtMoe moe = kernel->config;
+    const char *misshaped = "specrt.ggml: MoE takes X [..., H], ids and weights [X's rows, k]";
+    if (rank[0] < 1) return status(ORT_INVALID_ARGUMENT, misshaped);
     int64_t h = dims[0][rank[0] - 1], tokens = 1, e = moe.experts, inter = moe.inter;
     for (int i = 0; i < rank[0] - 1; ++i) tokens *= dims[0][i];
-    if (rank[0] < 1 || rank[1] != 2 || rank[2] != 2 || dims[1][0] != tokens || dims[2][0] != tokens ||
+    if (rank[1] != 2 || rank[2] != 2 || dims[1][0] != tokens || dims[2][0] != tokens ||
         dims[1][1] != dims[2][1] || dims[1][1] < 1)
-        return status(ORT_INVALID_ARGUMENT, "specrt.ggml: MoE takes X [..., H], ids and weights [X's rows, k]");
+        return status(ORT_INVALID_ARGUMENT, misshaped);
     if (!experts_fit(dims[3], rank[3], moe.gate_type, e, moe.fused_gate_up ? 2 * inter : inter, h) ||
         (!moe.fused_gate_up && !experts_fit(dims[4], rank[4], moe.up_type, e, inter, h)) ||
         !experts_fit(dims[5], rank[5], moe.down_type, e, h, inter))
         return status(ORT_INVALID_ARGUMENT, "specrt.ggml: MoE's gate, up and down are not E experts' interleaved "
                                             "blocks of [I, H], [I, H] and [H, I]");
-    OrtValue *y_value = NULL;
     void *y = NULL;
-    if (API(api, KERNEL_CONTEXT_GET_OUTPUT, GetOutputFn)(context, 0, dims[0], (size_t)rank[0], &y_value) != NULL ||
-        API(api, GET_TENSOR_MUTABLE_DATA, MutableDataFn)(y_value, &y) != NULL)
+    if (bind_output(api, context, dims[0], (size_t)rank[0], &y))
         return status(ORT_FAIL, "specrt.ggml: cannot bind the output");
     if (tokens == 0 || h == 0) return NULL;
     moe.hidden = h;
