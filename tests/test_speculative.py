@@ -135,15 +135,14 @@ def test_block_drafter_pays_its_call_once_for_any_length():
     """A block drafter (DFlash) spends the same on 1 or 4 draft tokens: with the same measurements (a draft of 4
     took 8 ms, verification is flat, half of each depth is accepted) it drafts the whole 4, where a drafter
     that pays per token (2 ms each) stops at 1."""
-    from specrt.runtime.adaptive import DraftController
+    from specrt.runtime.adaptive import DraftController, DrafterRecord
 
     choices = []
     for per_call in (False, True):
         c = DraftController(max_draft=4, per_call=per_call)
         for fed in range(1, 6):
             c.observe_call(fed, 0.010)
-        c.observe_draft(4, 4, 0.008, 4)
-        c.hits, c.tries = [0.5] * 4, [1.0] * 4
+        c.start_from(DrafterRecord([0.5] * 4, draft_cost=0.008 if per_call else 0.002))
         choices.append(c.choose(budget=100))
     assert choices == [1, 4]
 

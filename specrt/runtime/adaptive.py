@@ -2,7 +2,11 @@
 
 Per generation the controller keeps (a) the measured seconds of a target call by number of tokens fed
 (an exponential moving average per count, seeded by the plain-step time and a prior slope until measured)
-and (b) the acceptance rate at each draft depth given that the previous depth was accepted. For a draft
+and (b) the acceptance rate at each draft depth given that the previous depth was accepted: the decayed counts of
+this request's drafts at that depth over a prior worth PRIOR_WEIGHT observations (decaying with them), the prior
+being the drafter's record from earlier requests, or with none PRIOR_ACCEPT at the first depth and the estimate at
+the depth before it at each deeper one (a depth not yet drafted is expected to do as the one before it: a drafter
+right 95 % of the time at depth 1 and 2 is tried at depth 3, not held at a guessed 60 %). For a draft
 of k tokens the expected output of one call is 1 + a_1 + a_1 a_2 + ... + a_1...a_k tokens; the controller
 chooses k in 0..max_draft maximizing that over cost(k + 1) (plus the drafting time: per token for a drafter
 that makes one call per token, per call for a block drafter that drafts any length in one call), guessing
@@ -29,6 +33,7 @@ PRIOR_ACCEPT, PRIOR_WEIGHT = 0.6, 2.0  # optimistic prior worth two observations
 PRIOR_SLOPE = 0.1  # before any measurement: each extra token fed costs a tenth of a one-token call
 PROBE_EVERY, PROBE_MAX = 16, 512  # plain steps between probes: the first interval, and where doubling stops
 SUSTAINED = 8  # steps in a row that choose to draft before the probe interval starts again from PROBE_EVERY
+MARGIN = 1.02  # a longer draft is chosen only where it is expected to pay this much more
 PROBE_SHARE = 0.02  # a probe that finds nothing may cost at most this share of the plain steps before it
 
 
@@ -39,6 +44,8 @@ class DraftController:
     cost: dict[int, float] = field(default_factory=dict)  # tokens fed -> seconds per call
     hits: list[float] = field(default_factory=list)  # depth d (0-based): decayed count of accepts given d-1 accepted
     tries: list[float] = field(default_factory=list)  # depth d: decayed count of drafts that reached depth d
+    prior_weight: list[float] = field(default_factory=list)  # depth d: the prior's weight, decaying as tries come
+    prior: list[float] | None = None  # acceptance by depth from the drafter's record; None: inherited by depth
     draft_cost: float = 0.0  # seconds of drafting per drafted token (per call when per_call)
     # seconds per context token a drafter reads before it can draft (a draft model after a stretch that another
     # member drafted or that was decoded plainly): charged to a step as overhead = backlog x catchup_cost
@@ -49,16 +56,15 @@ class DraftController:
     probing: bool = False  # the last choose() asked for a probe
 
     def __post_init__(self):
-        self.hits = [PRIOR_ACCEPT * PRIOR_WEIGHT] * self.max_draft
-        self.tries = [PRIOR_WEIGHT] * self.max_draft
+        self.hits, self.tries = [0.0] * self.max_draft, [0.0] * self.max_draft
+        self.prior_weight = [PRIOR_WEIGHT] * self.max_draft
 
     def start_from(self, record: "DrafterRecord | None") -> None:
         """Take a drafter's record of earlier requests as the prior: its acceptance by depth (worth PRIOR_WEIGHT
         observations, so this request's own drafts soon outweigh it), its drafting cost and its probe interval."""
         if record is None:
             return
-        for d, a in enumerate(record.accept[:self.max_draft]):
-            self.hits[d], self.tries[d] = a * PRIOR_WEIGHT, PRIOR_WEIGHT
+        self.prior = list(record.accept[:self.max_draft])
         self.draft_cost, self.catchup_cost = record.draft_cost, record.catchup_cost
         self.probe_every, self.plain_streak = record.probe_every, record.plain_streak
 
@@ -69,7 +75,13 @@ class DraftController:
     @property
     def accept(self) -> list[float]:
         """P(draft token at depth d accepted | depth d - 1 accepted), per depth."""
-        return [h / t for h, t in zip(self.hits, self.tries)]
+        out, before = [], PRIOR_ACCEPT
+        for d in range(self.max_draft):
+            base = self.prior[d] if self.prior is not None and d < len(self.prior) else before
+            w = self.prior_weight[d]
+            before = (self.hits[d] + w * base) / (self.tries[d] + w)
+            out.append(before)
+        return out
 
     def seconds(self, fed: int) -> float:
         """Cost of a call feeding `fed` tokens: the dearest measured call of at most `fed` tokens. Unmeasured counts
@@ -100,8 +112,12 @@ class DraftController:
         best, best_rate = 0, self.rate(0)
         for k in range(1, limit + 1):
             rate = self.rate(k, overhead)
-            if rate > best_rate * 1.02:  # a draft must pay for itself by a margin
+            if rate > best_rate * MARGIN:  # a draft must pay for itself by a margin
                 best, best_rate = k, rate
+        if best == 0 and limit > 0 and self.unsure_it_does_not_pay(overhead, best_rate):
+            self.plain_streak = self.paying_streak = 0
+            self.probing = False
+            return 1
         if best == 0 and limit > 0:
             self.paying_streak = 0
             self.plain_streak += 1
@@ -115,6 +131,19 @@ class DraftController:
                 self.probe_every = PROBE_EVERY
         self.probing = False
         return best
+
+    def unsure_it_does_not_pay(self, overhead: float, plain_rate: float) -> bool:
+        """Whether a one-token draft would pay at an acceptance one standard error above this request's estimate
+        (the decayed counts of its own drafts and the prior's weight). A few rejections in a row pull an estimate
+        from a handful of drafts below break-even (three at 50 %: one request in eight); deciding on the estimate
+        alone would then leave the drafter to probes that grow rarer. Only a controller that has drafted in this
+        request explores so: a record from earlier requests decides alone."""
+        if self.tries[0] == 0:
+            return False
+        a = self.accept[0]
+        high = min(1.0, a + math.sqrt(a * (1 - a) / (self.tries[0] + self.prior_weight[0])))
+        drafting = overhead + self.draft_cost
+        return (1 + high) / (self.seconds(2) + drafting) > plain_rate * MARGIN
 
     def probe_due(self, overhead: float = 0.0) -> int:
         """Plain steps in a row after which to probe: the doubling interval, or more where a probe that finds
@@ -146,6 +175,7 @@ class DraftController:
         for d in range(min(drafted_depth, accepted + 1)):  # depths reached: accepted ones and the first rejected
             self.hits[d] = DECAY * self.hits[d] + (1.0 if d < accepted else 0.0)
             self.tries[d] = DECAY * self.tries[d] + 1.0
+            self.prior_weight[d] *= DECAY
         if drafted:
             unit = seconds if self.per_call else seconds / drafted
             self.draft_cost = unit if self.draft_cost == 0 else (1 - EMA) * self.draft_cost + EMA * unit
