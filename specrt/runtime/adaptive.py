@@ -25,10 +25,14 @@ depth and drafting cost, as a prior worth PRIOR_WEIGHT observations), not from a
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 EMA = 0.3  # for call costs
+DRAFT_WINDOW = 5  # drafting cost: the median of the latest drafts (the first, a draft model's first call of a shape,
+#                   took 1.6x the others in one trace: an average carried it for a dozen steps)
 DECAY = 0.9  # acceptance: each observation weighs 0.9x the next one (an effective window of ~10 drafts)
+WINDOW = 1 / (1 - DECAY)  # the most observations an estimate stands on
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.6, 2.0  # optimistic prior worth two observations: try speculation first
 PRIOR_SLOPE = 0.1  # before any measurement: each extra token fed costs a tenth of a one-token call
 PROBE_EVERY, PROBE_MAX = 16, 512  # plain steps between probes: the first interval, and where doubling stops
@@ -45,11 +49,16 @@ class DraftController:
     hits: list[float] = field(default_factory=list)  # depth d (0-based): decayed count of accepts given d-1 accepted
     tries: list[float] = field(default_factory=list)  # depth d: decayed count of drafts that reached depth d
     prior_weight: list[float] = field(default_factory=list)  # depth d: the prior's weight, decaying as tries come
+    # depth d: the observations behind the prior (a record's own; PRIOR_WEIGHT for a guess), decaying as tries come:
+    # how sure the estimate is, for exploring (unsure_one_more_does_not_pay), not how much it weighs in it
+    prior_evidence: list[float] = field(default_factory=list)
     prior: list[float] | None = None  # acceptance by depth from the drafter's record; None: inherited by depth
-    draft_cost: float = 0.0  # seconds of drafting per drafted token (per call when per_call)
+    draft_cost: float = 0.0  # seconds of drafting per drafted token (per call when per_call): median of recent drafts
+    recent_draft_costs: list[float] = field(default_factory=list)  # the latest DRAFT_WINDOW of them
     # seconds per context token a drafter reads before it can draft (a draft model after a stretch that another
     # member drafted or that was decoded plainly): charged to a step as overhead = backlog x catchup_cost
     catchup_cost: float = 0.0
+    evidence: list[float] | None = None
     per_call: bool = False  # a block drafter (DFlash): one call costs the same for any draft length
     plain_streak: int = 0
     paying_streak: int = 0  # steps in a row that chose to draft
@@ -58,6 +67,7 @@ class DraftController:
     def __post_init__(self):
         self.hits, self.tries = [0.0] * self.max_draft, [0.0] * self.max_draft
         self.prior_weight = [PRIOR_WEIGHT] * self.max_draft
+        self.prior_evidence = [PRIOR_WEIGHT] * self.max_draft
 
     def start_from(self, record: "DrafterRecord | None") -> None:
         """Take a drafter's record of earlier requests as the prior: its acceptance by depth (worth PRIOR_WEIGHT
@@ -65,12 +75,17 @@ class DraftController:
         if record is None:
             return
         self.prior = list(record.accept[:self.max_draft])
+        evidence = record.evidence if record.evidence is not None else [WINDOW] * len(self.prior)
+        self.prior_evidence[:len(evidence)] = evidence[:self.max_draft]
         self.draft_cost, self.catchup_cost = record.draft_cost, record.catchup_cost
+        self.recent_draft_costs = [record.draft_cost] if record.draft_cost else []
         self.probe_every, self.plain_streak = record.probe_every, record.plain_streak
 
     def record(self) -> "DrafterRecord":
         """What this controller learned, for the next request's prior."""
-        return DrafterRecord(self.accept, self.draft_cost, self.probe_every, self.plain_streak, self.catchup_cost)
+        evidence = [min(WINDOW, t + e) for t, e in zip(self.tries, self.prior_evidence)]
+        return DrafterRecord(self.accept, self.draft_cost, self.probe_every, self.plain_streak, self.catchup_cost,
+                             evidence)
 
     @property
     def accept(self) -> list[float]:
@@ -93,18 +108,18 @@ class DraftController:
             return max(below)
         return min(self.cost.values())  # a smaller call costs at most the cheapest measured one
 
-    def expected_tokens(self, k: int) -> float:
-        total, reach, accept = 1.0, 1.0, self.accept
-        for d in range(k):
-            reach *= accept[d]
+    def expected_tokens(self, k: int, accept: list[float] | None = None) -> float:
+        total, reach = 1.0, 1.0
+        for a in (accept or self.accept)[:k]:
+            reach *= a
             total += reach
         return total
 
-    def rate(self, k: int, overhead: float = 0.0) -> float:
+    def rate(self, k: int, overhead: float = 0.0, accept: list[float] | None = None) -> float:
         """Expected tokens per second of a step drafting k tokens (k = 0: a plain step); overhead: seconds the
-        drafter spends before drafting this step (catching up on context)."""
+        drafter spends before drafting this step (catching up on context); accept: other estimates by depth."""
         drafting = 0.0 if k == 0 else overhead + (self.draft_cost if self.per_call else self.draft_cost * k)
-        return self.expected_tokens(k) / (self.seconds(k + 1) + drafting)
+        return self.expected_tokens(k, accept) / (self.seconds(k + 1) + drafting)
 
     def choose(self, budget: int, overhead: float = 0.0) -> int:
         """Draft length for the next step (0: plain decoding); overhead as for rate()."""
@@ -114,10 +129,12 @@ class DraftController:
             rate = self.rate(k, overhead)
             if rate > best_rate * MARGIN:  # a draft must pay for itself by a margin
                 best, best_rate = k, rate
-        if best == 0 and limit > 0 and self.unsure_it_does_not_pay(overhead, best_rate):
-            self.plain_streak = self.paying_streak = 0
-            self.probing = False
-            return 1
+        if best < limit and self.unsure_one_more_does_not_pay(best, overhead, best_rate):
+            best += 1
+            if best == 1:  # trying again, not a step that pays: the probe interval stays where it is
+                self.plain_streak = self.paying_streak = 0
+                self.probing = False
+                return 1
         if best == 0 and limit > 0:
             self.paying_streak = 0
             self.plain_streak += 1
@@ -132,18 +149,17 @@ class DraftController:
         self.probing = False
         return best
 
-    def unsure_it_does_not_pay(self, overhead: float, plain_rate: float) -> bool:
-        """Whether a one-token draft would pay at an acceptance one standard error above this request's estimate
-        (the decayed counts of its own drafts and the prior's weight). A few rejections in a row pull an estimate
-        from a handful of drafts below break-even (three at 50 %: one request in eight); deciding on the estimate
-        alone would then leave the drafter to probes that grow rarer. Only a controller that has drafted in this
-        request explores so: a record from earlier requests decides alone."""
-        if self.tries[0] == 0:
-            return False
-        a = self.accept[0]
-        high = min(1.0, a + math.sqrt(a * (1 - a) / (self.tries[0] + self.prior_weight[0])))
-        drafting = overhead + self.draft_cost
-        return (1 + high) / (self.seconds(2) + drafting) > plain_rate * MARGIN
+    def unsure_one_more_does_not_pay(self, k: int, overhead: float, k_rate: float) -> bool:
+        """Whether a draft of k + 1 tokens would pay over k at an acceptance at depth k + 1 one standard error above
+        its estimate (the decayed counts of this request's drafts there and the prior's weight). A few rejections
+        in a row pull an estimate from a handful of drafts below break-even (three at 50 %: one request in eight);
+        deciding on the estimate alone would then hold the drafter at the depths it drafts, where it never sees
+        that it was unlucky (at depth 1: plain decoding and probes that grow rarer), in this request and, through
+        its record, the next. A record's estimate is as sure as the drafts behind it (DrafterRecord.evidence)."""
+        accept = self.accept
+        a = accept[k]
+        accept[k] = min(1.0, a + math.sqrt(a * (1 - a) / (self.tries[k] + self.prior_evidence[k])))
+        return self.rate(k + 1, overhead, accept) > k_rate * MARGIN
 
     def probe_due(self, overhead: float = 0.0) -> int:
         """Plain steps in a row after which to probe: the doubling interval, or more where a probe that finds
@@ -176,19 +192,23 @@ class DraftController:
             self.hits[d] = DECAY * self.hits[d] + (1.0 if d < accepted else 0.0)
             self.tries[d] = DECAY * self.tries[d] + 1.0
             self.prior_weight[d] *= DECAY
+            self.prior_evidence[d] *= DECAY
         if drafted:
             unit = seconds if self.per_call else seconds / drafted
-            self.draft_cost = unit if self.draft_cost == 0 else (1 - EMA) * self.draft_cost + EMA * unit
+            self.recent_draft_costs = (self.recent_draft_costs + [unit])[-DRAFT_WINDOW:]
+            self.draft_cost = statistics.median(self.recent_draft_costs)
 
 
 @dataclass(frozen=True)
 class DrafterRecord:
     """What one drafter showed in a request: acceptance by depth, drafting cost (seconds per drafted token, or per
     call for a block drafter), the probe interval it had reached, the plain steps since its last draft (so that
-    short requests, each fewer steps than the interval, still get probes) and its catch-up cost per token."""
+    short requests, each fewer steps than the interval, still get probes), its catch-up cost per token, and the
+    observations behind each depth's estimate (decayed, at most WINDOW; None: a full window)."""
 
     accept: list[float]
     draft_cost: float
     probe_every: int = PROBE_EVERY
     plain_streak: int = 0
     catchup_cost: float = 0.0
+    evidence: list[float] | None = None
