@@ -163,16 +163,16 @@ def simulated_rate(acceptance: float, costs: dict[int, float], draft_cost: float
     ({1: 1.0, 2: 1.37, 3: 1.74, 4: 2.11, 5: 2.48}, 0.27),  # a 9B hybrid with its MTP module
 ])
 def test_adaptive_keeps_up_with_the_best_fixed_draft_length(acceptance, costs, draft_cost):
-    """At a steady acceptance the controller, learning it as it goes, yields at least 93 % of the best fixed draft
-    length's tokens a second (known only in hindsight) and of plain decoding's (simulated calls: no timing). Before
-    deeper depths inherited the estimate of the depth before them, and before an estimate from a few drafts of its
-    own kept the drafter trying while unsure, it reached 86-93 % in 5 of these 9 cases (held at depths it had tried
-    by a guessed 60 % for the deeper ones; left plain after three rejections in a row at 50 %)."""
+    """At a steady acceptance the controller, learning it as it goes, yields at least 95 % of the best fixed draft
+    length's tokens a second (known only in hindsight) and of plain decoding's (simulated calls: no timing; 96-99 %
+    here). Before a depth not yet drafted inherited the estimate of the one before it, and before an estimate from a
+    few drafts kept the drafter trying one token deeper while unsure, it reached 86-93 % in 5 of these 9 cases (held
+    at depths it had tried by a guessed 60 % for deeper ones; left plain after three rejections in a row at 50 %)."""
     seeds = range(12)
     best = max([len(seeds)] + [sum(simulated_rate(acceptance, costs, draft_cost, k, s) for s in seeds)
                                for k in (0, 1, 2, 3, 4)])
     adaptive = sum(simulated_rate(acceptance, costs, draft_cost, None, s) for s in seeds)
-    assert adaptive >= 0.93 * best
+    assert adaptive >= 0.95 * best
 
 
 def test_a_depth_not_yet_drafted_is_expected_to_do_as_the_one_before_it():
@@ -204,6 +204,19 @@ def test_a_depth_held_back_by_a_few_rejections_is_tried_again():
     for _ in range(20):
         sure.observe_draft(2, 1 + (_ % 2), 0.006, 2)  # half of depth 2 rejected, over many drafts
     assert sure.accept[1] < 0.6 and sure.choose(100) == 1
+
+
+def test_call_costs_read_as_a_curve_that_never_falls():
+    from specrt.runtime.adaptive import non_decreasing
+
+    assert non_decreasing([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+    assert non_decreasing([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
+    assert non_decreasing([3.0, 1.0, 2.0]) == [2.0, 2.0, 2.0]
+    c = DraftController(max_draft=4, cost={1: 0.010, 2: 0.0125, 3: 0.0100})  # a slow moment measured at width 2
+    assert c.seconds(2) == c.seconds(3) == pytest.approx(0.01125)  # pooled, not 0.0125 for every wider call
+    assert c.seconds(5) == c.seconds(3) and c.seconds(1) == 0.010
+    noisy = DraftController(max_draft=4, cost={1: 0.010, 2: 0.008})  # noise cannot make a draft cheaper than plain
+    assert noisy.seconds(2) == noisy.seconds(1)
 
 
 def test_probes_grow_rarer_while_they_do_not_pay():

@@ -99,14 +99,17 @@ class DraftController:
         return out
 
     def seconds(self, fed: int) -> float:
-        """Cost of a call feeding `fed` tokens: the dearest measured call of at most `fed` tokens. Unmeasured counts
-        are so guessed optimistically (or from the prior slope), so that longer drafts get tried and measured."""
+        """Cost of a call feeding `fed` tokens, read from the measured costs fitted to a curve that never falls as
+        calls grow (a wider call costs at least a narrower one: noise cannot make drafting look free, and a slow
+        moment measured at one width is pooled with its neighbours rather than raising every wider call to it): the
+        fitted cost of the widest measured call of at most `fed` tokens. Unmeasured counts are so guessed
+        optimistically (or from the prior slope), so that longer drafts get tried and measured."""
         if not self.cost:  # nothing measured yet: relative units from the prior slope
             return 1.0 + PRIOR_SLOPE * (fed - 1)
-        below = [c for n, c in self.cost.items() if n <= fed]
-        if below:  # a call of more tokens costs at least what one of fewer costs: noise cannot say otherwise
-            return max(below)
-        return min(self.cost.values())  # a smaller call costs at most the cheapest measured one
+        widths = sorted(self.cost)
+        fitted = non_decreasing([self.cost[n] for n in widths])
+        below = [c for n, c in zip(widths, fitted) if n <= fed]
+        return below[-1] if below else fitted[0]  # a smaller call costs at most the cheapest measured one
 
     def expected_tokens(self, k: int, accept: list[float] | None = None) -> float:
         total, reach = 1.0, 1.0
@@ -197,6 +200,19 @@ class DraftController:
             unit = seconds if self.per_call else seconds / drafted
             self.recent_draft_costs = (self.recent_draft_costs + [unit])[-DRAFT_WINDOW:]
             self.draft_cost = statistics.median(self.recent_draft_costs)
+
+
+def non_decreasing(values: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to values in least squares (pool adjacent violators: a run that falls is
+    replaced by its mean)."""
+    blocks: list[list[float]] = []  # [sum, count] of pooled runs
+    for v in values:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    return [total / count for total, count in blocks for _ in range(int(count))]
 
 
 @dataclass(frozen=True)
