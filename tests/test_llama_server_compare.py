@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,13 @@ from specrt.app.compare import systems
 from specrt.app.compare.worker_client import WorkerProcess
 
 FAKE_SERVER = '''#!{python}
-import json, sys
+import json, os, signal, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 args = sys.argv[1:]
 open({record!r}, "w").write(json.dumps(args))
+open({record!r} + ".pid", "w").write(str(os.getpid()))
+if "--stubborn" in args:  # a server whose shutdown hangs: SIGTERM does nothing
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 port = int(args[args.index("--port") + 1])
 class Handler(BaseHTTPRequestHandler):
     def _send(self, obj):
@@ -66,6 +70,31 @@ def test_the_worker_sends_token_ids_and_reads_the_servers_timings(tmp_path):
     args = json.loads(record.read_text())
     assert args[args.index("-m") + 1] == "m.gguf" and args[args.index("-t") + 1] == "2"
     assert args[args.index("-c") + 1] == "512" and "--spec-default" in args and args[args.index("-np") + 1] == "1"
+
+
+def test_a_server_that_ignores_sigterm_is_killed_when_the_worker_closes(tmp_path):
+    """llama-server's graceful shutdown once hung after the worker's SIGTERM: the server outlived the benchmark by an
+    hour, slowing every later row. The worker kills a server still running after stop_seconds."""
+    binary, record = _fake_server(tmp_path)
+    config = {"binary": str(binary), "model": "m.gguf", "threads": 2, "n_ctx": 512, "args": ["--stubborn"],
+              "stop_seconds": 0.5}
+    worker = WorkerProcess(Path(sys.executable), systems.WORKERS / "llama_server_worker.py", config,
+                           tmp_path / "worker.log")
+    pid = int(Path(str(record) + ".pid").read_text())
+    worker.close()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    """Whether pid runs (a zombie awaiting its parent's wait counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_rows_plain_spec_default_and_a_gguf_draft_model(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """Benchmark worker: llama-server (llama.cpp's own server, built by compare/llama_server.py) on the GGUF itself.
 
-config: {"binary": PATH, "model": GGUF, "threads": N, "n_ctx": N, "args": [...] (its speculation flags)}.
+config: {"binary": PATH, "model": GGUF, "threads": N, "n_ctx": N, "args": [...] (its speculation flags),
+"stop_seconds": S (optional: how long it may take to stop after SIGTERM before it is killed)}.
 The server is started on a free loopback port with one slot; each prompt's token ids go to /completion, greedy
 (top-k 1, temperature 0), without the prompt cache (every prompt is prefilled whole, as for every other system);
 the server's own timings give the prefill and decode seconds (decode: its predicted_ms). Standalone: the standard
@@ -21,6 +22,7 @@ import urllib.request
 from protocol import serve
 
 START_SECONDS = 600
+STOP_SECONDS = 5.0  # llama-server stops in well under a second; one whose shutdown hangs is killed after this
 
 
 def _free_port() -> int:
@@ -38,11 +40,26 @@ def _call(port: int, path: str, body: dict | None = None, timeout: float = 3600)
 
 
 def _die_with_parent() -> None:
-    """In the server's process before it starts: the kernel sends it SIGTERM when this worker dies (Linux)."""
+    """In the server's process before it starts: the kernel kills it when this worker dies (Linux). SIGKILL, not
+    SIGTERM: a SIGTERM arriving with the worker's own (below) is one signal, and llama-server's graceful shutdown
+    after it once hung for an hour with a draft model loaded, holding 2 GB and a share of the CPU that every later
+    benchmark row paid for."""
     try:
-        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _stop(server: subprocess.Popen, seconds: float) -> None:
+    """SIGTERM, then SIGKILL if the server has not exited within `seconds`."""
+    if server.poll() is not None:
+        return
+    server.terminate()
+    try:
+        server.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def load(config):
@@ -51,7 +68,7 @@ def load(config):
            str(config["threads"]), "-tb", str(config["threads"]), "-c", str(config["n_ctx"]), "-np", "1",
            *config.get("args", [])]
     server = subprocess.Popen(cmd, stdout=sys.stderr, stderr=sys.stderr, preexec_fn=_die_with_parent)
-    atexit.register(server.terminate)
+    atexit.register(_stop, server, float(config.get("stop_seconds", STOP_SECONDS)))
     deadline = time.monotonic() + START_SECONDS
     while True:
         if server.poll() is not None:
