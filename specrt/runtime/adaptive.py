@@ -1,17 +1,18 @@
 """Adaptive draft length: pick the draft length that maximizes expected tokens per second, or none.
 
-Per generation the controller keeps (a) the measured seconds of a target call by number of tokens fed
-(an exponential moving average per count, seeded by the plain-step time and a prior slope until measured)
-and (b) the acceptance rate at each draft depth given that the previous depth was accepted: the decayed counts of
-this request's drafts at that depth over a prior worth PRIOR_WEIGHT observations (decaying with them), the prior
-being the drafter's record from earlier requests, or with none PRIOR_ACCEPT at the first depth and the estimate at
-the depth before it at each deeper one (a depth not yet drafted is expected to do as the one before it: a drafter
-right 95 % of the time at depth 1 and 2 is tried at depth 3, not held at a guessed 60 %). For a draft
-of k tokens the expected output of one call is 1 + a_1 + a_1 a_2 + ... + a_1...a_k tokens; the controller
-chooses k in 0..max_draft maximizing that over cost(k + 1) (plus the drafting time: per token for a drafter
-that makes one call per token, per call for a block drafter that drafts any length in one call), guessing
-unmeasured costs optimistically so that they get measured. k = 0 is plain decoding; every `probe_every`
-plain steps it drafts one token again, so acceptance that improves (a repetitive stretch for n-gram
+Per generation the controller keeps (a) the measured seconds of a target call by number of tokens fed (an
+exponential moving average per count, seeded by the plain-step time and a prior slope until measured, read through a
+fit that never falls as calls grow) and (b) the acceptance rate at each draft depth given that the previous depth
+was accepted: the decayed counts of this request's drafts at that depth over a prior worth PRIOR_WEIGHT observations
+(decaying with them), the prior being the drafter's record from earlier requests, or with none PRIOR_ACCEPT at the
+first depth and the estimate at the depth before it at each deeper one (a depth not yet drafted is expected to do as
+the one before it: a drafter right 95 % of the time at depth 1 and 2 is tried at depth 3, not held at a guessed
+60 %). For a draft of k tokens the expected output of one call is 1 + a_1 + a_1 a_2 + ... + a_1...a_k tokens; the
+controller chooses k in 0..max_draft maximizing that over cost(k + 1) (plus the drafting time: per token for a
+drafter that makes one call per token, per call for a block drafter that drafts any length in one call), guessing
+unmeasured costs optimistically so that they get measured, and drafts one token more than that where the next
+depth's estimate is unsure enough that it might pay (unsure_one_more_does_not_pay). k = 0 is plain decoding; every
+`probe_every` plain steps it drafts one token again, so acceptance that improves (a repetitive stretch for n-gram
 lookup) is noticed; each probe that finds the drafter still not paying doubles that interval (up to
 `PROBE_MAX`), so a drafter that never pays on this machine costs ever fewer probes; the interval starts again
 from PROBE_EVERY only after SUSTAINED steps in a row that chose to draft (a lucky probe that turns drafting on
@@ -58,7 +59,6 @@ class DraftController:
     # seconds per context token a drafter reads before it can draft (a draft model after a stretch that another
     # member drafted or that was decoded plainly): charged to a step as overhead = backlog x catchup_cost
     catchup_cost: float = 0.0
-    evidence: list[float] | None = None
     per_call: bool = False  # a block drafter (DFlash): one call costs the same for any draft length
     plain_streak: int = 0
     paying_streak: int = 0  # steps in a row that chose to draft
@@ -154,7 +154,7 @@ class DraftController:
 
     def unsure_one_more_does_not_pay(self, k: int, overhead: float, k_rate: float) -> bool:
         """Whether a draft of k + 1 tokens would pay over k at an acceptance at depth k + 1 one standard error above
-        its estimate (the decayed counts of this request's drafts there and the prior's weight). A few rejections
+        its estimate (the decayed counts of this request's drafts there and the prior's evidence). A few rejections
         in a row pull an estimate from a handful of drafts below break-even (three at 50 %: one request in eight);
         deciding on the estimate alone would then hold the drafter at the depths it drafts, where it never sees
         that it was unlucky (at depth 1: plain decoding and probes that grow rarer), in this request and, through
