@@ -11,7 +11,7 @@ the one before it: a drafter right 95 % of the time at depth 1 and 2 is tried at
 controller chooses k in 0..max_draft maximizing that over cost(k + 1) (plus the drafting time: per token for a
 drafter that makes one call per token, per call for a block drafter that drafts any length in one call), guessing
 unmeasured costs optimistically so that they get measured, and drafts one token more than that where the next
-depth's estimate is unsure enough that it might pay (unsure_one_more_does_not_pay). k = 0 is plain decoding; every
+depth's estimate is unsure enough that it might pay (one_more_might_pay). k = 0 is plain decoding; every
 `probe_every` plain steps it drafts one token again, so acceptance that improves (a repetitive stretch for n-gram
 lookup) is noticed; each probe that finds the drafter still not paying doubles that interval (up to
 `PROBE_MAX`), so a drafter that never pays on this machine costs ever fewer probes; the interval starts again
@@ -49,9 +49,8 @@ class DraftController:
     cost: dict[int, float] = field(default_factory=dict)  # tokens fed -> seconds per call
     hits: list[float] = field(default_factory=list)  # depth d (0-based): decayed count of accepts given d-1 accepted
     tries: list[float] = field(default_factory=list)  # depth d: decayed count of drafts that reached depth d
-    prior_weight: list[float] = field(default_factory=list)  # depth d: the prior's weight, decaying as tries come
-    # depth d: the observations behind the prior (a record's own; PRIOR_WEIGHT for a guess), decaying as tries come:
-    # how sure the estimate is, for exploring (unsure_one_more_does_not_pay), not how much it weighs in it
+    # depth d: the observations behind the prior (a record's own; PRIOR_WEIGHT for a guess): how sure the estimate
+    # is, for exploring (one_more_might_pay), not how much the prior weighs in it (PRIOR_WEIGHT)
     prior_evidence: list[float] = field(default_factory=list)
     prior: list[float] | None = None  # acceptance by depth from the drafter's record; None: inherited by depth
     draft_cost: float = 0.0  # seconds of drafting per drafted token (per call when per_call): median of recent drafts
@@ -66,7 +65,6 @@ class DraftController:
 
     def __post_init__(self):
         self.hits, self.tries = [0.0] * self.max_draft, [0.0] * self.max_draft
-        self.prior_weight = [PRIOR_WEIGHT] * self.max_draft
         self.prior_evidence = [PRIOR_WEIGHT] * self.max_draft
 
     def start_from(self, record: "DrafterRecord | None") -> None:
@@ -83,7 +81,8 @@ class DraftController:
 
     def record(self) -> "DrafterRecord":
         """What this controller learned, for the next request's prior."""
-        evidence = [min(WINDOW, t + e) for t, e in zip(self.tries, self.prior_evidence)]
+        evidence = [min(WINDOW, self.tries[d] + self.prior_evidence[d] * self.prior_share(d))
+                    for d in range(self.max_draft)]
         return DrafterRecord(self.accept, self.draft_cost, self.probe_every, self.plain_streak, self.catchup_cost,
                              evidence)
 
@@ -93,10 +92,15 @@ class DraftController:
         out, before = [], PRIOR_ACCEPT
         for d in range(self.max_draft):
             base = self.prior[d] if self.prior is not None and d < len(self.prior) else before
-            w = self.prior_weight[d]
+            w = PRIOR_WEIGHT * self.prior_share(d)
             before = (self.hits[d] + w * base) / (self.tries[d] + w)
             out.append(before)
         return out
+
+    def prior_share(self, d: int) -> float:
+        """How much of the prior at depth d still weighs: each of this request's drafts that reached d decays it by
+        DECAY, as it decays the drafts before it, so after n of them DECAY^n = 1 - tries[d] / WINDOW."""
+        return 1.0 - self.tries[d] / WINDOW
 
     def seconds(self, fed: int) -> float:
         """Cost of a call feeding `fed` tokens, read from the measured costs fitted to a curve that never falls as
@@ -132,7 +136,7 @@ class DraftController:
             rate = self.rate(k, overhead)
             if rate > best_rate * MARGIN:  # a draft must pay for itself by a margin
                 best, best_rate = k, rate
-        if best < limit and self.unsure_one_more_does_not_pay(best, overhead, best_rate):
+        if best < limit and self.one_more_might_pay(best, overhead, best_rate):
             best += 1
             if best == 1:  # trying again, not a step that pays: the probe interval stays where it is
                 self.plain_streak = self.paying_streak = 0
@@ -152,7 +156,7 @@ class DraftController:
         self.probing = False
         return best
 
-    def unsure_one_more_does_not_pay(self, k: int, overhead: float, k_rate: float) -> bool:
+    def one_more_might_pay(self, k: int, overhead: float, k_rate: float) -> bool:
         """Whether a draft of k + 1 tokens would pay over k at an acceptance at depth k + 1 one standard error above
         its estimate (the decayed counts of this request's drafts there and the prior's evidence). A few rejections
         in a row pull an estimate from a handful of drafts below break-even (three at 50 %: one request in eight);
@@ -161,7 +165,8 @@ class DraftController:
         its record, the next. A record's estimate is as sure as the drafts behind it (DrafterRecord.evidence)."""
         accept = self.accept
         a = accept[k]
-        accept[k] = min(1.0, a + math.sqrt(a * (1 - a) / (self.tries[k] + self.prior_evidence[k])))
+        sure = self.tries[k] + self.prior_evidence[k] * self.prior_share(k)  # observations behind the estimate
+        accept[k] = min(1.0, a + math.sqrt(a * (1 - a) / sure))
         return self.rate(k + 1, overhead, accept) > k_rate * MARGIN
 
     def probe_due(self, overhead: float = 0.0) -> int:
@@ -194,8 +199,6 @@ class DraftController:
         for d in range(min(drafted_depth, accepted + 1)):  # depths reached: accepted ones and the first rejected
             self.hits[d] = DECAY * self.hits[d] + (1.0 if d < accepted else 0.0)
             self.tries[d] = DECAY * self.tries[d] + 1.0
-            self.prior_weight[d] *= DECAY
-            self.prior_evidence[d] *= DECAY
         if drafted:
             unit = seconds if self.per_call else seconds / drafted
             self.recent_draft_costs = (self.recent_draft_costs + [unit])[-DRAFT_WINDOW:]
